@@ -1,0 +1,132 @@
+"""The thin click layer: parse flags once, dispatch, map errors to exit codes.
+
+Every subcommand builds an :class:`Options` and calls one function in
+``patchcraft.commands`` that returns an ``int``. A :class:`PatchcraftError`
+prints one line and exits 2; Ctrl-C exits 130; anything else is a bug and
+keeps its traceback (exit 3).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Any, Callable
+
+import click
+
+from patchcraft import __version__
+from patchcraft.errors import PatchcraftError
+
+FORMATS = click.Choice(["text", "json"])
+COLORS = click.Choice(["auto", "always", "never"])
+
+
+def _common(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.argument("targets", nargs=-1, type=click.Path())(func)
+    func = click.option("--model", "models", multiple=True, metavar="NAME", help="Only this model (file stem or class); repeatable.")(func)
+    func = click.option("--format", "output_format", type=FORMATS, default="text", show_default=True, help="Report format.")(func)
+    func = click.option("--color", type=COLORS, default="auto", show_default=True, help="Colour; NO_COLOR is honoured.")(func)
+    return func
+
+
+def _options(targets, models, output_format, color, show_diff=False):
+    from patchcraft.commands._pipeline import Options
+
+    return Options(targets=tuple(targets), models=tuple(models), output_format=output_format, color=color, show_diff=show_diff)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="patchcraft")
+def cli() -> None:
+    """Make SGLang EAGLE-3 accept layer id -1 (the embedding output), reliably.
+
+    TARGET is a model file, an sglang package directory, a checkout root
+    containing python/sglang, or nothing (the installed sglang, located
+    without importing it). Exit codes: 0 clean or done, 1 would change or
+    not verified, 2 usage or environment error.
+    """
+
+
+@cli.command()
+@_common
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if anything would change.")
+@click.option("--diff", "show_diff", is_flag=True, help="Also print the unified diff.")
+def apply(targets, models, output_format, color, check, show_diff) -> None:
+    """Patch the model files in place (idempotent, atomic)."""
+    from patchcraft.commands.apply import apply as run
+
+    sys.exit(run(_options(targets, models, output_format, color, show_diff), check=check))
+
+
+@cli.command()
+@_common
+def verify(targets, models, output_format, color) -> None:
+    """Check each edit is present and correct; write nothing."""
+    from patchcraft.commands.verify import verify as run
+
+    sys.exit(run(_options(targets, models, output_format, color)))
+
+
+@cli.command()
+@_common
+def diff(targets, models, output_format, color) -> None:
+    """Print what apply would change, as a patch (git apply / patch -p1)."""
+    from patchcraft.commands.diff import diff as run
+
+    sys.exit(run(_options(targets, models, output_format, color)))
+
+
+@cli.command()
+@_common
+def revert(targets, models, output_format, color) -> None:
+    """Remove exactly what patchcraft inserted."""
+    from patchcraft.commands.revert import revert as run
+
+    sys.exit(run(_options(targets, models, output_format, color)))
+
+
+@cli.command(name="list")
+@click.argument("targets", nargs=-1, type=click.Path())
+@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
+def list_command(targets, output_format) -> None:
+    """Show the transforms and which places they match in TARGET."""
+    from patchcraft.commands.list_ import list_transforms
+
+    sys.exit(list_transforms(tuple(targets), output_format))
+
+
+@cli.command()
+@click.argument("version")
+@click.option("--dest", type=click.Path(file_okay=False), help="Unpack into DEST/sglang instead of the cache.")
+def fetch(version, dest) -> None:
+    """Download SGLang VERSION's source into the cache; print its package root."""
+    from patchcraft.commands.fetch import fetch as run
+
+    sys.exit(run(version, dest))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point with the error policy."""
+    try:
+        code = cli.main(args=argv, prog_name="patchcraft", standalone_mode=False)
+    except PatchcraftError as exc:
+        sys.stderr.write(f"patchcraft: error: {exc}\n")
+        sys.exit(2)
+    except click.exceptions.Abort:
+        sys.stderr.write("patchcraft: interrupted\n")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.stderr.write("patchcraft: interrupted\n")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if exc.exit_code == 2 else exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(1)
+    except SystemExit:
+        raise
+    except Exception:  # a bug: keep the traceback, distinct exit code
+        traceback.print_exc()
+        sys.stderr.write("patchcraft: internal error (a bug); please report it with the traceback above\n")
+        sys.exit(3)
+    sys.exit(code or 0)

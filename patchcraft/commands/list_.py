@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import json
+import sys
+
+from patchcraft.engine import plan_tree
+from patchcraft.transforms import MODEL_TRANSFORMS
+from patchcraft.tree import resolve_target
+
+
+def list_transforms(targets: tuple[str, ...], output_format: str) -> int:
+    """Show the transforms and, for each target tree, the sites each one matches."""
+    trees = [resolve_target(t) for t in targets] if targets else []
+    matches: dict[str, list[str]] = {t.NAME: [] for t in MODEL_TRANSFORMS}
+    by_kind = {t.KIND: t.NAME for t in MODEL_TRANSFORMS}
+    for tree in trees:
+        seen = set()
+        for plan in plan_tree(tree):
+            for site in plan.sites:
+                label = f"{tree.relative(site.path)}:{site.cls}.{site.method}"
+                if label not in seen:
+                    seen.add(label)
+                    matches[by_kind[site.kind]].append(label)
+    if output_format == "json":
+        doc = [{"name": t.NAME, "kind": t.KIND, "description": t.DESCRIPTION, "matches": matches[t.NAME]} for t in MODEL_TRANSFORMS]
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    for t in MODEL_TRANSFORMS:
+        sys.stdout.write(f"{t.NAME} ({t.KIND})\n    {t.DESCRIPTION}\n")
+        for label in matches[t.NAME]:
+            sys.stdout.write(f"    - {label}\n")
+    return 0

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from patchcraft.commands._pipeline import Options, run_pipeline
+from patchcraft.engine import Mode
+
+
+def revert(options: Options) -> int:
+    """Remove exactly what patchcraft inserted, byte for byte."""
+    return run_pipeline(options, Mode.REVERT)

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from patchcraft.commands._pipeline import Options, run_pipeline
+from patchcraft.engine import Mode
+
+
+def verify(options: Options) -> int:
+    """Write nothing; report each edit, compilation and idempotence per model."""
+    return run_pipeline(options, Mode.VERIFY)

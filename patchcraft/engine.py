@@ -1,0 +1,304 @@
+"""The pure core: plan, transform and judge; it returns records and never prints.
+
+``patch_text`` (str -> str plus outcomes) is the innermost layer, then
+``run`` builds a :class:`RunResult` for a whole tree in one of the modes
+below. Writing files is left to :func:`write_changes`, so ``--check``,
+``diff`` and ``verify`` share every step with ``apply`` except the last.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import libcst as cst
+
+from patchcraft.errors import PatchcraftError
+from patchcraft.graph import EditSite, ModelPlan
+from patchcraft.plan import plan_models, scan
+from patchcraft.sources import Source, check_writable, read_source, write_atomic
+from patchcraft.transforms import BY_KIND
+from patchcraft.transforms._base import Outcome, RemoveMarked
+from patchcraft.tree import SglangTree
+
+
+class Mode(enum.Enum):
+    APPLY = "apply"
+    CHECK = "check"
+    DIFF = "diff"
+    VERIFY = "verify"
+    REVERT = "revert"
+
+
+# Model statuses (the JSON schema's `status`).
+PATCHED = "patched"
+ALREADY = "already-patched"
+WOULD = "would-patch"
+UNSUPPORTED = "unsupported"
+ERROR = "error"
+REVERTED = "reverted"
+CLEAN = "not-patched"
+
+
+@dataclass(frozen=True)
+class EditResult:
+    kind: str
+    transform: str
+    file: str
+    cls: str
+    method: str
+    status: str
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("applied", "present", "hand-applied")
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    model: str
+    path: str
+    status: str
+    edits: tuple[EditResult, ...] = ()
+    message: str = ""
+    files: tuple[str, ...] = ()
+    compiles: bool | None = None
+    idempotent: bool | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FileChange:
+    source: Source
+    rel: str
+    after: str
+
+    @property
+    def before(self) -> str:
+        return self.source.text
+
+
+@dataclass(frozen=True)
+class RunResult:
+    mode: Mode
+    tree: SglangTree
+    version: str
+    models: tuple[ModelResult, ...]
+    changes: tuple[FileChange, ...]
+    errors: tuple[str, ...] = ()
+
+
+@dataclass
+class FilePatch:
+    """The result of patching one file's text: new text and one outcome per site."""
+
+    after: str
+    outcomes: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+
+
+# -- str -> str ----------------------------------------------------------------
+
+def parse(text: str, path: Path) -> cst.Module:
+    try:
+        return cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        raise PatchcraftError(
+            f"{path}: syntax error at line {exc.raw_line}: {exc.message}; nothing was changed"
+        ) from None
+
+
+def patch_text(text: str, path: Path, sites: Sequence[EditSite]) -> FilePatch:
+    """Apply the transform of each site to ``text``. Errors are recorded per site."""
+    module = parse(text, path)
+    patch = FilePatch(after=text)
+    for site in sites:
+        try:
+            module, outcome = BY_KIND[site.kind].apply(module, site)
+        except PatchcraftError as exc:
+            patch.errors[site.key] = str(exc)
+            continue
+        patch.outcomes[site.key] = outcome
+        if outcome.status == "modified":
+            patch.errors[site.key] = (
+                f"{site.path}: {site.cls}.{site.method}: {outcome.detail}; "
+                "fix or remove that block by hand, then re-run (file left untouched)"
+            )
+    patch.after = module.code
+    return patch
+
+
+def revert_text(text: str, path: Path) -> str:
+    """Remove every statement patchcraft inserted; the inverse of ``apply``."""
+    module = parse(text, path)
+    return module.visit(RemoveMarked()).code
+
+
+# -- whole tree ----------------------------------------------------------------
+
+def select(plans: Iterable[ModelPlan], tree: SglangTree, names: Sequence[str]) -> list[ModelPlan]:
+    wanted = {n.lower().removesuffix(".py") for n in names}
+    chosen = []
+    for plan in plans:
+        if wanted and not ({plan.module.lower(), plan.cls.lower(), plan.label.lower()} & wanted):
+            continue
+        if tree.only_files:
+            files = {p.resolve() for p in plan.files} | {plan.path.resolve()}
+            if not files & set(tree.only_files):
+                continue
+        chosen.append(plan)
+    return chosen
+
+
+def plan_tree(tree: SglangTree, names: Sequence[str] = ()) -> list[ModelPlan]:
+    if not tree.models_dir.is_dir():
+        raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
+    plans = select(plan_models(scan(tree.models_dir)), tree, names)
+    if names and not plans:
+        raise PatchcraftError(
+            f"{tree.models_dir}: no model matches --model {', '.join(names)} "
+            "(names are model files like deepseek_v2, or classes like DeepseekV2ForCausalLM)"
+        )
+    return plans
+
+
+def run(tree: SglangTree, mode: Mode, names: Sequence[str] = ()) -> RunResult:
+    """Plan, transform and judge every selected model; no file is written here."""
+    plans = plan_tree(tree, names)
+    if mode is Mode.REVERT:
+        return _run_revert(tree, plans)
+    by_file: dict[Path, list[EditSite]] = {}
+    for plan in plans:
+        for site in plan.sites:
+            if site not in by_file.setdefault(site.path, []):
+                by_file[site.path].append(site)
+    sources: dict[Path, Source] = {}
+    patches: dict[Path, FilePatch] = {}
+    file_errors: dict[Path, str] = {}
+    for path, sites in sorted(by_file.items()):
+        try:
+            sources[path] = read_source(path)
+            patches[path] = patch_text(sources[path].text, path, sites)
+        except PatchcraftError as exc:
+            file_errors[path] = str(exc)
+    failed, blocked = _failed_models(plans, patches, file_errors)
+    # A file that only failed models need is left alone too.
+    useful = {s.path for plan in plans if plan.label not in failed and not plan.unsupported for s in plan.sites}
+    blocked |= set(patches) - useful
+    models = tuple(_judge(tree, mode, plan, patches, file_errors, failed, sources) for plan in plans)
+    changes = tuple(
+        FileChange(source=sources[path], rel=tree.relative(path), after=patches[path].after)
+        for path in sorted(patches)
+        if path not in blocked and patches[path].after != sources[path].text
+    )
+    return RunResult(mode=mode, tree=tree, version=tree.version, models=models, changes=changes)
+
+
+def _failed_models(
+    plans: Sequence[ModelPlan], patches: Mapping[Path, FilePatch], file_errors: Mapping[Path, str]
+) -> tuple[dict[str, str], set[Path]]:
+    """Models that cannot be patched, including those sharing a capture file with one.
+
+    The inner model's ``__init__`` and ``forward`` edits go together: a flag
+    with no capture would feed the draft too few states. So when one model
+    fails, the files holding its init and forward sites are not written, and
+    that blocks every other model whose init or forward lives there too
+    (to a fixpoint). Setter files need no such care: the inserted setter
+    block refuses -1 at run time when the inner model lacks the flag.
+    """
+    failed: dict[str, str] = {}
+    for plan in plans:
+        for site in plan.sites:
+            message = file_errors.get(site.path) or patches.get(site.path, FilePatch("")).errors.get(site.key)
+            if message:
+                failed.setdefault(plan.label, message)
+    # A file with any error is never written, whoever else it serves.
+    blocked: dict[Path, str] = {}
+    for plan in plans:
+        for site in plan.sites:
+            if site.path in file_errors or site.key in patches.get(site.path, FilePatch("")).errors:
+                blocked.setdefault(site.path, plan.label)
+    changed = True
+    while changed:
+        changed = False
+        for plan in plans:
+            capture_files = [s.path for s in plan.sites if s.kind != "setter"]
+            hit = next((f for f in capture_files if f in blocked), None)
+            if plan.label not in failed and hit is not None:
+                failed[plan.label] = f"{hit}: not written because {blocked[hit]} failed in the same file; fix that first"
+            if plan.label in failed:
+                for f in capture_files:
+                    if f not in blocked:
+                        blocked[f] = plan.label
+                        changed = True
+    for plan in plans:
+        hit = next((f for f in plan.files if f in blocked), None)
+        if plan.label not in failed and hit is not None:
+            failed[plan.label] = f"{hit}: not written because {blocked[hit]} failed in the same file; fix that first"
+    return failed, set(blocked)
+
+
+def _judge(tree, mode, plan, patches, file_errors, failed, sources) -> ModelResult:
+    rel = tree.relative(plan.path)
+    files = tuple(tree.relative(f) for f in plan.files)
+    if plan.unsupported:
+        return ModelResult(model=plan.label, path=rel, status=UNSUPPORTED, message=plan.unsupported, files=files, notes=plan.notes)
+    edits = []
+    for site in plan.sites:
+        transform = BY_KIND[site.kind]
+        outcome = patches[site.path].outcomes.get(site.key) if site.path in patches else None
+        status = outcome.status if outcome else "error"
+        detail = outcome.detail if outcome else (file_errors.get(site.path) or patches[site.path].errors.get(site.key, ""))
+        edits.append(EditResult(site.kind, transform.NAME, tree.relative(site.path), site.cls, site.method, status, detail))
+    all_present = all(e.status in ("present", "hand-applied") for e in edits)
+    compiles = None
+    if mode is Mode.VERIFY:
+        compiles = all(_compiles(sources[f]) for f in plan.files if f in sources)
+    common = dict(model=plan.label, path=rel, edits=tuple(edits), files=files, notes=plan.notes)
+    if plan.label in failed:
+        return ModelResult(**common, status=ERROR, message=failed[plan.label], compiles=compiles)
+    if all_present:
+        hand = any(e.status == "hand-applied" for e in edits)
+        message = "patched (hand-applied edits recognised)" if hand else "patched"
+        return ModelResult(**common, status=ALREADY, message=message, compiles=compiles, idempotent=True)
+    missing = ", ".join(e.kind for e in edits if e.status == "applied")
+    if mode is Mode.APPLY:
+        return ModelResult(**common, status=PATCHED, message=f"added: {missing}")
+    return ModelResult(**common, status=WOULD, message=f"missing: {missing}", compiles=compiles, idempotent=False if mode is Mode.VERIFY else None)
+
+
+def _compiles(source: Source) -> bool:
+    try:
+        compile(source.text, str(source.path), "exec", dont_inherit=True)
+        return True
+    except (SyntaxError, ValueError):
+        return False
+
+
+def _run_revert(tree: SglangTree, plans: Sequence[ModelPlan]) -> RunResult:
+    files = sorted({site.path for plan in plans for site in plan.sites})
+    changes = []
+    reverted: set[Path] = set()
+    for path in files:
+        source = read_source(path)
+        after = revert_text(source.text, path)
+        if after != source.text:
+            changes.append(FileChange(source=source, rel=tree.relative(path), after=after))
+            reverted.add(path)
+    models = []
+    for plan in plans:
+        status = UNSUPPORTED if plan.unsupported else (REVERTED if set(plan.files) & reverted else CLEAN)
+        message = plan.unsupported or ("patchcraft edits removed" if status == REVERTED else "no patchcraft edits found")
+        models.append(ModelResult(model=plan.label, path=tree.relative(plan.path), status=status, message=message, files=tuple(tree.relative(f) for f in plan.files)))
+    return RunResult(mode=Mode.REVERT, tree=tree, version=tree.version, models=tuple(models), changes=tuple(changes))
+
+
+def write_changes(changes: Sequence[FileChange]) -> None:
+    """Write every change atomically; check all are writable before writing any."""
+    for change in changes:
+        check_writable(change.source.path)
+    for change in changes:
+        write_atomic(change.source, change.after)

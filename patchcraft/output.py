@@ -1,0 +1,112 @@
+"""The only module that styles text (and the only one that imports rich).
+
+Diffs and JSON go to stdout, plain when piped, so `patchcraft diff >
+fix.patch` works; status lines and tables go to stderr. ``NO_COLOR`` is
+honoured; ``--color always`` forces colour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+from patchcraft.engine import ALREADY, ERROR, PATCHED, REVERTED, UNSUPPORTED, WOULD, Mode, RunResult
+
+_STYLE = {PATCHED: "green", ALREADY: "green", REVERTED: "cyan", WOULD: "yellow", UNSUPPORTED: "magenta", ERROR: "bold red"}
+_EDIT_STYLE = {"applied": "green", "present": "green", "hand-applied": "green", "modified": "bold red", "error": "bold red"}
+
+
+def use_color(choice: str, stream: Any) -> bool:
+    if choice == "always":
+        return True
+    if choice == "never" or os.environ.get("NO_COLOR"):
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def _console(stream: Any, color: bool):
+    from rich.console import Console
+
+    return Console(file=stream, force_terminal=color, no_color=not color, highlight=False, soft_wrap=True, width=None if color else 200)
+
+
+def print_diff(text: str, color: str = "auto") -> None:
+    if not text:
+        return
+    if not use_color(color, sys.stdout):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from rich.text import Text
+
+    console = _console(sys.stdout, True)
+    for line in text.splitlines():
+        style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
+        if line.startswith(("+++", "---")):
+            style = "bold"
+        console.print(Text(line, style=style))
+
+
+def print_json(document: dict) -> None:
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def print_error(message: str, color: str = "auto") -> None:
+    stream = sys.stderr
+    if use_color(color, stream):
+        _console(stream, True).print(f"[bold red]patchcraft: error:[/] {message}", markup=True, highlight=False)
+    else:
+        stream.write(f"patchcraft: error: {message}\n")
+
+
+def print_line(message: str) -> None:
+    sys.stderr.write(message + "\n")
+
+
+def print_results(results: Sequence[RunResult], color: str = "auto") -> None:
+    """The human summary on stderr: a table for verify, one line per model otherwise."""
+    stream = sys.stderr
+    colored = use_color(color, stream)
+    console = _console(stream, colored)
+    for result in results:
+        header = f"sglang {result.version} at {result.tree.package}"
+        console.print(header, markup=False)
+        if not result.models:
+            console.print("  no model class with set_eagle3_layers_to_capture in this target", markup=False)
+            continue
+        if result.mode is Mode.VERIFY:
+            _verify_table(console, result)
+            continue
+        for model in result.models:
+            style = _STYLE.get(model.status, "")
+            console.print(f"  [{style}]{model.status:<16}[/] {model.model}  {model.message}" if colored else f"  {model.status:<16} {model.model}  {model.message}", markup=colored, highlight=False)
+        for change in result.changes:
+            verb = {Mode.APPLY: "Rewriting", Mode.REVERT: "Reverted"}.get(result.mode, "Would rewrite")
+            console.print(f"{verb} {change.rel}", markup=False)
+
+
+def _verify_table(console, result: RunResult) -> None:
+    from rich.table import Table
+
+    table = Table(show_lines=False, pad_edge=False, box=None if not console.is_terminal else None)
+    for column in ("model", "status", "init", "setter", "forward", "compiles", "idempotent", "message"):
+        table.add_column(column, overflow="fold")
+    for model in result.models:
+        edits = {e.kind: e for e in model.edits}
+        cells = [edits[k].status if k in edits else "-" for k in ("init", "setter", "forward")]
+        table.add_row(
+            model.model,
+            f"[{_STYLE.get(model.status, '')}]{'verified' if model.status == ALREADY else model.status}[/]",
+            *[f"[{_EDIT_STYLE.get(c, 'yellow')}]{c if c != 'applied' else 'missing'}[/]" for c in cells],
+            _yes(model.compiles),
+            _yes(model.idempotent),
+            model.message,
+        )
+    console.print(table)
+
+
+def _yes(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "[red]no[/]")

@@ -1,0 +1,181 @@
+"""Turn a model class graph into one :class:`ModelPlan` per model class.
+
+A model class is a class that defines ``set_eagle3_layers_to_capture``,
+or inherits it and builds a different inner model (``Llama4ForCausalLM``
+inherits Llama's setter but its ``self.model`` is ``Llama4Model``, which
+has its own ``forward``). Every such class gets a plan: its edit sites,
+or the precise reason it cannot be supported. None is skipped silently.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Iterable
+
+from patchcraft.graph import (
+    RELEVANT,
+    SETTER,
+    ClassNode,
+    EditSite,
+    ModelGraph,
+    ModelPlan,
+    assigns_self_attr,
+    class_assigns,
+    classes_assigned_to,
+    read_setter,
+    references_self_attr,
+)
+from patchcraft.sources import read_source
+
+
+def scan(models_dir: Path) -> ModelGraph:
+    """Parse the model files that can matter (cheap text filter first)."""
+    graph = ModelGraph(models_dir=models_dir)
+    for path in sorted(models_dir.glob("*.py")):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if any(token in data for token in RELEVANT):
+            graph.load(path.stem, data)
+    return graph
+
+
+def plan_models(graph: ModelGraph) -> list[ModelPlan]:
+    """One plan per model class, in file then line order."""
+    plans: dict[tuple[str, str], ModelPlan] = {}
+    # An inner model's own setter (the "inner helper" variant) is called by the
+    # outer model's setter; the inner model is not a model class of its own.
+    owners = [
+        c
+        for c in list(graph.classes.values())
+        if SETTER in c.methods and not class_assigns(graph, c, "layers_to_capture")
+    ]
+    candidates = list(owners)
+    for owner in owners:
+        for sub in graph.subclasses(owner):
+            if sub not in candidates:
+                candidates.append(sub)
+    for cls in candidates:
+        plan = plan_model(graph, cls)
+        if cls not in owners and not _differs_from_parent(graph, cls, plan, plans):
+            continue
+        plans[cls.key] = plan
+    return sorted(plans.values(), key=lambda p: (p.module, _line(graph, p)))
+
+
+def _line(graph: ModelGraph, plan: ModelPlan) -> int:
+    cls = graph.classes.get((plan.module, plan.cls))
+    return cls.node.lineno if cls else 0
+
+
+def _differs_from_parent(graph: ModelGraph, cls: ClassNode, plan: ModelPlan, plans: dict) -> bool:
+    """An inheriting class is its own model only when it needs other sites."""
+    found = graph.find_method(cls, SETTER)
+    if found is None:
+        return False
+    parent = plan_model(graph, found[0])
+    return {s.key for s in plan.sites} != {s.key for s in parent.sites} or plan.unsupported != parent.unsupported
+
+
+def plan_model(graph: ModelGraph, cls: ClassNode, _depth: int = 0) -> ModelPlan:
+    """Find the three edit sites for model class ``cls``, or why there are none."""
+    base = dict(module=cls.module, cls=cls.name, path=cls.path)
+    key = (cls.module, cls.name)
+    if key in graph.duplicates:
+        return ModelPlan(**base, unsupported=f"class {cls.name} is defined {graph.duplicates[key]} times in {cls.path.name}; ambiguous anchor")
+    found = graph.find_method(cls, SETTER)
+    assert found is not None
+    setter_owner, setter = found
+    shape = read_setter(setter)
+    where = f"{setter_owner.path.name}: {setter_owner.name}.{SETTER}"
+    if shape.variant == "legacy":
+        return ModelPlan(**base, unsupported=f"{where} takes no layer_ids parameter (legacy setter); ids cannot be passed, so -1 cannot be requested")
+    if shape.delegate_attr is not None:
+        return _plan_delegation(graph, cls, shape.delegate_attr, base, where, _depth)
+    if shape.inner_attr is None:
+        return ModelPlan(**base, unsupported=f"{where} sets no `self.<model>.layers_to_capture` and calls no inner setter; nothing to extend")
+    inner_classes = classes_assigned_to(graph, cls, shape.inner_attr)
+    if not inner_classes:
+        return ModelPlan(**base, unsupported=f"{cls.path.name}: cannot tell statically which class `self.{shape.inner_attr}` of {cls.name} is")
+    pp = "self.pp_group" if (class_assigns(graph, cls, "pp_group") or references_self_attr(setter, "pp_group")) else ""
+    sites: list[EditSite] = [
+        EditSite(
+            kind="setter",
+            path=setter_owner.path,
+            module=setter_owner.module,
+            cls=setter_owner.name,
+            method=SETTER,
+            params=(("target", f"self.{shape.inner_attr}"), ("param", shape.param or "layer_ids"), ("pp", pp)),
+        )
+    ]
+    notes = [f"setter: {shape.variant}"]
+    for inner in inner_classes:
+        problem = _inner_sites(graph, inner, sites)
+        if problem:
+            return ModelPlan(**base, unsupported=problem, notes=tuple(notes))
+    return ModelPlan(**base, sites=tuple(_unique(sites)), notes=tuple(notes))
+
+
+def _plan_delegation(graph: ModelGraph, cls: ClassNode, attr: str, base: dict, where: str, depth: int) -> ModelPlan:
+    targets = classes_assigned_to(graph, cls, attr)
+    if not targets:
+        return ModelPlan(**base, unsupported=f"{where} delegates to `self.{attr}`, whose class cannot be determined statically")
+    sites: list[EditSite] = []
+    names = []
+    for target in targets:
+        if graph.find_method(target, SETTER) is None or depth > 4:
+            return ModelPlan(**base, unsupported=f"{where} delegates to {target.label}, which has no {SETTER}")
+        delegate = plan_model(graph, target, depth + 1)
+        if delegate.unsupported:
+            return ModelPlan(**base, unsupported=f"delegates to {target.label}: {delegate.unsupported}", delegate=target.label)
+        sites.extend(delegate.sites)
+        names.append(target.label)
+    return ModelPlan(**base, sites=tuple(_unique(sites)), delegate=", ".join(names), notes=("setter: delegation",))
+
+
+def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite]) -> str | None:
+    """Append the init and forward sites of inner model ``inner``; or say why not."""
+    init_owner = None
+    for owner in graph.mro(inner):
+        init = owner.methods.get("__init__")
+        if init is not None and assigns_self_attr(init, "layers_to_capture"):
+            init_owner = owner
+            break
+    if init_owner is None:
+        return f"{inner.label} (or its bases) never initialises `self.layers_to_capture` in __init__"
+    found = graph.find_method(inner, "forward")
+    if found is None:
+        return f"{inner.label} has no forward"
+    forward_owner, forward = found
+    if not any(references_self_attr(forward, a) for a in ("layers_to_capture", "capture_aux_hidden_states")) and "_is_layer_to_capture" not in ast.dump(forward):
+        return f"{forward_owner.label}.forward never captures aux hidden states (no layers_to_capture in it)"
+    gate = ""
+    if class_assigns(graph, forward_owner, "pp_group"):
+        gate = "self.pp_group.is_first_rank"
+    elif class_assigns(graph, forward_owner, "start_layer"):
+        gate = "self.start_layer == 0"
+    sites.append(EditSite(kind="init", path=init_owner.path, module=init_owner.module, cls=init_owner.name, method="__init__"))
+    sites.append(
+        EditSite(
+            kind="forward",
+            path=forward_owner.path,
+            module=forward_owner.module,
+            cls=forward_owner.name,
+            method="forward",
+            params=(("gate", gate),),
+        )
+    )
+    return None
+
+
+def _unique(sites: Iterable[EditSite]) -> list[EditSite]:
+    seen: dict[tuple, EditSite] = {}
+    for site in sites:
+        seen.setdefault(site.key, site)
+    return list(seen.values())
+
+
+def load_source_text(path: Path) -> str:
+    return read_source(path).text

@@ -1,0 +1,103 @@
+"""Edit 1: initialise the embedding-capture flag in the inner model's ``__init__``."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from patchcraft.graph import EditSite
+from patchcraft.transforms._base import (
+    FLAG,
+    AnchorError,
+    Example,
+    Outcome,
+    assign_targets,
+    edit_method,
+    find_statements,
+    insert_at,
+    is_marked,
+    line_of,
+    marked_statement,
+    self_attr_name,
+    strip_marker_lines,
+)
+
+NAME = "init_capture_flag"
+KIND = "init"
+DESCRIPTION = (
+    "Put `self.capture_embedding_for_eagle3 = False` right after "
+    "`self.layers_to_capture = []` in the inner model's __init__, so forward never "
+    "raises AttributeError when the setter was not called with ids."
+)
+CODE = "# patchcraft: EAGLE-3 layer id -1 captures the embedding output\nself.%s = False\n" % FLAG
+
+
+def _assigns(attr: str):
+    def predicate(stmt: cst.BaseStatement) -> bool:
+        return any(self_attr_name(t) == attr for t in assign_targets(stmt))
+
+    return predicate
+
+
+def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst.FunctionDef, Outcome]:
+    canonical = marked_statement(module, CODE)
+    existing = find_statements(func, _assigns(FLAG))
+    if existing:
+        stmt = existing[0]
+        same = strip_marker_lines(module, stmt) == strip_marker_lines(module, canonical)
+        if same:
+            return func, Outcome("present" if is_marked(stmt) else "hand-applied")
+        return func, Outcome("modified", f"line {line_of(module, stmt)}: `{strip_marker_lines(module, stmt).strip()}`")
+    anchors = find_statements(func, _assigns("layers_to_capture"))
+    if not anchors:
+        raise AnchorError(site, "`self.layers_to_capture = []` in __init__")
+    if len(anchors) > 1:
+        raise AnchorError(site, f"one `self.layers_to_capture = ...` in __init__, found {len(anchors)} (ambiguous)")
+    return insert_at(func, anchors[0], canonical, after=True), Outcome("applied")
+
+
+def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
+    return edit_method(module, site, edit)
+
+
+_SITE = EditSite(kind=KIND, path=__import__("pathlib").Path("example.py"), module="example", cls="DeepseekV2Model", method="__init__")
+
+EXAMPLES = [
+    Example(
+        title="flag goes right after the capture list",
+        site=_SITE,
+        before='''\
+class DeepseekV2Model(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.layers_to_capture = []
+        if get_moe_a2a_backend().is_deepep():
+            self.enable_a2a_moe = True
+''',
+        after='''\
+class DeepseekV2Model(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.layers_to_capture = []
+        # patchcraft: EAGLE-3 layer id -1 captures the embedding output
+        self.capture_embedding_for_eagle3 = False
+        if get_moe_a2a_backend().is_deepep():
+            self.enable_a2a_moe = True
+''',
+    ),
+    Example(
+        title="a hand-applied flag (sed) is recognised, not doubled",
+        site=_SITE,
+        before='''\
+class DeepseekV2Model(nn.Module):
+    def __init__(self, config):
+        self.layers_to_capture = []
+        self.capture_embedding_for_eagle3 = False
+''',
+        after='''\
+class DeepseekV2Model(nn.Module):
+    def __init__(self, config):
+        self.layers_to_capture = []
+        self.capture_embedding_for_eagle3 = False
+''',
+    ),
+]
