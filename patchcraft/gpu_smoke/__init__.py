@@ -1,0 +1,23 @@
+"""Real-SGLang GPU smoke run for the EAGLE-3 embedding capture (layer id -1).
+
+Modules (torch / transformers / sglang are imported lazily, only where used):
+
+* :mod:`.checkpoint` - tiny random DeepSeek-V3 target + Hugging Face reference ``hs[0..L]``
+* :mod:`.draft` - tiny random EAGLE-3 draft (``LlamaForCausalLMEagle3``)
+* :mod:`.engine_args` - ``sglang.Engine`` kwargs, checked against ``ServerArgs`` via ``ast``
+* :mod:`.compare` - pass/fail logic (aux hidden states, lossless tokens, accept length)
+* :mod:`.probe` - recording probe, installed only into a temporary copy of sglang
+* :mod:`.worker` - one engine run in a child process
+* :mod:`.run` - :func:`run_cuda_smoke`, the orchestrator (exit 0 pass / 1 fail / 2 env)
+"""
+
+from __future__ import annotations
+
+
+def run_cuda_smoke(*args, **kwargs) -> int:  # thin lazy wrapper
+    from .run import run_cuda_smoke as _run
+
+    return _run(*args, **kwargs)
+
+
+__all__ = ["run_cuda_smoke"]

@@ -1,0 +1,66 @@
+"""Shared fixtures for the CPU tests of patchcraft.gpu_smoke.
+
+Needs only pytest for the pure-Python parts; torch / transformers /
+safetensors tests skip cleanly when those are missing.  SGLang wheels are
+read with zipfile (never installed or imported): found in
+``~/.cache/patchcraft/wheels`` (or ``$PATCHCRAFT_SGLANG_WHEELS``), else
+fetched with ``pip download --no-deps``; offline -> skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# Small enough for a CPU test, same code path and layout as the GPU default.
+SMALL_TARGET = dict(
+    num_layers=4,
+    first_k_dense_replace=1,
+    hidden_size=128,
+    vocab_size=256,
+    num_attention_heads=4,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    intermediate_size=256,
+    moe_intermediate_size=64,
+    kv_lora_rank=64,
+    q_lora_rank=32,
+    qk_nope_head_dim=32,
+    qk_rope_head_dim=16,
+    v_head_dim=32,
+    max_position_embeddings=256,
+)
+
+
+def _wheel(version: str):
+    from patchcraft.gpu_smoke.wheels import WheelUnavailable, fetch_sglang_wheel
+
+    try:
+        return fetch_sglang_wheel(version)
+    except WheelUnavailable as e:
+        pytest.skip(f"sglang=={version} wheel unavailable (offline?): {e}")
+
+
+@pytest.fixture(scope="session", params=["0.5.10", "0.5.23"])
+def sglang_wheel(request):
+    return _wheel(request.param)
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    from patchcraft.gpu_smoke.checkpoint import make_tiny_deepseek_v3
+
+    return make_tiny_deepseek_v3(tmp_path_factory.mktemp("target"), tp_size=2, **SMALL_TARGET)
+
+
+@pytest.fixture(scope="session")
+def hf_model(tiny_target):
+    pytest.importorskip("transformers")
+    try:
+        from transformers import DeepseekV3ForCausalLM  # noqa: F401
+    except ImportError:
+        pytest.skip("installed transformers has no DeepseekV3ForCausalLM")
+    from patchcraft.gpu_smoke.checkpoint import load_hf_reference_model
+
+    return load_hf_reference_model(tiny_target)
