@@ -26,12 +26,19 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--model", "models", multiple=True, metavar="NAME", help="Only this model (file stem or class); repeatable.")(func)
     func = click.option("--format", "output_format", type=FORMATS, default="text", show_default=True, help="Report format.")(func)
     func = click.option("--color", type=COLORS, default="auto", show_default=True, help="Colour; NO_COLOR is honoured.")(func)
+    func = click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache (fetched on first use) instead of TARGET.")(func)
     return func
 
 
-def _options(targets, models, output_format, color, show_diff=False):
+def _options(targets, models, output_format, color, show_diff=False, release=None):
     from patchcraft.commands._pipeline import Options
 
+    if release:
+        from patchcraft.fetch import fetch
+
+        if targets:
+            raise click.UsageError("give either TARGET or --release, not both")
+        targets = (str(fetch(release)),)
     return Options(targets=tuple(targets), models=tuple(models), output_format=output_format, color=color, show_diff=show_diff)
 
 
@@ -51,38 +58,38 @@ def cli() -> None:
 @_common
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if anything would change.")
 @click.option("--diff", "show_diff", is_flag=True, help="Also print the unified diff.")
-def apply(targets, models, output_format, color, check, show_diff) -> None:
+def apply(targets, models, output_format, color, release, check, show_diff) -> None:
     """Patch the model files in place (idempotent, atomic)."""
     from patchcraft.commands.apply import apply as run
 
-    sys.exit(run(_options(targets, models, output_format, color, show_diff), check=check))
+    sys.exit(run(_options(targets, models, output_format, color, show_diff, release), check=check))
 
 
 @cli.command()
 @_common
-def verify(targets, models, output_format, color) -> None:
+def verify(targets, models, output_format, color, release) -> None:
     """Check each edit is present and correct; write nothing."""
     from patchcraft.commands.verify import verify as run
 
-    sys.exit(run(_options(targets, models, output_format, color)))
+    sys.exit(run(_options(targets, models, output_format, color, release=release)))
 
 
 @cli.command()
 @_common
-def diff(targets, models, output_format, color) -> None:
+def diff(targets, models, output_format, color, release) -> None:
     """Print what apply would change, as a patch (git apply / patch -p1)."""
     from patchcraft.commands.diff import diff as run
 
-    sys.exit(run(_options(targets, models, output_format, color)))
+    sys.exit(run(_options(targets, models, output_format, color, release=release)))
 
 
 @cli.command()
 @_common
-def revert(targets, models, output_format, color) -> None:
+def revert(targets, models, output_format, color, release) -> None:
     """Remove exactly what patchcraft inserted."""
     from patchcraft.commands.revert import revert as run
 
-    sys.exit(run(_options(targets, models, output_format, color)))
+    sys.exit(run(_options(targets, models, output_format, color, release=release)))
 
 
 @cli.command(name="list")
