@@ -31,6 +31,11 @@ SMALL_TARGET = dict(
 )
 
 
+@pytest.fixture(scope="session")
+def small_target_kw():
+    return dict(SMALL_TARGET)
+
+
 def _wheel(version: str):
     from patchcraft.gpu_smoke.wheels import WheelUnavailable, fetch_sglang_wheel
 

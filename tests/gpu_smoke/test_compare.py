@@ -2,10 +2,12 @@ import pytest
 
 from patchcraft.gpu_smoke import compare as cmp
 
-torch = pytest.importorskip("torch")
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch")
 
 
-def _hs(n_layers=4, T=12, H=16, seed=0):
+def _hs(torch, n_layers=4, T=12, H=16, seed=0):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(T, H, generator=g) * (k + 1) for k in range(n_layers + 1)]
 
@@ -19,8 +21,8 @@ def test_expected_hs_indices():
         cmp.expected_hs_indices([True, 1, 2])
 
 
-def test_exact_and_bf16_rounded_pass():
-    hs = _hs()
+def test_exact_and_bf16_rounded_pass(torch):
+    hs = _hs(torch)
     ids = [-1, 1, 2]
     rec = [hs[0], hs[2], hs[3]]
     assert cmp.compare_aux_hidden_states(rec, hs, ids).ok
@@ -30,8 +32,8 @@ def test_exact_and_bf16_rounded_pass():
     assert res.first_mismatch is None and res.num_tokens == 12
 
 
-def test_perturbed_entry_fails_and_is_named():
-    hs = _hs()
+def test_perturbed_entry_fails_and_is_named(torch):
+    hs = _hs(torch)
     ids = [-1, 1, 2]
     rec = [hs[0].clone(), hs[2].clone(), hs[3].clone()]
     rec[1] += 0.2 * hs[2].abs().mean() * torch.randn_like(rec[1]) * 3
@@ -41,8 +43,8 @@ def test_perturbed_entry_fails_and_is_named():
     assert "entry 1 (layer id 1)" in res.message and "hs[2]" in res.message
 
 
-def test_off_by_one_reports_closest_layer():
-    hs = _hs()
+def test_off_by_one_reports_closest_layer(torch):
+    hs = _hs(torch)
     # what an un-cloned embedding turns into: the residual after layer 0
     res = cmp.compare_aux_hidden_states([hs[1], hs[2], hs[3]], hs, [-1, 1, 2])
     assert not res.ok and res.first_mismatch == 0
@@ -50,8 +52,8 @@ def test_off_by_one_reports_closest_layer():
     assert "closest reference is hs[1]" in res.message
 
 
-def test_wrong_entry_count_and_nan_fail():
-    hs = _hs()
+def test_wrong_entry_count_and_nan_fail(torch):
+    hs = _hs(torch)
     assert not cmp.compare_aux_hidden_states([hs[2], hs[3]], hs, [-1, 1, 2]).ok
     bad = [hs[0].clone(), hs[2], hs[3]]
     bad[0][3, 4] = float("nan")
@@ -61,8 +63,8 @@ def test_wrong_entry_count_and_nan_fail():
         cmp.compare_aux_hidden_states([hs[0]] * 3, hs, [-1, 1, 9])  # no hs[10]
 
 
-def test_isolated_token_tolerated_but_many_tokens_not():
-    hs = _hs(T=40)
+def test_isolated_token_tolerated_but_many_tokens_not(torch):
+    hs = _hs(torch, T=40)
     ids = [-1, 1, 2]
     rec = [hs[0].clone(), hs[2].clone(), hs[3].clone()]
     rec[2][5] *= 1.05  # one token off by 5 % (e.g. a routing tie flipped)
@@ -74,7 +76,7 @@ def test_isolated_token_tolerated_but_many_tokens_not():
     assert not cmp.compare_aux_hidden_states(rec, hs, ids).ok
 
 
-def test_embedding_entry_check():
+def test_embedding_entry_check(torch):
     emb = torch.randn(50, 8)
     ids = [3, 7, 7, 1]
     good = emb[ids].to(torch.bfloat16).float()

@@ -1,0 +1,82 @@
+import pytest
+
+from patchcraft.gpu_smoke.engine_args import (
+    build_engine_kwargs,
+    check_engine_kwargs,
+    greedy_sampling_params,
+    server_args_fields,
+)
+from patchcraft.gpu_smoke.wheels import source_reader, wheel_version
+
+
+def test_engine_kwargs_shape():
+    kw = build_engine_kwargs("/m", "/d", tp_size=8)
+    assert kw["model_path"] == "/m" and kw["tp_size"] == 8
+    assert kw["speculative_algorithm"] == "EAGLE3"
+    assert kw["speculative_draft_model_path"] == "/d"
+    assert kw["skip_tokenizer_init"] is True
+    assert kw["disable_cuda_graph"] is False  # CUDA graphs stay on
+    assert kw["speculative_eagle_topk"] == 1
+    assert kw["speculative_num_draft_tokens"] == kw["speculative_num_steps"] + 1
+    assert 0 < kw["mem_fraction_static"] <= 0.5
+    base = build_engine_kwargs("/m", None, speculative=False)
+    assert not any(k.startswith("speculative") for k in base)
+    with pytest.raises(ValueError):
+        build_engine_kwargs("/m", None)  # speculation without a draft
+    sp = greedy_sampling_params(16)
+    assert sp["temperature"] == 0.0 and sp["max_new_tokens"] == 16
+
+
+def test_kwargs_match_release_server_args(sglang_wheel):
+    read = source_reader(sglang_wheel)
+    fields = server_args_fields(read)
+    assert {"model_path", "tp_size", "speculative_algorithm", "skip_tokenizer_init"} <= fields
+    kw = build_engine_kwargs("/m", "/d", tp_size=2, fields=fields)
+    assert check_engine_kwargs(kw, read) == []
+    base = build_engine_kwargs("/m", None, speculative=False, fields=fields)
+    assert check_engine_kwargs(base, read) == []
+    # mutation: an unknown knob is reported
+    assert check_engine_kwargs(dict(kw, speculative_bogus_knob=1), read) == [
+        "ServerArgs has no field 'speculative_bogus_knob'"
+    ]
+    if wheel_version(sglang_wheel) == "0.5.23":
+        # 0.5.15 renamed the graph batch-size knob; the adapted kwargs use the new name
+        assert "cuda_graph_max_bs_decode" in kw and "cuda_graph_max_bs" not in kw
+        assert check_engine_kwargs(build_engine_kwargs("/m", "/d"), read) == [
+            "ServerArgs has no field 'cuda_graph_max_bs'"
+        ]
+    else:
+        assert "cuda_graph_max_bs" in kw
+
+
+def _reader(files):
+    return lambda rel: files.get(rel)
+
+
+def test_field_parser_dataclass_layout():
+    src = (
+        "from dataclasses import dataclass\n"
+        "@dataclass\nclass ServerArgs:\n"
+        "    model_path: str\n    tp_size: int = 1\n    _private: int = 0\n"
+        "    def method(self):\n        x: int = 3\n"
+    )
+    assert server_args_fields(_reader({"sglang/srt/server_args.py": src})) == {"model_path", "tp_size"}
+
+
+def test_field_parser_namespace_layout():
+    files = {
+        "sglang/srt/server_args.py": (
+            "from sglang.srt.arg_groups.fields.spec import Spec\n"
+            "from sglang.srt.arg_groups.fields import collect_input_fields\n"
+            "class ServerArgs:\n    pass\n"
+            "_INPUT_NAMESPACES = [Spec]\n"
+            "_a, _d, _n = collect_input_fields(_INPUT_NAMESPACES)\n"
+        ),
+        "sglang/srt/arg_groups/fields/spec.py": (
+            "class Spec:\n    _NS_PATH = 'spec'\n    speculative_algorithm: str = None\n"
+        ),
+    }
+    assert server_args_fields(_reader(files)) == {"speculative_algorithm"}
+    del files["sglang/srt/arg_groups/fields/spec.py"]
+    with pytest.raises(ValueError, match="Spec"):
+        server_args_fields(_reader(files))
