@@ -1,0 +1,212 @@
+"""The CLI end to end, as a user runs it, on a real release (DeepseekV2, 0.5.6 and 0.5.10)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_release
+
+MODEL = "sglang/srt/models/deepseek_v2.py"
+
+
+#: Root ignores file modes; without these capabilities it obeys them like any user.
+NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--"]
+
+
+def patchcraft(*args: str, cwd: Path | None = None, obey_modes: bool = False) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "patchcraft", *args]
+    if obey_modes:
+        command = [*NO_DAC, *command]
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+
+@pytest.fixture(params=["0.5.6", "0.5.10"])
+def tree(request, tmp_path: Path) -> Path:
+    """A private copy of a release: <tmp>/<version>/sglang; the target root is its parent."""
+    copy_release(request.param, tmp_path / request.param)
+    return tmp_path / request.param
+
+
+def test_check_apply_verify_revert_round_trip(tree: Path) -> None:
+    model = tree / MODEL
+    original = model.read_bytes()
+    package = str(tree / "sglang")
+
+    check = patchcraft("apply", "--check", "--model", "deepseek_v2", package)
+    assert check.returncode == 1, check.stderr
+    assert model.read_bytes() == original
+
+    before = patchcraft("verify", "--model", "deepseek_v2", package)
+    assert before.returncode == 1
+    assert "missing" in before.stderr
+
+    first = patchcraft("apply", "--model", "deepseek_v2", package)
+    assert first.returncode == 0, first.stderr
+    assert "Rewriting sglang/srt/models/deepseek_v2.py" in first.stderr
+    patched = model.read_bytes()
+    assert patched != original and b"capture_embedding_for_eagle3" in patched
+
+    second = patchcraft("apply", "--model", "deepseek_v2", package)
+    assert second.returncode == 0
+    assert "already-patched" in second.stderr
+    assert model.read_bytes() == patched
+
+    verified = patchcraft("verify", "--model", "deepseek_v2", "--format", "json", package)
+    assert verified.returncode == 0, verified.stdout
+    doc = json.loads(verified.stdout)
+    [entry] = doc["models"]
+    assert entry["status"] == "already-patched" and entry["compiles"] and entry["idempotent"]
+    assert [e["status"] for e in entry["edits"]] == ["present", "present", "present"]
+
+    reverted = patchcraft("revert", "--model", "deepseek_v2", package)
+    assert reverted.returncode == 0
+    assert model.read_bytes() == original
+
+
+def test_diff_is_a_patch_that_git_and_patch_accept(tree: Path, tmp_path: Path) -> None:
+    result = patchcraft("diff", "--model", "deepseek_v2", str(tree / "sglang"))
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"--- a/{MODEL}\n+++ b/{MODEL}\n")
+    assert "\x1b[" not in result.stdout  # plain when piped
+    patch_file = tmp_path / "fix.patch"
+    patch_file.write_text(result.stdout)
+    subprocess.run(["git", "apply", "--check", str(patch_file)], cwd=tree, check=True)
+    subprocess.run(["patch", "-p1", "-s", "-i", str(patch_file)], cwd=tree, check=True)
+    assert patchcraft("verify", "--model", "deepseek_v2", str(tree / "sglang")).returncode == 0
+
+
+def test_checkout_root_and_single_file_targets(tmp_path: Path) -> None:
+    checkout = tmp_path / "fork"
+    copy_release("0.5.10", checkout / "python")
+    diff = patchcraft("diff", "--model", "deepseek_v2", str(checkout))
+    assert diff.stdout.startswith("--- a/python/sglang/srt/models/deepseek_v2.py")
+    single = patchcraft("apply", str(checkout / "python" / MODEL))
+    assert single.returncode == 0, single.stderr
+    assert "deepseek_v2.DeepseekV2ForCausalLM" in single.stderr
+
+
+def test_json_schema_is_stable(tree: Path) -> None:
+    result = patchcraft("apply", "--check", "--format", "json", "--model", "deepseek_v2", str(tree / "sglang"))
+    doc = json.loads(result.stdout)
+    assert list(doc) == ["schema", "patchcraft", "command", "targets", "models", "summary"]
+    [entry] = doc["models"]
+    assert set(entry) == {"path", "model", "status", "edits", "files", "compiles", "idempotent", "notes", "message"}
+    assert entry["status"] == "would-patch"
+    assert {e["kind"] for e in entry["edits"]} == {"init", "setter", "forward"}
+    assert doc["summary"]["exit_code"] == result.returncode == 1
+
+
+def test_list_names_transforms_and_their_sites(tree: Path) -> None:
+    result = patchcraft("list", str(tree / "sglang"))
+    assert result.returncode == 0
+    for name in ("init_capture_flag", "accept_embedding_layer_id", "capture_embedding_output"):
+        assert name in result.stdout
+    assert "sglang/srt/models/deepseek_v2.py:DeepseekV2Model.forward" in result.stdout
+
+
+# -- broken input: exit 2, one clear line, file unchanged ------------------------
+
+def _broken(tree: Path, old: str, new: str, count: int = 1) -> tuple[Path, bytes]:
+    model = tree / MODEL
+    text = model.read_text()
+    assert old in text
+    model.write_text(text.replace(old, new, count))
+    return model, model.read_bytes()
+
+
+def _assert_refused(result: subprocess.CompletedProcess, model: Path, data: bytes, *needles: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert lines, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, (needle, result.stderr)
+    assert model.read_bytes() == data
+
+
+def test_missing_anchor_names_file_class_method_and_expectation(tree: Path) -> None:
+    model, data = _broken(tree, "        self.layers_to_capture = []\n", "")
+    result = patchcraft("apply", "--model", "deepseek_v2", str(tree / "sglang"))
+    # Without the init anchor the class graph no longer finds an init owner:
+    # the model is reported with the precise reason, and nothing is written.
+    assert result.returncode in (1, 2)
+    assert "layers_to_capture" in result.stderr and "DeepseekV2Model" in result.stderr
+    assert model.read_bytes() == data
+
+
+def test_missing_collector_anchor(tree: Path) -> None:
+    model, data = _broken(tree, "aux_hidden_states = []", "aux_hidden_states = list()")
+    result = patchcraft("apply", "--model", "deepseek_v2", str(tree / "sglang"))
+    _assert_refused(result, model, data, "deepseek_v2.py", "DeepseekV2Model.forward", "aux collector")
+
+
+def test_ambiguous_anchor(tree: Path) -> None:
+    model, data = _broken(tree, "        self.layers_to_capture = []\n", "        self.layers_to_capture = []\n        self.layers_to_capture = []\n")
+    result = patchcraft("apply", "--model", "deepseek_v2", str(tree / "sglang"))
+    _assert_refused(result, model, data, "DeepseekV2Model.__init__", "ambiguous")
+
+
+def test_syntax_error(tree: Path) -> None:
+    model, data = _broken(tree, "    def set_eagle3_layers_to_capture(", "    def set_eagle3_layers_to_capture((")
+    result = patchcraft("apply", "--model", "deepseek_v2", str(tree / "sglang"))
+    _assert_refused(result, model, data, "deepseek_v2.py", "syntax error")
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    result = patchcraft("apply", str(tmp_path / "nowhere"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"patchcraft: error: {tmp_path / 'nowhere'}: no such file or directory"
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_read_only_file_or_directory(tree: Path, what: str) -> None:
+    """Run apply without root's override of file modes, on a read-only file or directory."""
+    model = tree / MODEL
+    data = model.read_bytes()
+    target = model if what == "file" else model.parent
+    target.chmod(0o444 if what == "file" else 0o555)
+    try:
+        result = patchcraft("apply", "--model", "deepseek_v2", str(tree / "sglang"), obey_modes=True)
+    finally:
+        target.chmod(0o644 if what == "file" else 0o755)
+    _assert_refused(result, model, data, "read-only", "deepseek_v2.py")
+
+
+def test_failed_write_leaves_original_and_no_temp_files(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the write itself fail (os.replace), in process: exit 2, file untouched."""
+    from patchcraft.commands._pipeline import Options, run_pipeline
+    from patchcraft.engine import Mode
+    from patchcraft.errors import PatchcraftError
+
+    model = tree / MODEL
+    data = model.read_bytes()
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(PatchcraftError, match="cannot write"):
+        run_pipeline(Options(targets=(str(tree / "sglang"),), models=("deepseek_v2",)), Mode.APPLY)
+    assert model.read_bytes() == data
+    assert not list(model.parent.glob(".*.patchcraft"))
+
+
+def test_help_and_version() -> None:
+    assert patchcraft("--help").returncode == 0
+    assert "patchcraft" in patchcraft("--version").stdout
+
+
+def test_fetch_prints_the_package_root() -> None:
+    result = patchcraft("fetch", "0.5.10")
+    assert result.returncode == 0
+    root = Path(result.stdout.strip())
+    assert (root / "srt" / "models" / "deepseek_v2.py").is_file()
+    bad = patchcraft("fetch", "not a version")
+    assert bad.returncode == 2 and "not a release version" in bad.stderr
