@@ -31,6 +31,21 @@ SMALL_TARGET = dict(
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    # The models are tiny; two OpenMP threads on a busy 2-core box are ~100x
+    # slower than one (spin-waiting), so pin the test process to one thread.
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def small_target_kw():
     return dict(SMALL_TARGET)

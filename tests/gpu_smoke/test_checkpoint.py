@@ -116,3 +116,24 @@ def test_reference_hidden_states(hf_model):
     # causal: a prefix gives the same rows
     hs3 = hf_reference_hidden_states(hf_model, ids[:3])
     assert torch.allclose(hs3[2], hs[2][:3], atol=1e-5)
+
+
+def test_expert_weights_land_in_the_right_slots(tiny_target, hf_model):
+    """gate/up/down of one routed expert, recomputed from the checkpoint's
+    original per-expert tensors, equal what the HF module computes."""
+    import torch
+    from safetensors.torch import load_file
+
+    t = {k: v.float() for k, v in load_file(str(tiny_target / "model.safetensors")).items()}
+    p = "model.layers.2.mlp.experts.3."
+    x = torch.randn(5, 128, generator=torch.Generator().manual_seed(0))
+    want = torch.nn.functional.silu(x @ t[p + "gate_proj.weight"].T) * (x @ t[p + "up_proj.weight"].T)
+    want = want @ t[p + "down_proj.weight"].T
+    experts = hf_model.model.layers[2].mlp.experts
+    with torch.no_grad():
+        if hasattr(experts, "gate_up_proj"):  # transformers >= 5: packed 3-D experts
+            idx = torch.full((5, 1), 3, dtype=torch.long)
+            got = experts(x, idx, torch.ones(5, 1))
+        else:  # one module per expert
+            got = experts[3](x)
+    assert torch.allclose(got, want, atol=1e-5)

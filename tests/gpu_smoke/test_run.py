@@ -1,0 +1,311 @@
+"""Orchestration tests: pure helpers, the probe, and run_cuda_smoke end to end
+against a *fake* sglang package (real SGLang needs a GPU).
+
+The fake package has the same module layout the probe relies on
+(``sglang/srt/model_executor/model_runner.py`` with ``ModelRunner.forward``)
+and an ``Engine`` that replays forward batches prepared by the test from the
+Hugging Face reference, so the whole chain - temporary probed copy, child
+processes, PYTHONPATH order, recording, record assignment, comparison,
+summary and exit code - runs on a CPU.
+"""
+
+import hashlib
+import io
+import json
+import textwrap
+
+import pytest
+
+from patchcraft.gpu_smoke import run as smoke
+from patchcraft.gpu_smoke.engine_args import build_engine_kwargs
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def test_parse_layer_ids():
+    assert smoke.parse_layer_ids("-1,2,30") == [-1, 2, 30]
+    assert smoke.parse_layer_ids("[-1, 2, 30]") == [-1, 2, 30]
+    assert smoke.parse_layer_ids(None) is None and smoke.parse_layer_ids(" ") is None
+    for bad in ("a,b", "-3,1,2"):
+        with pytest.raises(ValueError):
+            smoke.parse_layer_ids(bad)
+
+
+def test_default_layer_ids_and_prompts():
+    assert smoke.default_layer_ids(4) == [-1, 1, 2]
+    assert smoke.default_layer_ids(61) == [-1, 1, 30]
+    with pytest.raises(ValueError):
+        smoke.default_layer_ids(2)
+    p = smoke.make_prompts(256)
+    assert p == smoke.make_prompts(256) and [len(x) for x in p] == [7, 16, 29, 48]
+    assert all(2 <= t < 256 for x in p for t in x)
+    big = smoke.make_prompts(163840)
+    assert all(1000 <= t < 100000 for x in big for t in x)
+
+
+def _rec(torch, seq, mode, ids, pos, width=6, bs=1):
+    return {
+        "seq": seq, "pid": 1, "mode": mode, "batch_size": bs,
+        "input_ids": torch.tensor(ids), "positions": torch.tensor(pos),
+        "hidden_states": torch.zeros(len(ids), width),
+    }
+
+
+def test_assign_records():
+    torch = pytest.importorskip("torch")
+    prompts = [[5, 6, 7], [8, 9]]
+    outputs = [[10, 11, 12], [13, 14]]
+    recs = [
+        _rec(torch, 0, "DECODE", [0, 0], [0, 0]),  # graph-capture dummy run
+        _rec(torch, 1, "EXTEND", [5, 6, 7], [0, 1, 2]),
+        _rec(torch, 2, "TARGET_VERIFY", [10, 99, 98], [3, 4, 5]),
+        _rec(torch, 3, "TARGET_VERIFY", [11, 12, 97], [4, 5, 6]),
+        _rec(torch, 4, "TARGET_VERIFY", [50, 1, 2], [5, 6, 7]),  # not the output token
+        _rec(torch, 5, "EXTEND", [8, 9], [0, 1]),
+        _rec(torch, 6, "TARGET_VERIFY", [13, 1, 1], [2, 4, 5]),  # not a chain
+        _rec(torch, 7, "TARGET_VERIFY", [13, 3, 3], [2, 3, 4], bs=2),
+    ]
+    a = smoke.assign_records(list(reversed(recs)), prompts, outputs)  # order restored by seq
+    got = [(i.phase, i.prompt, i.sequence, i.positions) for i in a.items]
+    assert got == [
+        ("prefill", 0, [5, 6, 7], [0, 1, 2]),
+        ("verify", 0, [5, 6, 7, 10, 99, 98], [3, 4, 5]),
+        ("verify", 0, [5, 6, 7, 10, 11, 12, 97], [4, 5, 6]),
+        ("prefill", 1, [8, 9], [0, 1]),
+    ]
+    assert sum(a.skipped.values()) == 4
+
+
+def test_render_env_error_is_one_line():
+    out = smoke.render_text({"ok": False, "exit_code": 2, "error": "CUDA is not available"})
+    assert out == "patchcraft smoke: environment error: CUDA is not available"
+
+
+def test_no_cuda_is_an_environment_error(monkeypatch):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    s = io.StringIO()
+    assert smoke.run_cuda_smoke(1, output_format="text", stream=s) == 2
+    assert s.getvalue().strip().count("\n") == 0 and "CUDA is not available" in s.getvalue()
+
+
+def test_missing_sglang_is_an_environment_error(monkeypatch):
+    monkeypatch.setattr(smoke, "_check_cuda", lambda tp: 1)
+    monkeypatch.setattr(smoke.importlib.util, "find_spec", lambda name: None)
+    s = io.StringIO()
+    assert smoke.run_cuda_smoke(None, output_format="json", stream=s) == 2
+    out = json.loads(s.getvalue())
+    assert out["exit_code"] == 2 and "sglang is not installed" in out["error"]
+
+
+# ---------------------------------------------------------------- probe
+
+
+def _fake_sglang(root, engine_kwargs_fields):
+    pkg = root / "sglang"
+    (pkg / "srt" / "model_executor").mkdir(parents=True)
+    (pkg / "srt" / "speculative").mkdir(parents=True)
+    (pkg / "srt" / "__init__.py").write_text("")
+    (pkg / "srt" / "model_executor" / "__init__.py").write_text("")
+    (pkg / "srt" / "speculative" / "spec_info.py").write_text("EAGLE3 = 'EAGLE3'\n")
+    fields = "".join(f"    {k}: object = None\n" for k in sorted(engine_kwargs_fields))
+    (pkg / "srt" / "server_args.py").write_text(
+        "from dataclasses import dataclass\n@dataclass\nclass ServerArgs:\n" + fields
+    )
+    (pkg / "srt" / "model_executor" / "model_runner.py").write_text(textwrap.dedent("""
+        import types
+
+        class ModelRunner:
+            def __init__(self, is_draft_worker=False, tp_rank=0):
+                self.is_draft_worker = is_draft_worker
+                self.tp_rank = tp_rank
+
+            def forward(self, forward_batch, skip_attn_backend_init=False):
+                out = types.SimpleNamespace(hidden_states=forward_batch.fake_hs)
+                return types.SimpleNamespace(logits_output=out)
+    """))
+    (pkg / "__init__.py").write_text(textwrap.dedent("""
+        import json, os, types
+        __version__ = "0.0.0+fake"
+
+        class Engine:
+            def __init__(self, **kw):
+                self.spec = kw.get("speculative_algorithm") == "EAGLE3"
+                with open(os.environ["FAKE_SGLANG_SCRIPT"]) as f:
+                    self.script = json.load(f)
+                if self.spec:
+                    import torch
+                    from sglang.srt.model_executor.model_runner import ModelRunner
+                    self.torch = torch
+                    self.forwards = torch.load(os.environ["FAKE_SGLANG_FORWARDS"])
+                    self.target, self.draft = ModelRunner(), ModelRunner(is_draft_worker=True)
+                    self._run({"mode": "DECODE", "ids": [0, 0], "pos": [0, 0],
+                               "hs": torch.zeros(2, 3)})  # graph-capture dummy batch
+
+            def _run(self, f):
+                t = self.torch
+                fb = types.SimpleNamespace(
+                    forward_mode=types.SimpleNamespace(name=f["mode"]), batch_size=1,
+                    input_ids=t.tensor(f["ids"]), positions=t.tensor(f["pos"]), fake_hs=f["hs"])
+                self.target.forward(fb)
+                fb.fake_hs = f["hs"][:, :2]
+                self.draft.forward(fb)  # draft outputs are never recorded
+
+            def generate(self, input_ids, sampling_params):
+                key = json.dumps(input_ids)
+                out = self.script[key][: sampling_params["max_new_tokens"]]
+                meta = {"completion_tokens": len(out)}
+                if self.spec:
+                    for f in self.forwards[key]:
+                        self._run(f)
+                    meta["spec_verify_ct"] = len(out)
+                return {"output_ids": out, "meta_info": meta}
+
+            def shutdown(self):
+                pass
+    """))
+    return pkg
+
+
+def test_probe_is_added_to_a_copy_only(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from patchcraft.gpu_smoke import probe
+
+    pkg = _fake_sglang(tmp_path / "site", ["model_path"])
+    runner = pkg / "srt" / "model_executor" / "model_runner.py"
+    before = runner.read_bytes()
+    root = probe.make_probed_sglang_copy(pkg, tmp_path / "copy")
+    assert runner.read_bytes() == before  # installation untouched
+    copied = (root / "sglang" / "srt" / "model_executor" / "model_runner.py").read_text()
+    assert copied.startswith(before.decode()) and probe.MARKER in copied
+    assert (root / "sglang" / "srt" / f"{probe.PROBE_MODULE}.py").is_file()
+
+    # the wrapper records target batches on rank 0 only
+    ns = {}
+    exec(compile(before, str(runner), "exec"), ns)
+    MR = ns["ModelRunner"]
+    probe.install(MR)
+    probe.install(MR)  # idempotent
+    out_dir = tmp_path / "rec"
+    out_dir.mkdir()
+    monkeypatch.setenv(probe.ENV_DIR, str(out_dir))
+
+    class FB:
+        forward_mode = type("M", (), {"name": "EXTEND"})()
+        batch_size = 1
+        input_ids = torch.tensor([3, 4])
+        positions = torch.tensor([0, 1])
+        fake_hs = torch.ones(2, 6)
+
+    res = MR().forward(FB())
+    assert torch.equal(res.logits_output.hidden_states, FB.fake_hs)
+    MR(is_draft_worker=True).forward(FB())
+    MR(tp_rank=1).forward(FB())
+    files = sorted(out_dir.glob("rec-*.pt"))
+    assert len(files) == 1
+    rec = torch.load(str(files[0]))
+    assert rec["mode"] == "EXTEND" and rec["input_ids"].tolist() == [3, 4]
+    assert torch.equal(rec["hidden_states"], FB.fake_hs)
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _prepare(tmp_path, hf_model, bug=None, n_new=5):
+    """Script the fake engine from the HF reference; ``bug`` corrupts verify batches."""
+    import torch
+
+    from patchcraft.gpu_smoke.checkpoint import hf_reference_hidden_states
+
+    prompts = smoke.make_prompts(256)
+    script, forwards = {}, {}
+    for p in prompts:
+        out = [(sum(p) + 7 * i) % 250 + 2 for i in range(n_new)]
+        full = p + out
+        key = json.dumps(p)
+        script[key] = out
+        fw = []
+
+        def aux(seq, rows, which=(0, 2, 3)):
+            hs = hf_reference_hidden_states(hf_model, seq)
+            return torch.cat([hs[k][rows] for k in which], -1).to(torch.bfloat16).float()
+
+        fw.append({"mode": "EXTEND", "ids": p, "pos": list(range(len(p))), "hs": aux(p, list(range(len(p))))})
+        for s in range(n_new - 1):
+            p0 = len(p) + s
+            ids = [full[p0], (full[p0] + 1) % 256, 5, 6]
+            pos = list(range(p0, p0 + 4))
+            which = (3, 3, 2) if bug == "graph-default-layers" else (0, 2, 3)
+            fw.append({"mode": "TARGET_VERIFY", "ids": ids, "pos": pos, "hs": aux(full[:p0] + ids, pos, which)})
+        forwards[key] = fw
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    torch.save(forwards, str(tmp_path / "forwards.pt"))
+    return tmp_path / "script.json", tmp_path / "forwards.pt"
+
+
+@pytest.fixture
+def fake_env(tmp_path, monkeypatch, hf_model):
+    fields = set(build_engine_kwargs("m", "d")) | {"cuda_graph_max_bs"}
+    site = tmp_path / "site"
+    pkg = _fake_sglang(site, fields)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setattr(smoke, "_check_cuda", lambda tp: 1 if tp is None else tp)
+    return pkg
+
+
+def _digest_tree(pkg):
+    h = hashlib.sha256()
+    for f in sorted(pkg.rglob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("bug", [None, "graph-default-layers"])
+def test_run_cuda_smoke_end_to_end_with_fake_sglang(tmp_path, monkeypatch, fake_env, hf_model, tiny_target, bug):
+    script, forwards = _prepare(tmp_path, hf_model, bug=bug)
+    monkeypatch.setenv("FAKE_SGLANG_SCRIPT", str(script))
+    monkeypatch.setenv("FAKE_SGLANG_FORWARDS", str(forwards))
+    before = _digest_tree(fake_env)
+    s = io.StringIO()
+    work = tmp_path / "work"
+    code = smoke.run_cuda_smoke(
+        None, str(tiny_target), None, [-1, 1, 2], "json",
+        max_new_tokens=5, timeout_s=120, work_dir=str(work), stream=s,
+    )
+    out = json.loads(s.getvalue())
+    assert _digest_tree(fake_env) == before  # the "installed" sglang was not modified
+    assert not (work / "sglang-probed").exists()  # temporary copy removed
+    assert out["layer_ids"] == [-1, 1, 2] and out["expected"] == ["hs[0]", "hs[2]", "hs[3]"]
+    assert out["reference"] == "hf-full"
+    assert out["sglang"]["version"] == "0.0.0+fake"
+    checks = {c["name"].split(",")[0] + "/" + c["name"].split(",")[1].strip().split()[0]: c for c in out["checks"][:2]}
+    prefill = checks["aux hidden states/prefill"]
+    verify = checks["aux hidden states/verify"]
+    assert out["records"]["used"] == 4 * 5  # 4 prefills + 16 verifies; dummy batch skipped
+    assert out["lossless"]["ok"]
+    assert out["speed"]["speculative"]["accept_length"] == 1.0
+    assert prefill["ok"], prefill
+    if bug is None:
+        assert code == 0 and out["ok"], out["checks"]
+        assert verify["ok"]
+    else:
+        assert code == 1 and not out["ok"]
+        assert not verify["ok"]
+        assert "entry 0 (layer id -1): expected hs[0]" in verify["message"]
+        assert "closest reference is hs[3]" in verify["message"]
+        assert out["aux"]["verify"]["first_mismatch"] == 0
+        assert out["work_dir"] == str(work)
+
+
+def test_layer_ids_must_agree_with_draft(tmp_path, fake_env, tiny_target):
+    from patchcraft.gpu_smoke.draft import make_tiny_eagle3_draft
+
+    d = make_tiny_eagle3_draft(tmp_path / "draft", tiny_target, [-1, 1, 2])
+    s = io.StringIO()
+    code = smoke.run_cuda_smoke(1, str(tiny_target), str(d), [-1, 2, 3], "text", work_dir=str(tmp_path / "w"), stream=s)
+    assert code == 2 and "disagree with the draft" in s.getvalue()
