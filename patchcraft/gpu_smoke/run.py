@@ -361,6 +361,7 @@ def run_cuda_smoke(
     timeout_s: float = 900.0,
     work_dir: Optional[str] = None,
     keep_work_dir: bool = False,
+    mem_fraction_static: Optional[float] = None,
     stream: Optional[TextIO] = None,
 ) -> int:
     """Run the CUDA smoke test; print a summary; return 0 pass / 1 fail / 2 env error.
@@ -371,6 +372,8 @@ def run_cuda_smoke(
     target and ``layer_ids``).  ``layer_ids``: aux ids; taken from the draft
     config when a draft is given (must agree if both), default
     ``[-1, 1, n // 2]``.  ``output_format``: ``"text"`` or ``"json"``.
+    ``mem_fraction_static``: default 0.3 for small targets, 0.85 for real
+    ones (SGLang's fraction covers the weights too).
     """
     stream = stream or sys.stdout
     if output_format not in ("text", "json"):
@@ -413,8 +416,11 @@ def run_cuda_smoke(
         cmp.expected_hs_indices(ids)
 
         trust = bool(tcfg.get("auto_map"))
-        spec_kw = build_engine_kwargs(str(target), str(draft), tp_size=tp, trust_remote_code=trust, fields=fields)
-        base_kw = build_engine_kwargs(str(target), None, tp_size=tp, speculative=False, trust_remote_code=trust, fields=fields)
+        if mem_fraction_static is None:
+            mem_fraction_static = 0.3 if _safetensors_bytes(target) < (8 << 30) else 0.85
+        common = dict(tp_size=tp, trust_remote_code=trust, fields=fields, mem_fraction_static=mem_fraction_static)
+        spec_kw = build_engine_kwargs(str(target), str(draft), **common)
+        base_kw = build_engine_kwargs(str(target), None, speculative=False, **common)
         problems = check_engine_kwargs(spec_kw, read)
         if problems:
             raise EnvironmentProblem(f"installed sglang ({pkg_dir}) does not accept the smoke settings: " + "; ".join(problems))
@@ -501,6 +507,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--timeout", type=float, default=900.0, help="per engine run, seconds")
     ap.add_argument("--work-dir")
+    ap.add_argument("--mem-fraction-static", type=float, default=None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for i, tok in enumerate(argv[:-1]):  # "--layer-ids -1,2,30": value starts with "-"
+        if tok == "--layer-ids":
+            argv[i : i + 2] = [f"--layer-ids={argv[i + 1]}"]
+            break
     a = ap.parse_args(argv)
     try:
         ids = parse_layer_ids(a.layer_ids)
@@ -510,6 +522,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return run_cuda_smoke(
         a.tp, a.model_path, a.draft_path, ids, a.format,
         max_new_tokens=a.max_new_tokens, timeout_s=a.timeout, work_dir=a.work_dir,
+        mem_fraction_static=a.mem_fraction_static,
     )
 
 
