@@ -2,7 +2,7 @@
 
 A source can be a wheel (``.whl`` zip) or an installed/unpacked tree (the
 directory that contains the ``sglang`` package).  Wheels are fetched with
-``pip download --no-deps`` into ``~/.cache/patchcraft/wheels``.
+``pip download --no-deps`` into :func:`wheel_cache` (``~/.cache/patchcraft/wheels``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Union
 
-WHEEL_CACHE = Path(os.environ.get("PATCHCRAFT_WHEEL_CACHE", "~/.cache/patchcraft/wheels")).expanduser()
+def wheel_cache() -> Path:
+    """``<cache>/wheels``, the same place ``patchcraft fetch`` keeps wheels:
+    ``$PATCHCRAFT_CACHE``, else ``$XDG_CACHE_HOME/patchcraft``, else
+    ``~/.cache/patchcraft``."""
+    base = os.environ.get("PATCHCRAFT_CACHE")
+    if not base:
+        base = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "patchcraft")
+    return Path(base).expanduser() / "wheels"
 
 
 class WheelUnavailable(RuntimeError):
@@ -27,7 +34,7 @@ def _candidate_dirs(extra: Iterable[Union[str, Path]] = ()) -> List[Path]:
     env = os.environ.get("PATCHCRAFT_SGLANG_WHEELS")
     if env:
         dirs += [Path(p) for p in env.split(os.pathsep) if p]
-    dirs.append(WHEEL_CACHE)
+    dirs.append(wheel_cache())
     return dirs
 
 
@@ -44,7 +51,7 @@ def fetch_sglang_wheel(version: str, *, cache_dir: Optional[Path] = None, timeou
     cached = find_cached_wheel(version, [cache_dir] if cache_dir else ())
     if cached:
         return cached
-    dest = Path(cache_dir or WHEEL_CACHE)
+    dest = Path(cache_dir or wheel_cache())
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
