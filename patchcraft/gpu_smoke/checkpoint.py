@@ -36,7 +36,7 @@ def tiny_deepseek_v3_config(
     first_k_dense_replace: int = 1,
     hidden_size: int = 512,
     vocab_size: int = 1024,
-    num_attention_heads: int = 8,
+    num_attention_heads: Optional[int] = None,
     n_routed_experts: int = 8,
     num_experts_per_tok: int = 2,
     n_shared_experts: int = 1,
@@ -53,11 +53,16 @@ def tiny_deepseek_v3_config(
 
     Defaults keep the MLA geometry of the real model (kv_lora_rank 512, rope
     dim 64, 192/128 head dims) because SGLang's MLA kernels are built for it;
-    widths are divisible by every tp up to 8.  Routing is Kimi-K2 style
+    widths are divisible by every tp up to 8.  ``num_attention_heads``
+    defaults to ``16 * tp_size``: 16 heads per rank, as DeepSeek-V3 (128
+    heads) has at tp 8, so the MLA kernels see a per-rank shape they are
+    used with.  Routing is Kimi-K2 style
     (``n_group = topk_group = 1``) with DeepSeek-V3's sigmoid + ``noaux_tc``.
     """
     if tp_size < 1:
         raise ValueError("tp_size must be >= 1")
+    if num_attention_heads is None:
+        num_attention_heads = 16 * tp_size
     if num_layers < 2:
         raise ValueError("num_layers must be >= 2 (one dense and one MoE layer)")
     if not 1 <= first_k_dense_replace < num_layers:
@@ -288,14 +293,16 @@ def hf_reference_hidden_states(model_or_dir: Any, token_ids: Sequence[int]) -> L
     """Hugging Face ``hs[0..L]`` for one sequence, each ``[T, H]`` float32.
 
     ``hs[0]`` is the embedding output, ``hs[k]`` the output of decoder layer
-    ``k-1``.  ``output_hidden_states=True`` gives the *final-normed* state as
+    ``k-1``.  Runs on the model's device; returns CPU tensors.
+    ``output_hidden_states=True`` gives the *final-normed* state as
     its last entry; it is replaced here by the pre-norm output of the last
     layer (captured with a forward hook), as the numbering above requires.
     """
     import torch
 
     model = load_hf_reference_model(model_or_dir) if isinstance(model_or_dir, (str, Path)) else model_or_dir
-    ids = torch.as_tensor([list(token_ids)], dtype=torch.long)
+    device = next(model.parameters()).device
+    ids = torch.as_tensor([list(token_ids)], dtype=torch.long, device=device)
     last: Dict[str, Any] = {}
 
     def hook(_mod, _inp, out):
@@ -308,10 +315,10 @@ def hf_reference_hidden_states(model_or_dir: Any, token_ids: Sequence[int]) -> L
             out = model(input_ids=ids, output_hidden_states=True, use_cache=False)
     finally:
         h.remove()
-    hs = [t[0].float().clone() for t in out.hidden_states]
+    hs = [t[0].float().cpu().clone() for t in out.hidden_states]
     if len(hs) != len(layers) + 1:
         raise RuntimeError(f"expected {len(layers) + 1} hidden states, got {len(hs)}")
-    hs[-1] = last["h"][0].float().clone()
+    hs[-1] = last["h"][0].float().cpu().clone()
     return hs
 
 

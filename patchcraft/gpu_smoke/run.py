@@ -438,6 +438,8 @@ def run_cuda_smoke(
         sampling = greedy_sampling_params(max_new_tokens)
         probe_dir = tmp_root / "probe"
         probe_dir.mkdir(exist_ok=True)
+        for stale in probe_dir.glob("rec-*.pt"):  # a reused --work-dir
+            stale.unlink()
 
         from .probe import ENV_DIR, make_probed_sglang_copy
 
@@ -467,6 +469,11 @@ def run_cuda_smoke(
             from .checkpoint import hf_reference_hidden_states, load_hf_reference_model
 
             model = load_hf_reference_model(target)
+            import torch
+
+            if torch.cuda.is_available():  # engines have exited; fp32 on one GPU
+                torch.backends.cuda.matmul.allow_tf32 = False
+                model = model.to("cuda:0")
             aux = compare_items(assignment.items, ids, lambda seq: hf_reference_hidden_states(model, seq))
             reference = "hf-full"
         else:
@@ -481,8 +488,10 @@ def run_cuda_smoke(
             summary["work_dir"] = str(tmp_root)
         emit(summary, output_format, stream)
         return summary["exit_code"]
-    except EnvironmentProblem as e:
-        emit({"ok": False, "exit_code": EXIT_ENV, "tp": tp, "error": str(e)}, output_format, stream)
+    except (EnvironmentProblem, ValueError, KeyError, FileNotFoundError) as e:
+        # environment, or unusable input (bad draft config, tp the tiny target cannot split, ...)
+        msg = str(e) if isinstance(e, EnvironmentProblem) else f"{type(e).__name__}: {e}"
+        emit({"ok": False, "exit_code": EXIT_ENV, "tp": tp, "error": msg}, output_format, stream)
         return EXIT_ENV
     except RuntimeError as e:  # engine crashed / timed out: a failed smoke
         summary = {"ok": False, "exit_code": EXIT_FAIL, "tp": tp, "checks": [{"name": "sglang run", "ok": False, "message": str(e)}]}

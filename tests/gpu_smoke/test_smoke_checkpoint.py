@@ -20,12 +20,14 @@ def test_default_config_is_deepseek_v3_and_tp_friendly():
         # MLA geometry SGLang's kernels are built for
         assert (cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]) == (512, 64)
         assert cfg["topk_method"] == "noaux_tc" and cfg["scoring_func"] == "sigmoid"
+        assert cfg["num_attention_heads"] // tp == 16  # DeepSeek-V3's per-rank head count at tp 8
 
 
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(tp_size=3),  # 8 heads / 8 experts not divisible by 3
+        dict(tp_size=3),  # 8 experts not divisible by 3
+        dict(tp_size=2, num_attention_heads=5),
         dict(first_k_dense_replace=0),
         dict(num_layers=4, first_k_dense_replace=4),
         dict(num_layers=1),
