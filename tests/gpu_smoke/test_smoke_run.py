@@ -309,3 +309,11 @@ def test_layer_ids_must_agree_with_draft(tmp_path, fake_env, tiny_target):
     s = io.StringIO()
     code = smoke.run_cuda_smoke(1, str(tiny_target), str(d), [-1, 2, 3], "text", work_dir=str(tmp_path / "w"), stream=s)
     assert code == 2 and "disagree with the draft" in s.getvalue()
+
+
+def test_tp_the_tiny_target_cannot_split_is_exit_2(tmp_path, fake_env):
+    s = io.StringIO()
+    code = smoke.run_cuda_smoke(3, None, None, None, "text", work_dir=str(tmp_path / "w"), stream=s)
+    assert code == 2
+    assert s.getvalue().startswith("patchcraft smoke: environment error: ValueError")
+    assert "not divisible by tp_size=3" in s.getvalue()
