@@ -18,7 +18,7 @@ import libcst as cst
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite, ModelPlan
 from patchcraft.plan import plan_models, scan
-from patchcraft.sources import Source, check_writable, read_source, write_atomic
+from patchcraft.sources import Source, check_writable, read_source, write_all
 from patchcraft.transforms import BY_KIND
 from patchcraft.transforms._base import Outcome, RemoveMarked
 from patchcraft.tree import SglangTree
@@ -297,8 +297,7 @@ def _run_revert(tree: SglangTree, plans: Sequence[ModelPlan]) -> RunResult:
 
 
 def write_changes(changes: Sequence[FileChange]) -> None:
-    """Write every change atomically; check all are writable before writing any."""
+    """Write every change atomically, all or none; check all are writable before writing any."""
     for change in changes:
         check_writable(change.source.path)
-    for change in changes:
-        write_atomic(change.source, change.after)
+    write_all([(change.source, change.after) for change in changes])

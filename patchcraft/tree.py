@@ -10,11 +10,13 @@ importing it.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from patchcraft.errors import PatchcraftError
+from patchcraft.sources import read_source
 
 MODELS = Path("srt") / "models"
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.M)
@@ -53,6 +55,17 @@ class SglangTree:
                 return match.group(1)
         return "unknown"
 
+    def check_inside(self, path: Path) -> None:
+        """Refuse to write ``path`` when it is a symlink leading outside the target root."""
+        real = Path(os.path.realpath(path))
+        for boundary in (self.root, self.package):
+            if _is_within(real, Path(os.path.realpath(boundary))):
+                return
+        raise PatchcraftError(
+            f"{path}: symlink to {real}, outside the target {self.root}; "
+            "refusing to write through it (patch the real file's tree instead); nothing was changed"
+        )
+
     def relative(self, path: Path) -> str:
         try:
             return path.resolve().relative_to(self.root.resolve()).as_posix()
@@ -62,6 +75,34 @@ class SglangTree:
 
 def _is_package(path: Path) -> bool:
     return (path / MODELS).is_dir()
+
+
+def _is_within(path: Path, directory: Path) -> bool:
+    try:
+        path.relative_to(directory)
+        return True
+    except ValueError:
+        return False
+
+
+def _looks_like_sglang(models: Path) -> bool:
+    """A models directory of SGLang's: its model files import ``sglang.srt``."""
+    for candidate in sorted(models.glob("*.py"))[:400]:
+        try:
+            if b"sglang.srt" in candidate.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _sglang_or_refuse(target: str, package: Path) -> Path:
+    """A package not named ``sglang`` must show SGLang's imports to be taken for one."""
+    if package.name != "sglang" and not _looks_like_sglang(package / MODELS):
+        raise PatchcraftError(
+            f"{target}: not an SGLang tree ({package / MODELS} holds no model file importing sglang.srt)"
+        )
+    return package
 
 
 def _package_of_file(path: Path) -> Path | None:
@@ -90,9 +131,10 @@ def resolve_target(target: str | None) -> SglangTree:
     if path.is_file():
         if path.suffix != ".py":
             raise PatchcraftError(f"{target}: not a Python file; expected an SGLang model file")
+        read_source(path)  # empty, binary or undecodable: refused here, with its reason
         package = _package_of_file(path)
         if package is None:
-            if path.parent.name == "models":
+            if path.parent.name == "models" and _looks_like_sglang(path.parent):
                 # A loose models directory (e.g. a vendored copy): still a tree.
                 return SglangTree(package=path.parent.parent.parent, root=path.parent, only_files=(path,))
             raise PatchcraftError(
@@ -101,11 +143,11 @@ def resolve_target(target: str | None) -> SglangTree:
         return SglangTree(package=package, root=_root_of_package(package), only_files=(path.resolve(),))
     for candidate in (path, path / "python" / "sglang", path / "sglang"):
         if _is_package(candidate):
-            package = candidate.resolve()
+            package = _sglang_or_refuse(target, candidate.resolve())
             root = path.resolve() if candidate != path else _root_of_package(package)
             return SglangTree(package=package, root=root)
     if path.name == "models" and path.parent.name == "srt":
-        package = path.parent.parent.resolve()
+        package = _sglang_or_refuse(target, path.parent.parent.resolve())
         return SglangTree(package=package, root=_root_of_package(package))
     raise PatchcraftError(
         f"{target}: not an SGLang tree (no srt/models, python/sglang or sglang/ inside)"

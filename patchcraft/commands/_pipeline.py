@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from patchcraft import output, report
+from typing import Sequence
+
+from patchcraft import lock, output, report
 from patchcraft.diffs import unified_diffs
 from patchcraft.engine import Mode, RunResult, run, write_changes
-from patchcraft.tree import resolve_target
+from patchcraft.sources import remove_stale_temp_files
+from patchcraft.tree import SglangTree, resolve_target
 
 
 @dataclass(frozen=True)
@@ -20,13 +23,30 @@ class Options:
     show_diff: bool = False
 
 
+def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str]) -> list[RunResult]:
+    """Read, transform and (for apply/revert) write, holding each tree's lock throughout.
+
+    The lock covers the reads too: a second run waits, then reads what the
+    first one wrote. Every check that can refuse runs before the first
+    write, and all files of all trees are written together or not at all.
+    """
+    writes = mode in (Mode.APPLY, Mode.REVERT)
+    with lock.hold([t.models_dir for t in trees] if writes else [], on_wait=output.print_line):
+        if writes:
+            remove_stale_temp_files(t.models_dir for t in trees)
+        results = [run(tree, mode, models) for tree in trees]
+        if writes:
+            for result in results:
+                for change in result.changes:
+                    result.tree.check_inside(change.source.path)
+            write_changes([change for result in results for change in result.changes])
+    return results
+
+
 def run_pipeline(options: Options, mode: Mode) -> int:
     """Run ``mode`` on every target, write if asked, print, and return the exit code."""
     trees = [resolve_target(t) for t in options.targets] or [resolve_target(None)]
-    results: list[RunResult] = [run(tree, mode, options.models) for tree in trees]
-    if mode in (Mode.APPLY, Mode.REVERT):
-        for result in results:
-            write_changes(result.changes)
+    results = _run_and_write(trees, mode, options.models)
     explicit = bool(options.models) or any(t.only_files for t in trees)
     code = report.exit_code(results, explicit=explicit)
     diff_text = "".join(unified_diffs(r.changes) for r in results)
