@@ -27,10 +27,11 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--format", "output_format", type=FORMATS, default="text", show_default=True, help="Report format.")(func)
     func = click.option("--color", type=COLORS, default="auto", show_default=True, help="Colour; NO_COLOR is honoured.")(func)
     func = click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache (fetched on first use) instead of TARGET.")(func)
+    func = click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ alone (no CUDA graphs: the runner fix is not needed).")(func)
     return func
 
 
-def _options(targets, models, output_format, color, show_diff=False, release=None):
+def _options(targets, models, output_format, color, show_diff=False, release=None, no_runner=False):
     from patchcraft.commands._pipeline import Options
 
     if release:
@@ -39,7 +40,7 @@ def _options(targets, models, output_format, color, show_diff=False, release=Non
         if targets:
             raise click.UsageError("give either TARGET or --release, not both")
         targets = (str(fetch(release)),)
-    return Options(targets=tuple(targets), models=tuple(models), output_format=output_format, color=color, show_diff=show_diff)
+    return Options(targets=tuple(targets), models=tuple(models), output_format=output_format, color=color, show_diff=show_diff, runner=not no_runner)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,38 +59,38 @@ def cli() -> None:
 @_common
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if anything would change.")
 @click.option("--diff", "show_diff", is_flag=True, help="Also print the unified diff.")
-def apply(targets, models, output_format, color, release, check, show_diff) -> None:
+def apply(targets, models, output_format, color, release, no_runner, check, show_diff) -> None:
     """Patch the model files in place (idempotent, atomic)."""
     from patchcraft.commands.apply import apply as run
 
-    sys.exit(run(_options(targets, models, output_format, color, show_diff, release), check=check))
+    sys.exit(run(_options(targets, models, output_format, color, show_diff, release, no_runner), check=check))
 
 
 @cli.command()
 @_common
-def verify(targets, models, output_format, color, release) -> None:
+def verify(targets, models, output_format, color, release, no_runner) -> None:
     """Check each edit is present and correct; write nothing."""
     from patchcraft.commands.verify import verify as run
 
-    sys.exit(run(_options(targets, models, output_format, color, release=release)))
+    sys.exit(run(_options(targets, models, output_format, color, release=release, no_runner=no_runner)))
 
 
 @cli.command()
 @_common
-def diff(targets, models, output_format, color, release) -> None:
+def diff(targets, models, output_format, color, release, no_runner) -> None:
     """Print what apply would change, as a patch (git apply / patch -p1)."""
     from patchcraft.commands.diff import diff as run
 
-    sys.exit(run(_options(targets, models, output_format, color, release=release)))
+    sys.exit(run(_options(targets, models, output_format, color, release=release, no_runner=no_runner)))
 
 
 @cli.command()
 @_common
-def revert(targets, models, output_format, color, release) -> None:
+def revert(targets, models, output_format, color, release, no_runner) -> None:
     """Remove exactly what patchcraft inserted."""
     from patchcraft.commands.revert import revert as run
 
-    sys.exit(run(_options(targets, models, output_format, color, release=release)))
+    sys.exit(run(_options(targets, models, output_format, color, release=release, no_runner=no_runner)))
 
 
 @cli.command(name="list")

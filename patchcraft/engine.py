@@ -9,17 +9,19 @@ below. Writing files is left to :func:`write_changes`, so ``--check``,
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import libcst as cst
 
+from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite, ModelPlan
 from patchcraft.plan import plan_models, scan
 from patchcraft.sources import Source, check_writable, read_source, write_all
-from patchcraft.transforms import BY_KIND
+from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS
+from patchcraft.transforms import configure_ids_before_graphs as runner_transform
 from patchcraft.transforms._base import Outcome, RemoveMarked
 from patchcraft.tree import SglangTree
 
@@ -40,6 +42,8 @@ UNSUPPORTED = "unsupported"
 ERROR = "error"
 REVERTED = "reverted"
 CLEAN = "not-patched"
+#: The runner row on a release whose graph capture already gets the configured ids.
+NOT_NEEDED = "not-needed"
 
 
 @dataclass(frozen=True)
@@ -133,8 +137,10 @@ def patch_text(text: str, path: Path, sites: Sequence[EditSite]) -> FilePatch:
 
 def revert_text(text: str, path: Path) -> str:
     """Remove every statement patchcraft inserted; the inverse of ``apply``."""
-    module = parse(text, path)
-    return module.visit(RemoveMarked()).code
+    module = parse(text, path).visit(RemoveMarked())
+    for transform in RUNNER_TRANSFORMS:  # calls whose arguments patchcraft changed
+        module = transform.revert(module)
+    return module.code
 
 
 # -- whole tree ----------------------------------------------------------------
@@ -165,8 +171,31 @@ def plan_tree(tree: SglangTree, names: Sequence[str] = ()) -> list[ModelPlan]:
     return plans
 
 
-def run(tree: SglangTree, mode: Mode, names: Sequence[str] = ()) -> RunResult:
-    """Plan, transform and judge every selected model; no file is written here."""
+def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = True, jobs: int = 1) -> RunResult:
+    """Plan, transform and judge every selected model; no file is written here.
+
+    With ``runner`` (the default), a whole-tree run also checks that CUDA
+    graphs are captured with the configured ids (one extra row, ``runner``).
+    ``--model runner`` selects that row alone; other ``--model`` names and
+    single-file targets leave it out.
+
+    ``jobs`` > 1 patches that many files at once in worker processes; the
+    result is the same as with ``jobs=1``, in the same order.
+    """
+    model_names = tuple(n for n in names if n.lower() != runner_transform.ROW)
+    if names and not model_names:
+        result = RunResult(mode=mode, tree=tree, version=tree.version, models=(), changes=())
+    else:
+        result = _run_models(tree, mode, model_names, jobs=jobs)
+    if runner and not tree.only_files and (not names or len(model_names) < len(names)):
+        row, changes = _runner_results(tree, mode)
+        if row is not None:
+            result = replace(result, models=result.models + (row,), changes=result.changes + changes)
+    return result
+
+
+def _run_models(tree: SglangTree, mode: Mode, names: Sequence[str] = (), jobs: int = 1) -> RunResult:
+    """Plan, transform and judge every selected model class."""
     plans = plan_tree(tree, names)
     if mode is Mode.REVERT:
         return _run_revert(tree, plans)
@@ -294,6 +323,82 @@ def _run_revert(tree: SglangTree, plans: Sequence[ModelPlan]) -> RunResult:
         message = plan.unsupported or ("patchcraft edits removed" if status == REVERTED else "no patchcraft edits found")
         models.append(ModelResult(model=plan.label, path=tree.relative(plan.path), status=status, message=message, files=tuple(tree.relative(f) for f in plan.files)))
     return RunResult(mode=Mode.REVERT, tree=tree, version=tree.version, models=tuple(models), changes=tuple(changes))
+
+
+# -- the model runner: graph capture gets the configured ids ----------------------
+
+def _runner_results(tree: SglangTree, mode: Mode) -> tuple[ModelResult | None, tuple[FileChange, ...]]:
+    """The ``runner`` row and its changes (none for a tree without ``model_executor/``).
+
+    The runner edits go together, like a model's: if one site fails, no
+    runner file is written.
+    """
+    directory = tree.executor_dir
+    if not directory.is_dir():
+        return None, ()
+    row = dict(model=runner_transform.ROW, path=tree.relative(directory))
+    if mode is Mode.REVERT:
+        return _revert_runner(tree, row)
+    try:
+        plan = runner_transform.plan(directory)
+    except PatchcraftError as exc:
+        return ModelResult(**row, status=ERROR, message=str(exc)), ()
+    if plan.not_needed:
+        return ModelResult(**row, status=NOT_NEEDED, message=plan.not_needed), ()
+    if plan.unsupported or plan.runner is None:
+        return ModelResult(**row, status=UNSUPPORTED, message=plan.unsupported or "no model runner found"), ()
+    row["path"] = tree.relative(plan.runner)
+    sources: dict[Path, Source] = {}
+    afters: dict[Path, str] = {}
+    edits: list[EditResult] = []
+    errors: list[str] = []
+    for path in plan.files:
+        try:
+            sources[path] = read_source(path)
+            module = parse(sources[path].text, path)
+            for site in (s for s in plan.sites if s.path == path):
+                module, outcome = runner_transform.apply(module, site)
+                edits.append(EditResult(site.kind, runner_transform.NAME, tree.relative(path), site.cls, site.method, outcome.status, outcome.detail))
+                if outcome.status == "modified":
+                    errors.append(f"{path}: {site.cls}.{site.method}: {outcome.detail}; fix or remove it by hand, then re-run (runner files left untouched)")
+            afters[path] = module.code
+        except PatchcraftError as exc:
+            errors.append(str(exc))
+    files = tuple(tree.relative(f) for f in plan.files)
+    notes = tuple(f"{e.file}: {e.cls}.{e.method}" for e in edits)
+    common = dict(row, edits=tuple(edits), files=files, notes=notes)
+    compiles = all(_compiles(src) for src in sources.values()) if mode is Mode.VERIFY else None
+    if errors:
+        return ModelResult(**common, status=ERROR, message=errors[0]), ()
+    changes = tuple(
+        FileChange(source=sources[p], rel=tree.relative(p), after=afters[p]) for p in plan.files if afters[p] != sources[p].text
+    )
+    if all(e.status in ("present", "hand-applied") for e in edits):
+        hand = " (hand-applied edits recognised)" if any(e.status == "hand-applied" for e in edits) else ""
+        return ModelResult(**common, status=ALREADY, message=f"configured ids reach graph capture{hand}", compiles=compiles, idempotent=True), ()
+    if mode is Mode.APPLY:
+        return ModelResult(**common, status=PATCHED, message="added: configured ids reach graph capture"), changes
+    missing = sum(e.status == "applied" for e in edits)
+    message = f"missing: graph capture resets the ids to the defaults ({missing} of {len(edits)} edits to make)"
+    return ModelResult(**common, status=WOULD, message=message, compiles=compiles, idempotent=False if mode is Mode.VERIFY else None), changes
+
+
+def _revert_runner(tree: SglangTree, row: dict) -> tuple[ModelResult, tuple[FileChange, ...]]:
+    changes = []
+    for path in sorted(tree.executor_dir.rglob("*.py")):
+        try:
+            if MARKER.encode() not in path.read_bytes():
+                continue
+        except OSError:
+            continue
+        source = read_source(path)
+        after = revert_text(source.text, path)
+        if after != source.text:
+            changes.append(FileChange(source=source, rel=tree.relative(path), after=after))
+    files = tuple(c.rel for c in changes)
+    if changes:
+        return ModelResult(**row, status=REVERTED, message="patchcraft edits removed", files=files), tuple(changes)
+    return ModelResult(**row, status=CLEAN, message="no patchcraft edits found"), ()
 
 
 def write_changes(changes: Sequence[FileChange]) -> None:

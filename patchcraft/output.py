@@ -13,8 +13,10 @@ import sys
 from typing import Any, Sequence
 
 from patchcraft.engine import ALREADY, ERROR, PATCHED, REVERTED, UNSUPPORTED, WOULD, Mode, RunResult
+from patchcraft.engine import CLEAN, NOT_NEEDED
 
 _STYLE = {PATCHED: "green", ALREADY: "green", REVERTED: "cyan", WOULD: "yellow", UNSUPPORTED: "magenta", ERROR: "bold red"}
+_STYLE.update({NOT_NEEDED: "green", CLEAN: "dim"})  # an empty style would leave a bare "[/]" (MarkupError)
 _EDIT_STYLE = {"applied": "green", "present": "green", "hand-applied": "green", "modified": "bold red", "error": "bold red"}
 
 

@@ -12,6 +12,8 @@ from typing import Any, Sequence
 from patchcraft import __version__
 from patchcraft.engine import ALREADY, ERROR, UNSUPPORTED, WOULD, Mode, ModelResult, RunResult
 
+from patchcraft.engine import NOT_NEEDED  # noqa: E402  (the runner row on a release without the defect)
+
 OK, CHANGED, USAGE, BUG, INTERRUPTED = 0, 1, 2, 3, 130
 SCHEMA_VERSION = 1
 
@@ -32,7 +34,7 @@ def exit_code(results: Sequence[RunResult], explicit: bool = False) -> int:
 
 
 def verified(model: ModelResult) -> bool:
-    return model.status == ALREADY and model.compiles is not False
+    return model.status in (ALREADY, NOT_NEEDED) and model.compiles is not False
 
 
 def model_json(model: ModelResult) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from types import ModuleType
 from patchcraft.transforms import (
     accept_embedding_layer_id,
     capture_embedding_output,
+    configure_ids_before_graphs,
     init_capture_flag,
 )
 
@@ -23,3 +24,7 @@ MODEL_TRANSFORMS: tuple[ModuleType, ...] = (
 )
 
 BY_KIND: dict[str, ModuleType] = {t.KIND: t for t in MODEL_TRANSFORMS}
+
+#: Transforms of ``srt/model_executor/`` (not of a model class): run once per
+#: tree, reported as their own row, skipped with ``--no-runner``.
+RUNNER_TRANSFORMS: tuple[ModuleType, ...] = (configure_ids_before_graphs,)

@@ -21,9 +21,11 @@ class Options:
     output_format: str = "text"
     color: str = "auto"
     show_diff: bool = False
+    #: Also make CUDA-graph capture use the configured ids (``--no-runner`` turns it off).
+    runner: bool = True
 
 
-def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str]) -> list[RunResult]:
+def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str], runner: bool = True) -> list[RunResult]:
     """Read, transform and (for apply/revert) write, holding each tree's lock throughout.
 
     The lock covers the reads too: a second run waits, then reads what the
@@ -34,7 +36,7 @@ def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str
     with lock.hold([t.models_dir for t in trees] if writes else [], on_wait=output.print_line):
         if writes:
             remove_stale_temp_files(t.models_dir for t in trees)
-        results = [run(tree, mode, models) for tree in trees]
+        results = [run(tree, mode, models, runner=runner) for tree in trees]
         if writes:
             for result in results:
                 for change in result.changes:
@@ -46,7 +48,7 @@ def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str
 def run_pipeline(options: Options, mode: Mode) -> int:
     """Run ``mode`` on every target, write if asked, print, and return the exit code."""
     trees = [resolve_target(t) for t in options.targets] or [resolve_target(None)]
-    results = _run_and_write(trees, mode, options.models)
+    results = _run_and_write(trees, mode, options.models, options.runner)
     explicit = bool(options.models) or any(t.only_files for t in trees)
     code = report.exit_code(results, explicit=explicit)
     diff_text = "".join(unified_diffs(r.changes) for r in results)
