@@ -22,7 +22,7 @@ from patchcraft.plan import plan_models, scan
 from patchcraft.sources import Source, check_writable, read_source, write_all
 from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS
 from patchcraft.transforms import configure_ids_before_graphs as runner_transform
-from patchcraft.transforms._base import Outcome, RemoveMarked
+from patchcraft.transforms._base import ClassSlices, Outcome, RemoveMarked, marked_classes
 from patchcraft.tree import SglangTree
 
 
@@ -115,13 +115,37 @@ def parse(text: str, path: Path) -> cst.Module:
         ) from None
 
 
+def parse_class(text: str, path: Path, first_line: int) -> cst.Module:
+    """Parse one top-level class cut out of ``path`` (its first line is ``first_line + 1``)."""
+    try:
+        return cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        raise PatchcraftError(
+            f"{path}: syntax error at line {exc.raw_line + first_line}: {exc.message}; nothing was changed"
+        ) from None
+
+
+def _slices(text: str, path: Path, names: Iterable[str]) -> ClassSlices | None:
+    try:
+        return ClassSlices.of(text, names, lambda segment, first: parse_class(segment, path, first))
+    except SyntaxError as exc:
+        raise PatchcraftError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}; nothing was changed") from None
+
+
 def patch_text(text: str, path: Path, sites: Sequence[EditSite]) -> FilePatch:
-    """Apply the transform of each site to ``text``. Errors are recorded per site."""
-    module = parse(text, path)
+    """Apply the transform of each site to ``text``. Errors are recorded per site.
+
+    Only the top-level classes holding the sites are parsed (big files are
+    slow in libcst); when a class is missing or defined twice, the whole
+    module is, so that the transform reports the anchor problem itself.
+    """
+    slices = _slices(text, path, {site.cls for site in sites})
+    modules = slices.modules if slices is not None else {None: parse(text, path)}
     patch = FilePatch(after=text)
     for site in sites:
+        key = site.cls if slices is not None else None
         try:
-            module, outcome = BY_KIND[site.kind].apply(module, site)
+            modules[key], outcome = BY_KIND[site.kind].apply(modules[key], site)
         except PatchcraftError as exc:
             patch.errors[site.key] = str(exc)
             continue
@@ -131,16 +155,31 @@ def patch_text(text: str, path: Path, sites: Sequence[EditSite]) -> FilePatch:
                 f"{site.path}: {site.cls}.{site.method}: {outcome.detail}; "
                 "fix or remove that block by hand, then re-run (file left untouched)"
             )
-    patch.after = module.code
+    patch.after = slices.text() if slices is not None else modules[None].code
     return patch
 
 
 def revert_text(text: str, path: Path) -> str:
     """Remove every statement patchcraft inserted; the inverse of ``apply``."""
-    module = parse(text, path).visit(RemoveMarked())
+    try:
+        names = marked_classes(text)
+    except SyntaxError:
+        names = None  # parse() below reports it
+    if names == []:
+        return text  # no patchcraft text at all
+    slices = _slices(text, path, names) if names else None
+    if slices is None:
+        return _revert_module(parse(text, path)).code
+    for name, module in slices.modules.items():
+        slices.modules[name] = _revert_module(module)
+    return slices.text()
+
+
+def _revert_module(module: cst.Module) -> cst.Module:
+    module = module.visit(RemoveMarked())
     for transform in RUNNER_TRANSFORMS:  # calls whose arguments patchcraft changed
         module = transform.revert(module)
-    return module.code
+    return module
 
 
 # -- whole tree ----------------------------------------------------------------

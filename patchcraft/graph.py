@@ -13,6 +13,7 @@ Nothing here keys on a release number or a file name: only on structure.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Union
@@ -26,6 +27,15 @@ MODELS_PACKAGE = "sglang.srt.models."
 RELEVANT = (b"layers_to_capture", SETTER.encode())
 
 FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+
+
+@functools.lru_cache(maxsize=64)
+def parse_python(text: str) -> ast.Module:
+    """``ast.parse`` with a small cache: planning and slicing read the same files.
+
+    Callers never modify the tree.
+    """
+    return ast.parse(text)
 
 
 @dataclass
@@ -98,6 +108,8 @@ class ModelGraph:
     models_dir: Path
     classes: dict[tuple[str, str], ClassNode] = field(default_factory=dict)
     imports: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
+    #: ``from sglang.srt.models import qwen3_5`` -> {"qwen3_5": "qwen3_5"} per module.
+    module_imports: dict[str, dict[str, str]] = field(default_factory=dict)
     loaded: dict[str, bool] = field(default_factory=dict)
     duplicates: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -115,13 +127,13 @@ class ModelGraph:
                 return False
         source = decode(path, data)
         try:
-            tree = ast.parse(source.text, filename=str(path))
+            tree = parse_python(source.text)
         except SyntaxError as exc:
             raise PatchcraftError(
                 f"{path}: syntax error at line {exc.lineno}: {exc.msg}; nothing was changed"
             ) from None
         self.loaded[module] = True
-        self.imports[module] = _imports_of(tree)
+        self.imports[module], self.module_imports[module] = _imports_of(tree)
         for stmt in tree.body:
             if isinstance(stmt, ast.ClassDef):
                 key = (module, stmt.name)
@@ -147,7 +159,12 @@ class ModelGraph:
         if not name:
             return None
         if "." in name:
-            return None
+            # ``qwen3_5.Qwen3_5ForCausalLM`` through ``from sglang.srt.models import qwen3_5``
+            head, _, rest = name.partition(".")
+            other = self.module_imports.get(module, {}).get(head)
+            if other is None or "." in rest or not self.load(other):
+                return None
+            return self.resolve(other, rest)
         if (module, name) in self.classes:
             return self.classes[(module, name)]
         target = self.imports.get(module, {}).get(name)
@@ -196,21 +213,51 @@ def _dotted(node: ast.expr) -> str:
     return ""
 
 
-def _imports_of(tree: ast.Module) -> dict[str, tuple[str, str]]:
+def _statements(tree: ast.Module) -> Iterator[ast.stmt]:
+    """Every statement, in defs and compound statements too, but no expression nodes.
+
+    Imports may sit inside a method (mllama4 imports Llama4ForCausalLM in
+    ``__init__``); walking statements only is far cheaper than ``ast.walk``.
+    """
+    stack: list = list(reversed(tree.body))
+    while stack:
+        stmt = stack.pop()
+        yield stmt
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            block = getattr(stmt, name, None)
+            if isinstance(block, list):
+                stack.extend(reversed(block))
+
+
+def _imports_of(tree: ast.Module) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """Names imported from sibling model files, and sibling modules imported whole."""
     found: dict[str, tuple[str, str]] = {}
-    for stmt in ast.walk(tree):
-        if isinstance(stmt, ast.ImportFrom) and stmt.module:
-            module = stmt.module
-            if stmt.level == 1 and "." not in module:
-                module = MODELS_PACKAGE + module
-            if not module.startswith(MODELS_PACKAGE):
-                continue
-            stem = module[len(MODELS_PACKAGE):]
-            if "." in stem:
-                continue
+    modules: dict[str, str] = {}
+    package = MODELS_PACKAGE.rstrip(".")
+    for stmt in _statements(tree):
+        if isinstance(stmt, ast.Import):
             for alias in stmt.names:
-                found[alias.asname or alias.name] = (stem, alias.name)
-    return found
+                stem = alias.name[len(MODELS_PACKAGE):] if alias.name.startswith(MODELS_PACKAGE) else ""
+                if stem and "." not in stem and alias.asname:
+                    modules[alias.asname] = stem
+            continue
+        if not isinstance(stmt, ast.ImportFrom):
+            continue
+        module = stmt.module or ""
+        if stmt.level == 1:
+            module = f"{MODELS_PACKAGE}{module}" if module else package
+        if module == package:  # from sglang.srt.models import qwen3_5
+            for alias in stmt.names:
+                modules[alias.asname or alias.name] = alias.name
+            continue
+        if not module.startswith(MODELS_PACKAGE):
+            continue
+        stem = module[len(MODELS_PACKAGE):]
+        if "." in stem:
+            continue
+        for alias in stmt.names:
+            found[alias.asname or alias.name] = (stem, alias.name)
+    return found, modules
 
 
 # -- small structural queries ------------------------------------------------
@@ -291,7 +338,8 @@ def read_setter(func: FunctionNode) -> SetterShape:
                 return SetterShape(param=param, delegate_attr=attr, variant="delegation")
             return SetterShape(param=param, inner_attr=attr, variant="inner-helper")
     if inner_attr is None:
-        return SetterShape(param=param, variant="unknown")
+        own = assigns_self_attr(func, "layers_to_capture")
+        return SetterShape(param=param, variant="own-helper" if own else "unknown")
     text = ast.dump(func)
     variant = "plain"
     if "Call(func=Name(id='max'" in text:
@@ -301,9 +349,139 @@ def read_setter(func: FunctionNode) -> SetterShape:
     return SetterShape(param=param, inner_attr=inner_attr, variant=variant)
 
 
+def group_of(func: FunctionNode, rank_attr: str) -> str:
+    """The pipeline group a method tests, e.g. ``get_pp_group()`` in ``get_pp_group().is_last_rank``."""
+    for node in ast.walk(func):
+        if isinstance(node, ast.Attribute) and node.attr == rank_attr:
+            return ast.unparse(node.value)
+    return ""
+
+
+@dataclass(frozen=True)
+class ForwardShape:
+    """How an inner model's ``forward`` captures aux hidden states (for reports and docs)."""
+
+    collector: str = "none"  # list | AuxHiddenStateList | AuxHiddenStatePacker | ...
+    styles: tuple[str, ...] = ()
+    residual: bool = True
+    tbo: bool = False
+    post_loop: bool = False
+    loops: int = 0
+
+    def labels(self) -> list[str]:
+        labels = [f"collector {self.collector}", *self.styles]
+        if not self.residual:
+            labels.append("no local residual")
+        if self.loops > 1:
+            labels.append(f"{self.loops} capture loops")
+        if self.post_loop:
+            labels.append("post-loop capture")
+        if self.tbo:
+            labels.append("two-batch-overlap path")
+        return labels
+
+
+_CAPTURE_KEYWORDS = ("captured_last_layer_outputs", "capture_output")
+
+
+def read_forward(func: FunctionNode) -> ForwardShape:
+    """Classify the capture of an inner model's ``forward`` (``ast`` only, no edits)."""
+    capture_loops = [
+        node for node in _outer_loops(func) if _loop_captures(node)
+    ]
+    styles: list[str] = []
+    names: set[str] = set()
+    for loop in capture_loops:
+        for node in ast.walk(loop):
+            if isinstance(node, ast.keyword) and node.arg in _CAPTURE_KEYWORDS:
+                gate = "flag-gated" if "_is_layer_to_capture" in ast.dump(node.value) else "id-gated"
+                styles.append(f"collector into layers ({node.arg}=, {gate})")
+                names.update(n.id for n in ast.walk(node.value) if isinstance(n, ast.Name))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("append", "capture"):
+                if isinstance(node.func.value, ast.Name) and node.args:
+                    names.add(node.func.value.id)
+                    styles.append(f"append in loop ({_expression_kind(node.args[0])})")
+    collector = "none"
+    for target, value in _assigned_targets(func):
+        if isinstance(target, ast.Name) and target.id in names and value is not None:
+            if isinstance(value, ast.List):
+                collector = "list"
+            elif isinstance(value, ast.Call):
+                collector = _dotted(value.func).split(".")[0] or "call"
+            break
+    # patchcraft's own capture (``if self.capture_embedding_for_eagle3 ...``) is no shape of the release
+    ours = [n for n in ast.walk(func) if isinstance(n, ast.If) and "capture_embedding_for_eagle3" in ast.dump(n.test)]
+    post_loop = any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "capture")
+        and isinstance(n.func.value, ast.Name) and n.func.value.id in names
+        and not any(_contains(block, n) for block in [*capture_loops, *ours])
+        for n in ast.walk(func)
+    )
+    residual = any(isinstance(t, ast.Name) and t.id == "residual" for t, _ in _assigned_targets(func))
+    tbo = any(isinstance(n, ast.Attribute) and n.attr == "can_run_tbo" for n in ast.walk(func))
+    return ForwardShape(
+        collector=collector,
+        styles=tuple(dict.fromkeys(styles)),
+        residual=residual,
+        tbo=tbo,
+        post_loop=post_loop,
+        loops=len(capture_loops),
+    )
+
+
+def _outer_loops(func: FunctionNode) -> list[ast.For]:
+    """``for`` statements of ``func`` not nested in another ``for`` (nor in nested defs)."""
+    found: list[ast.For] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.For):
+                found.append(child)
+                continue
+            visit(child)
+
+    visit(func)
+    return found
+
+
+def _loop_captures(loop: ast.For) -> bool:
+    text = ast.dump(loop)
+    return "layers_to_capture" in text or "_is_layer_to_capture" in text
+
+
+def _expression_kind(expr: ast.expr) -> str:
+    if isinstance(expr, ast.Name):
+        return "bare hidden_states"
+    if isinstance(expr, ast.IfExp):
+        return "None-safe, not cloned"
+    if isinstance(expr, ast.BinOp):
+        return "hidden_states + residual"
+    if isinstance(expr, ast.Call):
+        return ast.unparse(expr.func).split(".")[-1] + "()"
+    return type(expr).__name__
+
+
+def _contains(tree: ast.AST, node: ast.AST) -> bool:
+    return any(n is node for n in ast.walk(tree))
+
+
 def classes_assigned_to(graph: ModelGraph, outer: ClassNode, attr: str) -> list[ClassNode]:
     """Classes that ``self.<attr>`` is constructed from in the MRO's ``__init__``."""
+    return constructors_of(graph, outer, attr)[0]
+
+
+def constructors_of(graph: ModelGraph, outer: ClassNode, attr: str) -> tuple[list[ClassNode], list[str]]:
+    """Classes ``self.<attr>`` is built from, and the constructor calls that name no class.
+
+    The most derived ``__init__`` that assigns ``self.<attr>`` wins (a subclass
+    replacing ``self.model`` after ``super().__init__()``). A constructor may be
+    a class, a factory method, a class attribute (``self.body_cls(...)``) or an
+    ``__init__`` parameter with a class default (``language_model_cls=...``).
+    """
     found: list[ClassNode] = []
+    unresolved: list[str] = []
     for owner in graph.mro(outer):
         init = owner.methods.get("__init__")
         if init is None:
@@ -311,21 +489,25 @@ def classes_assigned_to(graph: ModelGraph, outer: ClassNode, attr: str) -> list[
         for target, value in _assigned_targets(init):
             if not (_is_self_attr(target, attr) and isinstance(value, ast.Call)):
                 continue
-            for cls in _constructed(graph, outer, owner, value):
+            classes = _constructed(graph, outer, owner, value)
+            if not classes:
+                unresolved.append(f"`self.{attr} = {ast.unparse(value.func)}(...)` in {owner.label}.__init__")
+            for cls in classes:
                 if cls not in found:
                     found.append(cls)
-        if found:
+        if found or unresolved:
             break
-    return found
+    return found, unresolved
 
 
 def _constructed(graph: ModelGraph, outer: ClassNode, owner: ClassNode, call: ast.Call) -> list[ClassNode]:
     name = _dotted(call.func)
     if name.startswith("self."):
-        # self._init_model(...): the factory method that runs for ``outer``.
-        found = graph.find_method(outer, name[len("self."):])
+        attr = name[len("self."):]
+        found = graph.find_method(outer, attr)
         if found is None:
-            return []
+            return _class_attribute(graph, outer, attr)
+        # self._init_model(...): the factory method that runs for ``outer``.
         factory_owner, factory = found
         result = []
         for node in ast.walk(factory):
@@ -335,4 +517,46 @@ def _constructed(graph: ModelGraph, outer: ClassNode, owner: ClassNode, call: as
                     result.append(cls)
         return result
     cls = graph.resolve(owner.module, name)
-    return [cls] if cls is not None else []
+    if cls is not None:
+        return [cls]
+    return _parameter_default(graph, outer, owner, name)
+
+
+def _class_attribute(graph: ModelGraph, outer: ClassNode, attr: str) -> list[ClassNode]:
+    """``body_cls = qwen3_5.Qwen3_5ForCausalLM`` in the class body, most derived first."""
+    for owner in graph.mro(outer):
+        for stmt in owner.node.body:
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attr for t in stmt.targets):
+                cls = graph.resolve(owner.module, _dotted(stmt.value))
+                return [cls] if cls is not None else []
+    return []
+
+
+def _parameter_default(graph: ModelGraph, outer: ClassNode, owner: ClassNode, name: str) -> list[ClassNode]:
+    """``language_model_cls=Qwen3LLMModel`` in ``__init__``: the most derived default.
+
+    Subclasses pass their own default on to ``super().__init__``, so the
+    default of the most derived ``__init__`` with that parameter is the one
+    that reaches ``owner``.
+    """
+    for cls in graph.mro(outer):
+        init = cls.methods.get("__init__")
+        default = _default_of(init, name) if init is not None else None
+        if default is not None:
+            found = graph.resolve(cls.module, _dotted(default))
+            return [found] if found is not None else []
+        if cls is owner:
+            break
+    return []
+
+
+def _default_of(func: FunctionNode, name: str) -> ast.expr | None:
+    args = func.args
+    positional = args.posonlyargs + args.args
+    for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
+        if arg.arg == name:
+            return default
+    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults):
+        if arg.arg == name:
+            return kw_default
+    return None

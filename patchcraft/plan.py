@@ -22,11 +22,17 @@ from patchcraft.graph import (
     ModelPlan,
     assigns_self_attr,
     class_assigns,
-    classes_assigned_to,
+    constructors_of,
+    group_of,
+    read_forward,
     read_setter,
     references_self_attr,
 )
 from patchcraft.sources import read_source
+
+
+#: Start of the reason given for an inner model's helper setter that nothing calls.
+OWN_HELPER = "inner-model helper only:"
 
 
 def scan(models_dir: Path) -> ModelGraph:
@@ -62,6 +68,11 @@ def plan_models(graph: ModelGraph) -> list[ModelPlan]:
         if cls not in owners and not _differs_from_parent(graph, cls, plan, plans):
             continue
         plans[cls.key] = plan
+    # A helper whose inner model another plan edits is that plan's business.
+    edited = {(s.module, s.cls) for plan in plans.values() for s in plan.sites}
+    for key, plan in list(plans.items()):
+        if plan.unsupported and plan.unsupported.startswith(OWN_HELPER) and key in edited:
+            del plans[key]
     return sorted(plans.values(), key=lambda p: (p.module, _line(graph, p)))
 
 
@@ -94,12 +105,20 @@ def plan_model(graph: ModelGraph, cls: ClassNode, _depth: int = 0) -> ModelPlan:
         return ModelPlan(**base, unsupported=f"{where} takes no layer_ids parameter (legacy setter); ids cannot be passed, so -1 cannot be requested")
     if shape.delegate_attr is not None:
         return _plan_delegation(graph, cls, shape.delegate_attr, base, where, _depth)
+    if shape.variant == "own-helper":
+        return ModelPlan(
+            **base,
+            unsupported=(
+                f"{OWN_HELPER} {where} sets its own layers_to_capture, and no model class in "
+                "sglang/srt/models calls it (no outer setter): EAGLE-3 is not wired for this model at all"
+            ),
+        )
     if shape.inner_attr is None:
         return ModelPlan(**base, unsupported=f"{where} sets no `self.<model>.layers_to_capture` and calls no inner setter; nothing to extend")
-    inner_classes = classes_assigned_to(graph, cls, shape.inner_attr)
+    inner_classes, unresolved = constructors_of(graph, cls, shape.inner_attr)
     if not inner_classes:
-        return ModelPlan(**base, unsupported=f"{cls.path.name}: cannot tell statically which class `self.{shape.inner_attr}` of {cls.name} is")
-    pp = "self.pp_group" if (class_assigns(graph, cls, "pp_group") or references_self_attr(setter, "pp_group")) else ""
+        return ModelPlan(**base, unsupported=_unresolved(cls, shape.inner_attr, unresolved, where))
+    pp = _pipeline_group(graph, cls, setter, shape.inner_attr, inner_classes)
     sites: list[EditSite] = [
         EditSite(
             kind="setter",
@@ -112,18 +131,45 @@ def plan_model(graph: ModelGraph, cls: ClassNode, _depth: int = 0) -> ModelPlan:
     ]
     notes = [f"setter: {shape.variant}"]
     for inner in inner_classes:
-        problem = _inner_sites(graph, inner, sites)
+        problem = _inner_sites(graph, inner, sites, notes)
         if problem:
             return ModelPlan(**base, unsupported=problem, notes=tuple(notes))
     return ModelPlan(**base, sites=tuple(_unique(sites)), notes=tuple(notes))
 
 
+def _pipeline_group(graph: ModelGraph, cls: ClassNode, setter, inner_attr: str, inners: list[ClassNode]) -> str:
+    """The pipeline group whose ``world_size`` the setter block checks ("" when none exists).
+
+    The setter's own guard names it (``get_pp_group()``, ``self.pp_group``);
+    else the outer class's ``self.pp_group``; else the inner model's, when
+    only the inner model knows its pipeline rank (Qwen2.5-VL in 0.5.2).
+    """
+    named = group_of(setter, "is_last_rank")
+    if named:
+        return named
+    if class_assigns(graph, cls, "pp_group"):
+        return "self.pp_group"
+    if any(class_assigns(graph, inner, "pp_group") for inner in inners):
+        return f"self.{inner_attr}.pp_group"
+    return ""
+
+
+def _unresolved(cls: ClassNode, attr: str, calls: list[str], where: str) -> str:
+    if calls:
+        return (
+            f"{where} works on `self.{attr}`, built by {calls[0]}: a class chosen at run time, "
+            "not one defined in sglang/srt/models, so its forward cannot be patched here"
+        )
+    return f"{cls.path.name}: {cls.name}.__init__ never builds `self.{attr}` (the inner model the setter configures)"
+
+
 def _plan_delegation(graph: ModelGraph, cls: ClassNode, attr: str, base: dict, where: str, depth: int) -> ModelPlan:
-    targets = classes_assigned_to(graph, cls, attr)
+    targets, unresolved = constructors_of(graph, cls, attr)
     if not targets:
-        return ModelPlan(**base, unsupported=f"{where} delegates to `self.{attr}`, whose class cannot be determined statically")
+        return ModelPlan(**base, unsupported=_unresolved(cls, attr, unresolved, where))
     sites: list[EditSite] = []
     names = []
+    notes = ["setter: delegation"]
     for target in targets:
         if graph.find_method(target, SETTER) is None or depth > 4:
             return ModelPlan(**base, unsupported=f"{where} delegates to {target.label}, which has no {SETTER}")
@@ -132,27 +178,32 @@ def _plan_delegation(graph: ModelGraph, cls: ClassNode, attr: str, base: dict, w
             return ModelPlan(**base, unsupported=f"delegates to {target.label}: {delegate.unsupported}", delegate=target.label)
         sites.extend(delegate.sites)
         names.append(target.label)
-    return ModelPlan(**base, sites=tuple(_unique(sites)), delegate=", ".join(names), notes=("setter: delegation",))
+        notes.extend(n for n in delegate.notes if n not in notes)
+    return ModelPlan(**base, sites=tuple(_unique(sites)), delegate=", ".join(names), notes=tuple(notes))
 
 
-def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite]) -> str | None:
+def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite], notes: list[str]) -> str | None:
     """Append the init and forward sites of inner model ``inner``; or say why not."""
-    init_owner = None
-    for owner in graph.mro(inner):
-        init = owner.methods.get("__init__")
-        if init is not None and assigns_self_attr(init, "layers_to_capture"):
-            init_owner = owner
-            break
+    init_owner = next(
+        (o for o in graph.mro(inner) if "__init__" in o.methods and assigns_self_attr(o.methods["__init__"], "layers_to_capture")),
+        None,
+    )
+    found = _capturing_forward(graph, inner)
+    if init_owner is None and found is None:
+        return (
+            f"{inner.label} has no aux hidden-state capture at all (no `self.layers_to_capture` in __init__, "
+            "no capture in forward): the setter has no effect on it, so EAGLE-3 itself, not only layer id -1, "
+            "is unavailable for this class"
+        )
     if init_owner is None:
         return f"{inner.label} (or its bases) never initialises `self.layers_to_capture` in __init__"
-    found = graph.find_method(inner, "forward")
     if found is None:
-        return f"{inner.label} has no forward"
+        return f"{inner.label}: forward never captures aux hidden states (no layers_to_capture in it, nor in the super().forward it calls)"
     forward_owner, forward = found
-    if not any(references_self_attr(forward, a) for a in ("layers_to_capture", "capture_aux_hidden_states")) and "_is_layer_to_capture" not in ast.dump(forward):
-        return f"{forward_owner.label}.forward never captures aux hidden states (no layers_to_capture in it)"
-    gate = ""
-    if class_assigns(graph, forward_owner, "pp_group"):
+    gate = group_of(forward, "is_first_rank")
+    if gate:
+        gate = f"{gate}.is_first_rank"
+    elif class_assigns(graph, forward_owner, "pp_group"):
         gate = "self.pp_group.is_first_rank"
     elif class_assigns(graph, forward_owner, "start_layer"):
         gate = "self.start_layer == 0"
@@ -167,7 +218,48 @@ def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite]) -> 
             params=(("gate", gate),),
         )
     )
+    for label in read_forward(forward).labels():
+        if f"forward: {label}" not in notes:
+            notes.append(f"forward: {label}")
     return None
+
+
+def _captures(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(references_self_attr(func, a) for a in ("layers_to_capture", "capture_aux_hidden_states")) or (
+        "_is_layer_to_capture" in ast.dump(func)
+    )
+
+
+def _capturing_forward(graph: ModelGraph, inner: ClassNode):
+    """The ``forward`` that runs the capture loop, following ``super().forward(...)``.
+
+    A subclass may wrap its parent's forward (an EAGLE draft feeding fused
+    inputs to ``super().forward``); the capture, and so the edit, is then in
+    the parent's forward.
+    """
+    for owner in graph.mro(inner):
+        forward = owner.methods.get("forward")
+        if forward is None:
+            continue
+        if _captures(forward):
+            return owner, forward
+        if not _calls_super_forward(forward):
+            return None
+    return None
+
+
+def _calls_super_forward(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for node in ast.walk(func):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "forward"
+            and isinstance(node.func.value, ast.Call)
+            and isinstance(node.func.value.func, ast.Name)
+            and node.func.value.func.id == "super"
+        ):
+            return True
+    return False
 
 
 def _unique(sites: Iterable[EditSite]) -> list[EditSite]:

@@ -1,9 +1,16 @@
-"""Golden diffs for real releases: one case per patched file, ids like ``0.5.10/deepseek_v2``.
+"""Golden diffs for real releases: one case per patched model file, ids like ``0.5.10/deepseek_v2``.
 
-Each case checks the byte-exact diff, idempotence (a second apply changes
-nothing), a clean verify of every model touching the file, ``compile()``
-of the result, and a byte-identical revert. ``pytest --update-golden``
-rewrites the files under golden/ for review.
+Each release of the coverage matrix is applied once per session (model
+files only: the runner files have their own goldens, checked by
+tests/test_runner_transform.py). Each case then checks the byte-exact
+diff, idempotence (the verify run after apply would change nothing),
+a clean verify of every model touching the file, ``compile()`` of the
+result, and a byte-identical revert. ``pytest --update-golden`` rewrites
+the model-file diffs under golden/ for review.
+
+Releases between the matrix ones (``BETWEEN``) get the same checks
+without golden files: structure, not release numbers, drives the
+transforms, so they must come out just as clean.
 """
 
 from __future__ import annotations
@@ -14,54 +21,66 @@ from pathlib import Path
 import pytest
 
 from patchcraft.diffs import unified_diff
-from patchcraft.engine import ALREADY, ERROR, Mode, patch_text, revert_text, run, write_changes
+from patchcraft.engine import ALREADY, ERROR, PATCHED, UNSUPPORTED, Mode, RunResult, revert_text, run, write_changes
 from patchcraft.tree import resolve_target
 
-from conftest import GOLDEN, copy_release
+from conftest import GOLDEN, copy_release, release_package
 
-#: Runner-file goldens; a release with only these (no model goldens yet) is left to test_runner_transform.py.
+#: The coverage matrix: every release here has a golden/<release>/ set (0.4.6 patches nothing).
+MATRIX = ("0.4.6", "0.4.10", "0.5.2", "0.5.6", "0.5.10", "0.5.15", "0.5.20", "0.5.23")
+#: Releases in between, checked without golden files.
+BETWEEN = ("0.5.13", "0.5.18")
+#: Runner-file goldens live beside ours; tests/test_runner_transform.py owns them.
 RUNNER_STEMS = {"model_runner", "cuda_graph_runner"}
-RELEASES = sorted(p.name for p in GOLDEN.iterdir() if p.is_dir() and {f.stem for f in p.glob("*.diff")} - RUNNER_STEMS) if GOLDEN.is_dir() else []
-CASES = [f"{r}/{p.stem}" for r in RELEASES for p in sorted((GOLDEN / r).glob("*.diff"))]
+
+
+def _model_goldens(version: str) -> list[Path]:
+    return sorted(p for p in (GOLDEN / version).glob("*.diff") if p.stem not in RUNNER_STEMS)
+
+
+CASES = [f"{v}/{p.stem}" for v in MATRIX for p in _model_goldens(v)]
 
 
 @dataclass
 class Applied:
+    """One release after ``apply``: what changed, the verify run, and the reverts."""
+
     package: Path
-    before: dict = field(default_factory=dict)
+    first: RunResult
+    verify: RunResult
+    pristine: dict = field(default_factory=dict)  # stem -> release bytes
     diffs: dict = field(default_factory=dict)
     after: dict = field(default_factory=dict)
-    verify: object = None
-    second: object = None
-    reverted: dict = field(default_factory=dict)
-    errors: list = field(default_factory=list)
+    reverted: dict = field(default_factory=dict)  # stem -> bytes
+
+    @property
+    def errors(self) -> list:
+        return [f"{m.model}: {m.message}" for m in self.first.models if m.status == ERROR]
 
 
 _CACHE: dict[str, Applied] = {}
 
 
 def applied(version: str, tmp_root: Path) -> Applied:
-    """Apply, re-apply, verify and revert a whole release once per session."""
+    """Apply, verify and revert a whole release once per session (model classes only).
+
+    The verify run doubles as the second apply: it runs the same pipeline,
+    so its ``changes`` are what a second ``apply`` would write.
+    """
     if version in _CACHE:
         return _CACHE[version]
     package = copy_release(version, tmp_root / version)
     tree = resolve_target(str(package))
-    first = run(tree, Mode.APPLY)
-    state = Applied(package=package)
-    state.errors = [m for m in first.models if m.status == ERROR]
-    for change in first.changes:
-        stem = Path(change.rel).stem
-        state.before[stem] = change.before
-        state.diffs[stem] = unified_diff(change)
+    first = run(tree, Mode.APPLY, runner=False)
     write_changes(first.changes)
+    state = Applied(package=package, first=first, verify=run(tree, Mode.VERIFY, runner=False))
+    origin = release_package(version)
     for change in first.changes:
         stem = Path(change.rel).stem
-        state.after[stem] = change.source.path.read_bytes().decode(change.source.encoding).removeprefix("\ufeff")
-    state.second = run(tree, Mode.APPLY)
-    state.verify = run(tree, Mode.VERIFY)
-    for change in first.changes:
-        stem = Path(change.rel).stem
-        state.reverted[stem] = revert_text(state.after[stem], change.source.path)
+        state.pristine[stem] = (origin / change.source.path.relative_to(package)).read_bytes()
+        state.diffs[stem] = unified_diff(change)
+        state.after[stem] = change.after
+        state.reverted[stem] = change.source.encode(revert_text(change.after, change.source.path))
     _CACHE[version] = state
     return state
 
@@ -71,52 +90,54 @@ def session_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("golden")
 
 
-@pytest.mark.parametrize("version", RELEASES)
+def check_release(state: Applied) -> None:
+    """No error; every supported model patched, then verified; nothing left to do."""
+    assert not state.errors, state.errors
+    statuses = {m.model: m.status for m in state.first.models}
+    assert set(statuses.values()) <= {PATCHED, UNSUPPORTED}, statuses
+    bad = [(m.model, m.status, m.message) for m in state.verify.models if m.status != UNSUPPORTED and not (m.status == ALREADY and m.compiles)]
+    assert not bad
+    assert not state.verify.changes, [c.rel for c in state.verify.changes]
+    for stem, reverted in state.reverted.items():
+        assert reverted == state.pristine[stem], f"{stem}: revert is not byte-identical"
+
+
+@pytest.mark.parametrize("version", MATRIX)
 def test_golden_set_matches_patched_files(version: str, session_tmp: Path, update_golden: bool) -> None:
-    """Every file apply changes has a golden diff, and every golden diff is still produced."""
+    """Every model file apply changes has a golden diff, and every golden diff is still produced."""
     state = applied(version, session_tmp)
     if update_golden:
-        for old in (GOLDEN / version).glob("*.diff"):
+        (GOLDEN / version).mkdir(parents=True, exist_ok=True)
+        for old in _model_goldens(version):
             old.unlink()
         for stem, diff in state.diffs.items():
             (GOLDEN / version / f"{stem}.diff").write_bytes(diff.encode("utf-8"))
-    expected = {p.stem for p in (GOLDEN / version).glob("*.diff")}
-    assert set(state.diffs) == expected
-    assert not state.errors, [f"{m.model}: {m.message}" for m in state.errors]
+    assert set(state.diffs) == {p.stem for p in _model_goldens(version)}
+    check_release(state)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden_case(case: str, session_tmp: Path, update_golden: bool) -> None:
     version, stem = case.split("/")
     state = applied(version, session_tmp)
-    golden = GOLDEN / version / f"{stem}.diff"
     if update_golden:
         pytest.skip("golden files rewritten")
     assert stem in state.diffs, f"{case}: apply no longer changes this file"
-    assert state.diffs[stem] == golden.read_bytes().decode("utf-8"), f"{case}: diff differs from golden"
+    assert state.diffs[stem] == (GOLDEN / version / f"{stem}.diff").read_bytes().decode("utf-8"), f"{case}: diff differs from golden"
     compile(state.after[stem], f"{case}.py", "exec", dont_inherit=True)
-    # Idempotence: nothing left to do on the tree, and T(T(x)) == T(x) for this file.
-    assert not [c.rel for c in state.second.changes if Path(c.rel).stem == stem]
-    # Verify: every model whose edits touch this file is verified.
+    # Idempotence, T(T(x)) == T(x): the verify run would change nothing in this file.
+    assert not [c.rel for c in state.verify.changes if Path(c.rel).stem == stem]
+    # Verify: every model whose edits touch this file is verified, and names the file.
     touching = [m for m in state.verify.models if any(Path(f).stem == stem for f in m.files)]
     assert touching, f"{case}: no model owns this file"
     assert all(m.status == ALREADY and m.compiles for m in touching), [(m.model, m.status, m.message) for m in touching]
     # Revert: byte-identical to the release.
-    assert state.reverted[stem] == state.before[stem]
+    assert state.reverted[stem] == state.pristine[stem]
 
 
-def test_transform_is_idempotent_on_text() -> None:
-    """T(T(x)) == T(x) on a real file, through the str -> str layer."""
-    if not RELEASES:
-        pytest.skip("no golden releases")
-    version = RELEASES[-1]
-    state = applied(version, Path(__import__("tempfile").mkdtemp()))
-    tree = resolve_target(str(state.package))
-    from patchcraft.engine import plan_tree
-
-    for plan in plan_tree(tree):
-        if plan.unsupported or plan.label in {m.model for m in state.errors}:
-            continue
-        for site in plan.sites:
-            text = site.path.read_text(encoding="utf-8")
-            assert patch_text(text, site.path, [site]).after == text
+@pytest.mark.parametrize("version", BETWEEN)
+def test_release_between_the_matrix(version: str, session_tmp: Path) -> None:
+    """A release outside the matrix comes out as clean as the matrix (no golden files)."""
+    state = applied(version, session_tmp)
+    assert state.diffs, f"{version}: apply changed nothing"
+    check_release(state)

@@ -8,16 +8,21 @@ telling a user's edit of our block apart from our block.
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import libcst as cst
 
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
-from patchcraft.graph import EditSite
+from patchcraft.graph import EditSite, parse_python
 
 FLAG = "capture_embedding_for_eagle3"
+#: Added to a preallocated collector's capture count (``AuxHiddenStatePacker``):
+#: the one in-expression edit patchcraft makes, recognised by this exact shape.
+FLAG_COUNT = f"int(self.{FLAG})"
 
 
 class AnchorError(PatchcraftError):
@@ -169,6 +174,44 @@ def _walk_blocks_child(node: cst.CSTNode, found: list, predicate: Callable[[cst.
             _walk_blocks_child(child, found, predicate)
 
 
+Chain = tuple  # ((IndentedBlock, index), ...) from the function body down
+
+
+def walk_statements(func: cst.FunctionDef) -> list:
+    """Every statement of ``func`` (not inside nested defs) with its chain of enclosing blocks.
+
+    Each entry is ``(statement, ((block, index), ...))``: the blocks from the
+    function body down to the statement's own block, and the position taken
+    in each. Compound statements (if/for/with/try/while) are entered.
+    """
+    found: list = []
+
+    def visit_block(block: cst.BaseSuite, chain: tuple) -> None:
+        if not isinstance(block, cst.IndentedBlock):
+            return
+        for index, stmt in enumerate(block.body):
+            here = chain + ((block, index),)
+            found.append((stmt, here))
+            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            for suite in _suites(stmt):
+                visit_block(suite, here)
+
+    visit_block(func.body, ())
+    return found
+
+
+def _suites(stmt: cst.CSTNode) -> list:
+    """The indented blocks directly owned by a compound statement (else/elif/except included)."""
+    suites: list = []
+    for child in stmt.children:
+        if isinstance(child, cst.IndentedBlock):
+            suites.append(child)
+        elif isinstance(child, (cst.Else, cst.If, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)):
+            suites.extend(_suites(child))
+    return suites
+
+
 def find_statements(func: cst.FunctionDef, predicate: Callable[[cst.BaseStatement], bool]) -> list:
     """Statements of ``func`` at any block depth (not inside nested defs) matching ``predicate``."""
     found: list = []
@@ -200,8 +243,28 @@ def insert_at(func: cst.FunctionDef, anchor: cst.CSTNode, new: cst.BaseStatement
     return result  # type: ignore[return-value]
 
 
+def _uses_name(node: cst.CSTNode, name: str) -> bool:
+    """Whether a ``Name``/attribute ``name`` occurs under ``node`` (plain walk, no visitor)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name) and current.value == name:
+            return True
+        stack.extend(current.children)
+    return False
+
+
+def is_flag_count(node: cst.CSTNode) -> bool:
+    """``<count> + int(self.capture_embedding_for_eagle3)``: a widened capture count."""
+    return (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Add)
+        and cst.Module(body=()).code_for_node(node.right) == FLAG_COUNT
+    )
+
+
 class RemoveMarked(cst.CSTTransformer):
-    """Removes every statement that carries the patchcraft marker."""
+    """Removes every statement that carries the patchcraft marker, and every widened count."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -213,6 +276,19 @@ class RemoveMarked(cst.CSTTransformer):
             return updated
         self.removed += len(updated.body) - len(kept)
         return updated.with_changes(body=tuple(kept))
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        # Marked statements are removed from their block; inside a simple
+        # statement only a widened count can need work (skipping the rest is
+        # what keeps revert fast on big classes).
+        return _uses_name(node, FLAG)
+
+    def leave_BinaryOperation(self, original: cst.BinaryOperation, updated: cst.BaseExpression) -> cst.BaseExpression:
+        # The count was ``left`` before; ``left`` kept its own whitespace and parentheses.
+        if is_flag_count(updated):
+            self.removed += 1
+            return updated.left  # type: ignore[attr-defined]
+        return updated
 
 
 def line_of(module: cst.Module, node: cst.CSTNode) -> int:
@@ -244,3 +320,97 @@ def assign_targets(stmt: cst.BaseStatement) -> list:
 def mentions(node: cst.CSTNode, dotted: str) -> bool:
     """Whether the code of ``node`` contains the attribute chain ``dotted``."""
     return dotted in cst.Module(body=()).code_for_node(node)
+
+
+# -- class slices: libcst parses only the classes it edits ----------------------
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings, split where ``ast`` counts lines (not on form feeds)."""
+    lines: list[str] = []
+    start = 0
+    for match in _LINE_END.finditer(text):
+        lines.append(text[start : match.end()])
+        start = match.end()
+    if start < len(text):
+        lines.append(text[start:])
+    return lines
+
+
+@dataclass
+class ClassSlices:
+    """A file cut into its top-level classes of interest and the text around them.
+
+    libcst is slow on big files (deepseek_v2.py has over 3,000 lines) and
+    every edit lies inside one top-level class, so only those classes are
+    parsed, each as a module of its own, and spliced back line for line.
+    The text outside them is never touched, so the result is byte-identical
+    to a whole-file edit.
+    """
+
+    lines: list
+    spans: dict  # class name -> (first line index, end line index)
+    modules: dict  # class name -> cst.Module
+
+    @classmethod
+    def of(cls, text: str, names: Iterable[str], parse: Callable[[str, int], cst.Module]) -> Optional["ClassSlices"]:
+        """Slices for ``names``; None when one is not exactly one top-level class.
+
+        ``parse(segment, first_line)`` parses one class; a syntax error in the
+        file raises ``SyntaxError`` (the caller turns it into one clear line).
+        """
+        tree = parse_python(text)
+        found: dict = {}
+        for stmt in tree.body:
+            if isinstance(stmt, ast.ClassDef):
+                found.setdefault(stmt.name, []).append(stmt)
+        wanted = set(names)
+        if any(len(found.get(name, ())) != 1 for name in wanted):
+            return None
+        lines = split_lines(text)
+        spans = {}
+        for name in wanted:
+            node = found[name][0]
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+            spans[name] = (first, node.end_lineno or node.lineno)
+        modules = {name: parse("".join(lines[a:b]), a) for name, (a, b) in spans.items()}
+        return cls(lines=lines, spans=spans, modules=modules)
+
+    def text(self) -> str:
+        """The whole file with every class replaced by its module's code."""
+        parts: list = []
+        at = 0
+        for name, (first, end) in sorted(self.spans.items(), key=lambda item: item[1][0]):
+            parts.extend(self.lines[at:first])
+            parts.append(self.modules[name].code)
+            at = end
+        parts.extend(self.lines[at:])
+        return "".join(parts)
+
+
+def marked_classes(text: str) -> Optional[list]:
+    """Top-level classes holding patchcraft text (marker or widened count).
+
+    None when such text also lies outside every top-level class: the caller
+    then reverts the whole module.
+    """
+    if MARKER not in text and FLAG_COUNT not in text:
+        return []
+    tree = parse_python(text)
+    lines = split_lines(text)
+    names: list = []
+    covered = 0
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.ClassDef):
+            continue
+        first = min([stmt.lineno] + [d.lineno for d in stmt.decorator_list]) - 1
+        segment = "".join(lines[first : stmt.end_lineno])
+        count = segment.count(MARKER) + segment.count(FLAG_COUNT)
+        if count:
+            names.append(stmt.name)
+            covered += count
+    if covered != text.count(MARKER) + text.count(FLAG_COUNT):
+        return None
+    return names

@@ -1,157 +1,317 @@
-"""Edit 3: in the inner model's ``forward``, capture the embedding output before the layer loop."""
+"""Edit 3: in the inner model's ``forward``, capture the embedding output right before the layer loop.
+
+The capture goes immediately before the loop that captures the other
+layers (or the earliest capture that precedes it), inside whatever branch
+holds that loop. There, ``hidden_states`` is what layer 0 receives: the
+embedding output, on the first pipeline stage. So layer id -1 behaves
+exactly like a capture at the top of layer 0, on every path: a
+two-batch-overlap branch that bypasses the loop captures no layer, and
+no embedding either.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional, Sequence
 
 import libcst as cst
-import libcst.matchers as m
 
 from patchcraft.graph import EditSite
 from patchcraft.transforms._base import (
     FLAG,
+    FLAG_COUNT,
     AnchorError,
     Example,
     Outcome,
-    body_of,
     edit_method,
     find_statements,
     insert_at,
+    is_flag_count,
     is_marked,
     line_of,
     marked_statement,
     strip_marker_lines,
+    walk_statements,
 )
 
 NAME = "capture_embedding_output"
 KIND = "forward"
 DESCRIPTION = (
-    "Right after the aux collector is created and before the layer loop, append a copy of "
-    "the embedding output when the flag is set, on the first pipeline stage only."
+    "Right before the layer loop that captures aux hidden states (in its own branch), append "
+    "a copy of the embedding output when the flag is set, on the first pipeline stage only; "
+    "a preallocated collector (AuxHiddenStatePacker) gets room for one more capture."
 )
 #: The embedding at the loop top; a copy, because fused add-norm kernels update
 #: layer 0's residual (this same tensor) in place.
 SEED_EXPRESSION = "hidden_states.clone() if residual is None else hidden_states + residual"
 NO_RESIDUAL_EXPRESSION = "hidden_states.clone()"
+#: Keywords through which a forward hands its collector to the layers.
+CAPTURE_KEYWORDS = ("captured_last_layer_outputs", "capture_output")
+_EMPTY = cst.Module(body=())
 
 
-def block(site: EditSite, collector: str, expression: str) -> str:
+def _code(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def block(site: EditSite, collector: str, expression: str, method: str = "append") -> str:
+    """The inserted capture block, for a collector and the release's capture call."""
     gate = site.param("gate")
     test = f"self.{FLAG} and {gate}" if gate else f"self.{FLAG}"
+    if method == "capture":
+        # The release's own primitive (AuxHiddenStateList.capture) copies.
+        call = f"    {collector}.capture(hidden_states)\n"
+    elif expression == NO_RESIDUAL_EXPRESSION:
+        call = f"    {collector}.append({expression})\n"
+    else:
+        call = f"    {collector}.append(\n        {expression}\n    )\n"
     return (
         "# patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only\n"
         f"if {test}:\n"
-        f"    {collector}.append(\n"
-        f"        {expression}\n"
-        "    )\n"
+        f"{call}"
     )
 
 
-def _collector_name(stmt: cst.BaseStatement) -> str | None:
-    """``NAME = []`` (optionally annotated) -> NAME."""
+@dataclass
+class Capture:
+    """What ``forward`` looks like around its capture loop."""
+
+    collector: str
+    collector_stmt: cst.BaseStatement
+    anchor: cst.BaseStatement  # insert right before this statement
+    method: str  # "append" | "capture"
+    expression: str
+    count: Optional[cst.Arg]  # the preallocated capture count, if any
+
+
+def _nodes(node: cst.CSTNode):
+    """Every node under ``node`` (plain traversal: far cheaper than matchers or codegen)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def _idents(node: cst.CSTNode) -> set:
+    """Names and attribute names used under ``node``, and short string literals
+    (``getattr(layer, "_is_layer_to_capture", False)`` names an attribute too)."""
+    found = set()
+    for child in _nodes(node):
+        if isinstance(child, cst.Name):
+            found.add(child.value)
+        elif isinstance(child, cst.SimpleString) and len(child.value) < 64:
+            found.add(child.value.strip("\"'"))
+    return found
+
+
+def _mentions_capture(node: cst.CSTNode) -> bool:
+    return not _idents(node).isdisjoint(("layers_to_capture", "_is_layer_to_capture"))
+
+
+def _capture_loops(walked: Sequence) -> list:
+    """Outermost ``for``/``while`` statements that capture (mention the capture ids or flags)."""
+    loops = [(s, chain) for s, chain in walked if isinstance(s, (cst.For, cst.While)) and _mentions_capture(s)]
+    ids = {id(s) for s, _ in loops}
+    return [(s, chain) for s, chain in loops if not any(id(block.body[i]) in ids for block, i in chain[:-1])]
+
+
+def _collector_names(loops: Sequence) -> set:
+    """Names the loops capture into: ``NAME.append/capture(...)``, ``NAME.capture``, or by keyword."""
+    names: set = set()
+    for loop, _ in loops:
+        for node in _nodes(loop):
+            if (
+                isinstance(node, cst.Attribute)
+                and isinstance(node.value, cst.Name)
+                and node.attr.value in ("append", "capture")
+            ):
+                names.add(node.value.value)
+            elif isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value in CAPTURE_KEYWORDS:
+                names.update(n.value for n in _nodes(node.value) if isinstance(n, cst.Name))
+    return names
+
+
+def _method_of(func: cst.FunctionDef, name: str) -> str:
+    """``capture`` when the forward uses its collector's own ``.capture`` (which copies)."""
+    for node in _nodes(func.body):
+        if (
+            isinstance(node, cst.Attribute)
+            and node.attr.value == "capture"
+            and isinstance(node.value, cst.Name)
+            and node.value.value == name
+        ):
+            return "capture"
+    return "append"
+
+
+def _collector_value(stmt: cst.BaseStatement) -> tuple[Optional[str], Optional[cst.BaseExpression]]:
+    """``NAME = []`` or ``NAME = Collector(...)`` (optionally annotated) -> (NAME, value)."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-        return None
+        return None, None
     small = stmt.body[0]
     if isinstance(small, cst.Assign) and len(small.targets) == 1:
         target, value = small.targets[0].target, small.value
     elif isinstance(small, cst.AnnAssign) and small.value is not None:
         target, value = small.target, small.value
     else:
-        return None
-    if isinstance(target, cst.Name) and isinstance(value, cst.List) and not value.elements:
-        return target.value
-    return None
+        return None, None
+    if not isinstance(target, cst.Name):
+        return None, None
+    if isinstance(value, cst.List) and not value.elements:
+        return target.value, value
+    if isinstance(value, cst.Call):
+        return target.value, value
+    return None, None
 
 
-def _is_layer_loop(stmt: cst.BaseStatement) -> bool:
-    return isinstance(stmt, cst.For)
+def _common_block(chains: Sequence) -> tuple[int, int]:
+    """The deepest block holding every chain (its depth), and the first position used there."""
+    depth = 0
+    while True:
+        if len({id(c[depth][0]) for c in chains}) != 1:
+            depth -= 1  # the chains went into different branches of one statement
+            break
+        if len({c[depth][1] for c in chains}) > 1 or any(len(c) == depth + 1 for c in chains):
+            break
+        depth += 1
+    return depth, min(c[depth][1] for c in chains)
 
 
-def _assigns_any(stmt: cst.BaseStatement, names: set) -> bool:
-    for target in m.findall(stmt, m.AssignTarget() | m.AnnAssign() | m.AugAssign()):
-        node = getattr(target, "target", None)
-        for name in m.findall(node, m.Name()) if node is not None else ():
-            if name.value in names:  # type: ignore[attr-defined]
+def _has_local(func: cst.FunctionDef, name: str) -> bool:
+    params = [p.name.value for p in (*func.params.params, *func.params.kwonly_params)]
+    if name in params:
+        return True
+    for node in _nodes(func.body):
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.For)):
+            target = node.target
+            if isinstance(target, cst.Name) and target.value == name:
+                return True
+            if isinstance(target, (cst.Tuple, cst.List)) and any(
+                isinstance(e.value, cst.Name) and e.value.value == name for e in target.elements
+            ):
                 return True
     return False
 
 
-def _has_local(func: cst.FunctionDef, name: str) -> bool:
-    params = [p.name.value for p in func.params.params + func.params.kwonly_params]
-    if name in params:
-        return True
-    return any(
-        isinstance(getattr(t, "target", None), cst.Name) and t.target.value == name  # type: ignore[attr-defined]
-        for t in m.findall(func, m.AssignTarget())
-    ) or bool(m.findall(func, m.AssignTarget(target=m.Tuple(elements=[m.ZeroOrMore(), m.Element(m.Name(name)), m.ZeroOrMore()]))))
+def _count_arg(value: cst.BaseExpression) -> Optional[cst.Arg]:
+    """The argument sizing a preallocated collector: one that mentions the capture ids."""
+    if not isinstance(value, cst.Call):
+        return None
+    for arg in value.args:
+        if "layers_to_capture" in _idents(arg.value):
+            return arg
+    return None
 
 
-def _find_collector(func: cst.FunctionDef, site: EditSite):
-    """The one collector statement whose name is appended to later in ``func``."""
-    code = cst.Module(body=()).code_for_node(func)
-    candidates = []
-    for stmt in find_statements(func, lambda s: _collector_name(s) is not None):
-        name = _collector_name(stmt)
-        if f"{name}.append(" in code or f"={name}" in code.replace(" ", ""):
-            candidates.append((stmt, name))
-    names = {name for _, name in candidates}
-    if not candidates:
+def analyse(func: cst.FunctionDef, site: EditSite) -> Capture:
+    """Find the collector, the capture loop and where the embedding capture goes."""
+    walked = walk_statements(func)
+    loops = _capture_loops(walked)
+    if not loops:
+        raise AnchorError(site, "a layer loop that captures aux hidden states (mentions layers_to_capture)")
+    names = _collector_names(loops)
+    collectors = [(s, chain) for s, chain in walked if _collector_value(s)[0] in names]
+    found = {_collector_value(s)[0] for s, _ in collectors}
+    if not collectors:
         raise AnchorError(site, "an aux collector such as `aux_hidden_states = []` before the layer loop")
-    if len(names) > 1 or len(candidates) > 1:
-        raise AnchorError(site, f"one aux collector, found {len(candidates)} ({', '.join(sorted(names))}); ambiguous")
-    return candidates[0]
+    if len(collectors) > 1:
+        raise AnchorError(site, f"one aux collector, found {len(collectors)} ({', '.join(sorted(found))}); ambiguous")
+    collector_stmt, collector_chain = collectors[0]
+    name, value = _collector_value(collector_stmt)
+    assert name is not None and value is not None
+    depth, index = _common_block([chain for _, chain in loops])
+    block_node = loops[0][1][depth][0]
+    statements = list(block_node.body)
+    # Captures right before the loop (a boundary-0 capture) come after ours.
+    while index > 0 and statements[index - 1] is not collector_stmt and _captures_into(statements[index - 1], name):
+        index -= 1
+    if not _precedes(collector_chain, loops[0][1][: depth + 1], index):
+        raise AnchorError(site, f"`{name} = ...` before the layer loop that captures into it")
+    if not _has_local(func, "hidden_states"):
+        raise AnchorError(site, "a local `hidden_states` (the embedding output at the loop top)")
+    method = _method_of(func, name)
+    expression = SEED_EXPRESSION if _has_local(func, "residual") else NO_RESIDUAL_EXPRESSION
+    return Capture(name, collector_stmt, statements[index], method, expression, _count_arg(value))
 
 
-def _block_containing(func: cst.FunctionDef, stmt: cst.CSTNode):
-    for block in m.findall(func, m.IndentedBlock()):
-        for index, child in enumerate(block.body):  # type: ignore[attr-defined]
-            if child is stmt:
-                return block, index
-    return None, -1
+def _captures_into(stmt: cst.BaseStatement, name: str) -> bool:
+    return _mentions_capture(stmt) and name in _collector_names([(stmt, ())])
+
+
+def _precedes(collector_chain: Sequence, loop_chain: Sequence, index: int) -> bool:
+    """Whether the collector statement runs before statement ``index`` of the loop's block."""
+    for depth, (block_node, position) in enumerate(collector_chain):
+        if depth >= len(loop_chain) or loop_chain[depth][0] is not block_node:
+            return False
+        limit = index if depth == len(loop_chain) - 1 else loop_chain[depth][1]
+        if depth == len(collector_chain) - 1:
+            return position < limit
+        if position != limit:
+            return False
+    return False
+
+
+class _WidenCount(cst.CSTTransformer):
+    """``NAME = Packer(len(self.layers_to_capture))`` -> ``Packer(len(...) + int(self.<flag>))``."""
+
+    def __init__(self, collector: str) -> None:
+        super().__init__()
+        self.collector = collector
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # not into nested defs
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        target = updated.targets[0].target if len(updated.targets) == 1 else None
+        if not (isinstance(target, cst.Name) and target.value == self.collector and isinstance(updated.value, cst.Call)):
+            return updated
+        count = _count_arg(updated.value)
+        if count is None or is_flag_count(count.value):
+            return updated
+        widened = count.with_changes(
+            value=cst.BinaryOperation(left=count.value, operator=cst.Add(), right=cst.parse_expression(FLAG_COUNT))
+        )
+        args = [widened if a is count else a for a in updated.value.args]
+        return updated.with_changes(value=updated.value.with_changes(args=args))
 
 
 def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst.FunctionDef, Outcome]:
+    capture = analyse(func, site)
+    canonical = marked_statement(module, block(site, capture.collector, capture.expression, capture.method))
     marked = find_statements(func, is_marked)
-    hand = find_statements(func, lambda s: isinstance(s, cst.If) and FLAG in cst.Module(body=()).code_for_node(s.test))
-    anchor, collector = _find_collector(func, site)
-    expression = SEED_EXPRESSION if _has_local(func, "residual") else NO_RESIDUAL_EXPRESSION
-    canonical = marked_statement(module, block(site, collector, expression))
+    needs_count = capture.count is not None and not is_flag_count(capture.count.value)
     if marked:
-        if strip_marker_lines(module, marked[0]) == strip_marker_lines(module, canonical):
+        if strip_marker_lines(module, marked[0]) != strip_marker_lines(module, canonical):
+            return func, Outcome("modified", f"line {line_of(module, marked[0])}: the inserted capture block was changed by hand")
+        if not needs_count:
             return func, Outcome("present")
-        return func, Outcome("modified", f"line {line_of(module, marked[0])}: the inserted capture block was changed by hand")
-    if hand:
+    hand = find_statements(func, lambda s: isinstance(s, cst.If) and FLAG in _idents(s.test) and not is_marked(s))
+    if hand and not marked:
+        if needs_count:
+            return func, Outcome("modified", "a hand-made embedding capture, but the collector's capture count does not include it")
         return func, Outcome("hand-applied")
-    block_node, index = _block_containing(func, anchor)
-    assert block_node is not None
-    statements = block_node.body  # type: ignore[attr-defined]
-    loop_at = next((i for i in range(index + 1, len(statements)) if _is_layer_loop(statements[i])), None)
-    if loop_at is None:
-        raise AnchorError(site, f"the layer loop (`for ...`) after `{collector} = []` in the same block")
-    insert_after = anchor
-    for stmt in statements[index + 1 : loop_at]:
-        if _assigns_any(stmt, {"hidden_states", "residual"}):
-            insert_after = stmt  # the capture must see the final embedding
-    return insert_at(func, insert_after, canonical, after=True), Outcome("applied")
+    if not marked:
+        func = insert_at(func, capture.anchor, canonical, after=False)
+    if needs_count:
+        assert capture.count is not None
+        func = func.with_changes(body=func.body.visit(_WidenCount(capture.collector)))
+    return func, Outcome("applied")
 
 
 def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
     return edit_method(module, site, edit)
 
 
-_SITE = EditSite(
-    kind=KIND,
-    path=Path("example.py"),
-    module="example",
-    cls="DeepseekV2Model",
-    method="forward",
-    params=(("gate", "self.pp_group.is_first_rank"),),
-)
+def _site(cls: str, gate: str = "self.pp_group.is_first_rank") -> EditSite:
+    return EditSite(kind=KIND, path=Path("example.py"), module="example", cls=cls, method="forward", params=(("gate", gate),))
+
 
 EXAMPLES = [
     Example(
         title="list collector with `hidden_states + residual` at the loop top",
-        site=_SITE,
+        site=_site("DeepseekV2Model"),
         before='''\
 class DeepseekV2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
@@ -185,8 +345,8 @@ class DeepseekV2Model(nn.Module):
 ''',
     ),
     Example(
-        title="collector created before the embedding: the capture goes after it",
-        site=EditSite(kind=KIND, path=Path("example.py"), module="example", cls="LlamaModel", method="forward"),
+        title="collector created before the embedding: the capture goes after it, right before the loop",
+        site=_site("LlamaModel", gate=""),
         before='''\
 class LlamaModel(nn.Module):
     def forward(self, input_ids):
@@ -214,6 +374,268 @@ class LlamaModel(nn.Module):
             if i in self.layers_to_capture:
                 aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)
             hidden_states, residual = self.layers[i](hidden_states, residual)
+        return hidden_states, aux_hidden_states
+''',
+    ),
+    Example(
+        title="two-batch overlap: the loop sits in the non-TBO branch, and so does the capture",
+        site=_site("MiniMaxM2Model"),
+        before='''\
+class MiniMaxM2Model(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        if self.pp_group.is_first_rank:
+            hidden_states = self.get_input_embeddings(input_ids)
+            residual = None
+        aux_hidden_states = []
+        if forward_batch.can_run_tbo:
+            hidden_states, residual = model_forward_maybe_tbo(layers=self.layers, hidden_states=hidden_states, residual=residual)
+        else:
+            for i in range(self.start_layer, self.end_layer):
+                with ctx:
+                    if i in self.layers_to_capture:
+                        aux_hidden_states.append(hidden_states + residual)
+                    hidden_states, residual = self.layers[i](hidden_states=hidden_states, residual=residual)
+        return hidden_states, aux_hidden_states
+''',
+        after='''\
+class MiniMaxM2Model(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        if self.pp_group.is_first_rank:
+            hidden_states = self.get_input_embeddings(input_ids)
+            residual = None
+        aux_hidden_states = []
+        if forward_batch.can_run_tbo:
+            hidden_states, residual = model_forward_maybe_tbo(layers=self.layers, hidden_states=hidden_states, residual=residual)
+        else:
+            # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
+            if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:
+                aux_hidden_states.append(
+                    hidden_states.clone() if residual is None else hidden_states + residual
+                )
+            for i in range(self.start_layer, self.end_layer):
+                with ctx:
+                    if i in self.layers_to_capture:
+                        aux_hidden_states.append(hidden_states + residual)
+                    hidden_states, residual = self.layers[i](hidden_states=hidden_states, residual=residual)
+        return hidden_states, aux_hidden_states
+''',
+    ),
+    Example(
+        title="collector passed into the layers, gated on the layer's `_is_layer_to_capture` flag",
+        site=_site("Qwen3NextModel", gate=""),
+        before='''\
+class Qwen3NextModel(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        aux_hidden_states = []
+        for i in range(len(self.layers)):
+            layer = self.layers[i]
+            hidden_states, residual = layer(
+                hidden_states=hidden_states,
+                residual=residual,
+                captured_last_layer_outputs=(
+                    aux_hidden_states if getattr(layer, "_is_layer_to_capture", False) else None
+                ),
+            )
+        return hidden_states, aux_hidden_states
+''',
+        after='''\
+class Qwen3NextModel(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        aux_hidden_states = []
+        # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
+        if self.capture_embedding_for_eagle3:
+            aux_hidden_states.append(
+                hidden_states.clone() if residual is None else hidden_states + residual
+            )
+        for i in range(len(self.layers)):
+            layer = self.layers[i]
+            hidden_states, residual = layer(
+                hidden_states=hidden_states,
+                residual=residual,
+                captured_last_layer_outputs=(
+                    aux_hidden_states if getattr(layer, "_is_layer_to_capture", False) else None
+                ),
+            )
+        return hidden_states, aux_hidden_states
+''',
+    ),
+    Example(
+        title="Gemma: bare hidden_states in two alternative loops and a post-loop capture",
+        site=_site("Gemma3TextModel", gate=""),
+        before='''\
+class Gemma3TextModel(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        aux_hidden_states = []
+        if _is_cpu:
+            for i, layer in enumerate(self.layers):
+                if i in self.layers_to_capture:
+                    aux_hidden_states.append(hidden_states)
+                hidden_states = layer(hidden_states=hidden_states)[0]
+        else:
+            position_embeddings = self.rotary_emb(hidden_states, positions)
+            for i, layer in enumerate(self.layers):
+                if i in self.layers_to_capture:
+                    aux_hidden_states.append(hidden_states)
+                hidden_states = layer(position_embeddings, hidden_states=hidden_states)[0]
+        if len(self.layers) in self.layers_to_capture:
+            aux_hidden_states.append(hidden_states)
+        return self.norm(hidden_states), aux_hidden_states
+''',
+        after='''\
+class Gemma3TextModel(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        aux_hidden_states = []
+        # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
+        if self.capture_embedding_for_eagle3:
+            aux_hidden_states.append(hidden_states.clone())
+        if _is_cpu:
+            for i, layer in enumerate(self.layers):
+                if i in self.layers_to_capture:
+                    aux_hidden_states.append(hidden_states)
+                hidden_states = layer(hidden_states=hidden_states)[0]
+        else:
+            position_embeddings = self.rotary_emb(hidden_states, positions)
+            for i, layer in enumerate(self.layers):
+                if i in self.layers_to_capture:
+                    aux_hidden_states.append(hidden_states)
+                hidden_states = layer(position_embeddings, hidden_states=hidden_states)[0]
+        if len(self.layers) in self.layers_to_capture:
+            aux_hidden_states.append(hidden_states)
+        return self.norm(hidden_states), aux_hidden_states
+''',
+    ),
+    Example(
+        title="boundary captures: an existing boundary-0 capture before the loop stays after ours",
+        site=_site("GptOssModel"),
+        before='''\
+class GptOssModel(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        aux_hidden_states = []
+        if self.start_layer in self.layers_to_capture:
+            aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)
+        for i in range(self.start_layer, self.end_layer):
+            hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
+            if i + 1 in self.layers_to_capture:
+                aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)
+        return hidden_states, aux_hidden_states
+''',
+        after='''\
+class GptOssModel(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        aux_hidden_states = []
+        # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
+        if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:
+            aux_hidden_states.append(
+                hidden_states.clone() if residual is None else hidden_states + residual
+            )
+        if self.start_layer in self.layers_to_capture:
+            aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)
+        for i in range(self.start_layer, self.end_layer):
+            hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
+            if i + 1 in self.layers_to_capture:
+                aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)
+        return hidden_states, aux_hidden_states
+''',
+    ),
+    Example(
+        title="AuxHiddenStatePacker: the preallocated capture count includes the embedding",
+        site=_site("DeepseekV2Model"),
+        before='''\
+class DeepseekV2Model(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        aux_hidden_states = AuxHiddenStatePacker(len(self.layers_to_capture))
+        for i in range(normal_start_layer, normal_end_layer):
+            hidden_states, residual, topk_indices = self.layers[i](
+                positions,
+                hidden_states,
+                captured_last_layer_outputs=(
+                    aux_hidden_states if i in self.layers_to_capture else None
+                ),
+            )
+        if len(aux_hidden_states) == 0:
+            return hidden_states
+        return hidden_states, aux_hidden_states.finalize()
+''',
+        after='''\
+class DeepseekV2Model(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        aux_hidden_states = AuxHiddenStatePacker(len(self.layers_to_capture) + int(self.capture_embedding_for_eagle3))
+        # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
+        if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:
+            aux_hidden_states.append(
+                hidden_states.clone() if residual is None else hidden_states + residual
+            )
+        for i in range(normal_start_layer, normal_end_layer):
+            hidden_states, residual, topk_indices = self.layers[i](
+                positions,
+                hidden_states,
+                captured_last_layer_outputs=(
+                    aux_hidden_states if i in self.layers_to_capture else None
+                ),
+            )
+        if len(aux_hidden_states) == 0:
+            return hidden_states
+        return hidden_states, aux_hidden_states.finalize()
+''',
+    ),
+    Example(
+        title="layer-boundary forward: no local `residual`, so the release's own `aux.capture` (which copies)",
+        site=_site("Qwen2Model"),
+        before='''\
+class Qwen2Model(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        if self.pp_group.is_first_rank:
+            hidden_states = self.embed_tokens(input_ids)
+            residual_batch.start(forward_batch)
+        else:
+            hidden_states = self.layers[self.start_layer].attn_boundary.from_pp(pp_proxy_tensors, forward_batch)
+        aux_hidden_states = AuxHiddenStateList()
+        for i in range(self.start_layer, self.end_layer):
+            hidden_states = self.layers[i](
+                positions,
+                hidden_states,
+                forward_batch,
+                capture_output=aux_hidden_states.capture
+                if i in self.layers_to_capture
+                else None,
+            )
+        return hidden_states, aux_hidden_states
+''',
+        after='''\
+class Qwen2Model(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        if self.pp_group.is_first_rank:
+            hidden_states = self.embed_tokens(input_ids)
+            residual_batch.start(forward_batch)
+        else:
+            hidden_states = self.layers[self.start_layer].attn_boundary.from_pp(pp_proxy_tensors, forward_batch)
+        aux_hidden_states = AuxHiddenStateList()
+        # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
+        if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:
+            aux_hidden_states.capture(hidden_states)
+        for i in range(self.start_layer, self.end_layer):
+            hidden_states = self.layers[i](
+                positions,
+                hidden_states,
+                forward_batch,
+                capture_output=aux_hidden_states.capture
+                if i in self.layers_to_capture
+                else None,
+            )
         return hidden_states, aux_hidden_states
 ''',
     ),
