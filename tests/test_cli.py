@@ -61,8 +61,10 @@ def test_check_apply_verify_revert_round_trip(tree: Path) -> None:
     verified = patchcraft("verify", "--model", "deepseek_v2", "--format", "json", package)
     assert verified.returncode == 0, verified.stdout
     doc = json.loads(verified.stdout)
-    [entry] = doc["models"]
+    [entry] = [m for m in doc["models"] if m["model"] == "deepseek_v2.DeepseekV2ForCausalLM"]
     assert entry["status"] == "already-patched" and entry["compiles"] and entry["idempotent"]
+    # The release-wide runner row comes along with --model: CUDA-graph decode needs it.
+    assert [m["model"] for m in doc["models"]] == ["deepseek_v2.DeepseekV2ForCausalLM", "runner"]
     assert [e["status"] for e in entry["edits"]] == ["present", "present", "present"]
 
     reverted = patchcraft("revert", "--model", "deepseek_v2", package)
@@ -96,7 +98,7 @@ def test_json_schema_is_stable(tree: Path) -> None:
     result = patchcraft("apply", "--check", "--format", "json", "--model", "deepseek_v2", str(tree / "sglang"))
     doc = json.loads(result.stdout)
     assert list(doc) == ["schema", "patchcraft", "command", "targets", "models", "summary"]
-    [entry] = doc["models"]
+    [entry] = [m for m in doc["models"] if m["model"] != "runner"]
     assert set(entry) == {"path", "model", "status", "edits", "files", "compiles", "idempotent", "notes", "message"}
     assert entry["status"] == "would-patch"
     assert {e["kind"] for e in entry["edits"]} == {"init", "setter", "forward"}
