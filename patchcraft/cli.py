@@ -113,6 +113,38 @@ def fetch(version, dest) -> None:
     sys.exit(run(version, dest))
 
 
+@cli.command()
+@click.argument("target", required=False, type=click.Path())
+@click.option("--layer-ids", required=True, metavar="IDS", help="Comma-separated aux layer ids, e.g. -1,2,30 (none: the defaults).")
+@click.option("--num-layers", required=True, type=int, help="The target's num_hidden_layers.")
+@click.option("--model", metavar="NAME", help="Model file stem or class, e.g. deepseek_v2.")
+@click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
+@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
+def explain(target, layer_ids, num_layers, model, release, output_format) -> None:
+    """Show which hidden states these aux layer ids capture on this install."""
+    from patchcraft.commands.explain import ExplainOptions, explain_command
+
+    sys.exit(explain_command(ExplainOptions(layer_ids, num_layers, target, release, model, output_format)))
+
+
+@cli.command(name="check-draft")
+@click.argument("draft_dir", type=click.Path())
+@click.argument("target", required=False, type=click.Path())
+@click.option("--target", "target_model", metavar="DIR", type=click.Path(), help="The target model's directory (its config.json).")
+@click.option("--trained-on", metavar="CONV", help="hf:0,3,31 (HF hidden_states indices), specforge or speculators-v1.")
+@click.option("--model", metavar="NAME", help="Model file stem or class (default: the target's architecture).")
+@click.option("--num-layers", type=int, help="The target's num_hidden_layers (default: from --target).")
+@click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
+@click.option("--no-cuda-graph", "no_cuda_graph", is_flag=True, help="The server runs with --disable-cuda-graph.")
+@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
+def check_draft(draft_dir, target, target_model, trained_on, model, num_layers, release, no_cuda_graph, output_format) -> None:
+    """Check a draft's aux layer ids and fc width against this install and target."""
+    from patchcraft.commands.check_draft import CheckDraftOptions, check_draft_command
+
+    options = CheckDraftOptions(draft_dir, target_model, target, release, model, num_layers, trained_on, not no_cuda_graph, output_format)
+    sys.exit(check_draft_command(options))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point with the error policy."""
     try:

@@ -1,0 +1,106 @@
+"""``patchcraft check-draft``: will this install feed the draft what it was trained on?"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from patchcraft import __version__, output
+from patchcraft.commands.explain import explanation_json, resolve_tree
+from patchcraft.draft import DraftReport, check_draft, parse_training, read_draft, read_target, speculators_note
+from patchcraft.errors import PatchcraftError
+from patchcraft.explain import load_model, states_text
+from patchcraft.report import CHANGED, OK
+
+
+@dataclass(frozen=True)
+class CheckDraftOptions:
+    draft_dir: str
+    target_model: str | None = None
+    target: str | None = None
+    release: str | None = None
+    model: str | None = None
+    num_layers: int | None = None
+    trained_on: str | None = None
+    cuda_graph: bool = True
+    output_format: str = "text"
+
+
+def check_draft_command(options: CheckDraftOptions) -> int:
+    """Print the checks; exit 0 when they pass, 1 on a mismatch, 2 on bad input."""
+    training = parse_training(options.trained_on) if options.trained_on else None
+    draft = read_draft(Path(options.draft_dir))
+    target = read_target(Path(options.target_model)) if options.target_model else None
+    num_layers = options.num_layers or (target.num_layers if target else None)
+    if num_layers is None:
+        raise PatchcraftError("the target's layer count is unknown: pass --target TARGET_MODEL_DIR or --num-layers N")
+    name = options.model or (target.architectures[0] if target and target.architectures else None)
+    tree = resolve_tree(options.target, options.release)
+    model = load_model(tree, name)
+    report = check_draft(model, draft, target, training, num_layers, cuda_graph=options.cuda_graph)
+    code = OK if report.ok else CHANGED
+    if options.output_format == "json":
+        output.print_json(report_json(report, code))
+    else:
+        sys.stdout.write(report_text(report))
+    return code
+
+
+def report_text(report: DraftReport) -> str:
+    draft, result = report.draft, report.explanation
+    ids = list(draft.layer_ids) if draft.layer_ids is not None else "none"
+    lines = [
+        f"draft    {draft.path}: eagle_aux_hidden_state_layer_ids {ids}, target_hidden_size {draft.target_hidden_size or '-'}, "
+        + (draft.fc_source if draft.fc_in is not None else "fc width unknown"),
+    ]
+    if speculators_note(draft):
+        lines.append(f"         {speculators_note(draft)}")
+    if report.target is not None:
+        arch = report.target.architectures[0] if report.target.architectures else "?"
+        lines.append(f"target   {report.target.path}: {arch}, {report.target.num_layers} layers, hidden {report.target.hidden_size}")
+    lines += [
+        f"sglang   {result.version}: {result.model} ({result.rule}); {result.patch_detail}",
+        f"serves   {states_text(result.served)}",
+    ]
+    if report.expected is not None:
+        lines.append(f"trained  {states_text(report.expected.states)} ({report.expected.how})")
+    lines.append("")
+    marks = {True: "ok  ", False: "FAIL", None: "skip"}
+    lines += [f"  {marks[c.ok]}  {c.name:<12} {c.message}" for c in report.checks]
+    lines.append("")
+    lines.append(("mismatch: " if not report.ok else "") + report.verdict)
+    if report.suggestion_text:
+        lines.append(f"suggested: {report.suggestion_text}")
+    return "\n".join(lines) + "\n"
+
+
+def report_json(report: DraftReport, code: int) -> dict[str, Any]:
+    draft = report.draft
+    return {
+        "schema": 1,
+        "patchcraft": __version__,
+        "command": "check-draft",
+        "draft": {
+            "config": str(draft.path),
+            "layer_ids": list(draft.layer_ids) if draft.layer_ids is not None else None,
+            "speculators_ids": list(draft.speculators_ids) if draft.speculators_ids is not None else None,
+            "target_hidden_size": draft.target_hidden_size,
+            "fc_in": draft.fc_in,
+            "fc_source": draft.fc_source,
+        },
+        "target": None
+        if report.target is None
+        else {"config": str(report.target.path), "num_layers": report.target.num_layers, "hidden_size": report.target.hidden_size},
+        "trained_on": None
+        if report.expected is None
+        else {"hs": list(report.expected.states), "how": report.expected.how, "problem": report.expected.problem},
+        "checks": [{"name": c.name, "ok": c.ok, "message": c.message} for c in report.checks],
+        "verdict": report.verdict,
+        "suggested_ids": list(report.suggestion.ids) if report.suggestion else None,
+        "suggested_after_apply": report.suggestion.after_apply if report.suggestion else None,
+        "suggestion": report.suggestion_text,
+        "explain": explanation_json(report.explanation, code),
+        "exit_code": code,
+    }

@@ -1,0 +1,121 @@
+"""``patchcraft explain``: which hidden states a list of aux layer ids captures."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from patchcraft import __version__, output
+from patchcraft.errors import PatchcraftError
+from patchcraft.explain import Explanation, describe_state, explain, hs, load_model, states_text
+from patchcraft.fetch import fetch
+from patchcraft.report import CHANGED, OK
+from patchcraft.tree import SglangTree, resolve_target
+
+
+@dataclass(frozen=True)
+class ExplainOptions:
+    layer_ids: str
+    num_layers: int
+    target: str | None = None
+    release: str | None = None
+    model: str | None = None
+    output_format: str = "text"
+
+
+def resolve_tree(target: str | None, release: str | None) -> SglangTree:
+    """TARGET, or ``--release X`` (fetched into the cache), or the installed sglang."""
+    if target and release:
+        raise PatchcraftError("pass either TARGET or --release, not both")
+    if release:
+        return resolve_target(str(fetch(release)))
+    return resolve_target(target)
+
+
+def parse_ids(text: str) -> tuple[int, ...] | None:
+    """``-1,2,30`` (``none``: the setter's no-argument call, i.e. the defaults)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        ids = tuple(int(part) for part in text.replace(" ", "").strip("[]").split(",") if part)
+    except ValueError:
+        raise PatchcraftError(f"--layer-ids {text!r}: expected comma-separated integers like -1,2,30") from None
+    if not ids:
+        raise PatchcraftError("--layer-ids: no ids given")
+    return ids
+
+
+def explain_command(options: ExplainOptions) -> int:
+    """Print the explanation; exit 1 when any id will not capture what it says."""
+    tree = resolve_tree(options.target, options.release)
+    model = load_model(tree, options.model)
+    result = explain(model, parse_ids(options.layer_ids), options.num_layers)
+    code = CHANGED if result.warnings else OK
+    if options.output_format == "json":
+        output.print_json(explanation_json(result, code))
+    else:
+        sys.stdout.write(explanation_text(result))
+    return code
+
+
+def explanation_text(result: Explanation) -> str:
+    lines = [
+        f"sglang {result.version} at {result.package}",
+        f"model    {result.model}, {result.num_layers} layers",
+        "setter   " + "\n      -> ".join(result.calls or (result.setter,)),
+        f"rule     {result.rule}",
+        f"install  {result.patch_detail}",
+        "",
+    ]
+    if result.rows:
+        lines.append(f"  {'id':>4}  {'layers_to_capture':<18} captures")
+        for row in result.rows:
+            value = "(embedding flag)" if row.value is None else str(row.value)
+            state = hs(row.state) if row.state is not None else "-"
+            lines.append(f"  {row.layer_id:>4}  {value:<18} {state:<7} {row.note}")
+        lines.append("")
+    elif result.layers_to_capture is not None:
+        lines.append(f"layers_to_capture = {list(result.layers_to_capture)}")
+    count = len(result.served)
+    lines.append(f"SGLang feeds the draft: {states_text(result.served)} ({count} state{'s' if count != 1 else ''}, in layer order)")
+    lines += [f"warning: {w}" for w in result.warnings]
+    lines += [f"note: {n}" for n in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def explanation_json(result: Explanation, code: int) -> dict[str, Any]:
+    return {
+        "schema": 1,
+        "patchcraft": __version__,
+        "command": "explain",
+        "sglang_version": result.version,
+        "package": result.package,
+        "model": result.model,
+        "num_layers": result.num_layers,
+        "setter_calls": list(result.calls),
+        "variant": result.variant,
+        "rule": result.rule,
+        "patched": result.patched,
+        "install": result.patch_detail,
+        "layer_ids": list(result.layer_ids) if result.layer_ids is not None else None,
+        "layers_to_capture": list(result.layers_to_capture) if result.layers_to_capture is not None else None,
+        "embedding": result.embedding,
+        "ids": [
+            {
+                "id": row.layer_id,
+                "layers_to_capture": row.value,
+                "hs": row.state,
+                "state": describe_state(row.state) if row.state is not None else None,
+                "note": row.note,
+            }
+            for row in result.rows
+        ],
+        "served": list(result.served),
+        "default_served": list(result.default_served),
+        "cuda_graph_resets": [r.where for r in result.resets],
+        "warnings": [{"kind": w.kind, "message": w.message} for w in result.warnings],
+        "notes": list(result.notes),
+        "exit_code": code,
+    }
+

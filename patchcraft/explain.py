@@ -1,0 +1,629 @@
+"""Which hidden states does SGLang really capture for a list of aux layer ids?
+
+The answer depends on the release and the model: the setter's id
+conversion (+1 rule, first-id or max heuristic, inner helper, delegation),
+which boundaries the inner model's ``forward`` can capture, whether the
+install is patched for -1, and whether the model runner resets the ids
+before CUDA-graph capture. This module reads all of that statically:
+
+- the model class and its edit sites come from the engine's plan
+  (:mod:`patchcraft.plan`);
+- the setter that really runs is executed on stand-ins
+  (:mod:`patchcraft.standins`), so the conversion is the release's own;
+- "patched" is the engine's verify verdict on the plan's sites
+  (:func:`patchcraft.engine.patch_text`); the same call gives the patched
+  text, which answers "what would these ids do after ``patchcraft apply``";
+- the runner reset is found structurally in ``srt/model_executor/``.
+
+Hidden states are numbered as Hugging Face does: ``hs[0]`` is the embedding
+output and ``hs[k]`` the output of decoder layer ``k-1``. A
+``layers_to_capture`` value ``v`` is boundary ``v``: a capture at the top
+of layer ``v`` (or after layer ``v-1``) yields ``hs[v]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from patchcraft.engine import patch_text, select
+from patchcraft.errors import PatchcraftError
+from patchcraft.graph import SETTER, ClassNode, EditSite, ModelGraph, ModelPlan, read_setter
+from patchcraft.plan import plan_model, plan_models, scan
+from patchcraft.sources import read_source
+from patchcraft.standins import Config, Layer, NotEvaluable, Pipeline, SetterRun, run_setter
+from patchcraft.tree import SglangTree
+
+#: Setter statuses the engine's verify counts as "this edit is in place".
+_PRESENT = ("present", "hand-applied")
+
+
+def hs(index: int) -> str:
+    return f"hs[{index}]"
+
+
+def describe_state(index: int) -> str:
+    """``hs[0]`` is the embedding output, ``hs[k]`` the output of layer ``k-1``."""
+    return "embedding output" if index == 0 else f"output of layer {index - 1}"
+
+
+def states_text(states: Iterable[int]) -> str:
+    items = [hs(s) for s in states]
+    return ", ".join(items) if items else "nothing"
+
+
+# -- the model and its install ---------------------------------------------------
+
+@dataclass
+class Model:
+    """One model class of one SGLang tree, with what the engine says about it."""
+
+    tree: SglangTree
+    graph: ModelGraph
+    cls: ClassNode
+    plan: ModelPlan
+    patched: bool
+    patch_detail: str
+    patched_texts: dict[Path, str] = field(default_factory=dict)
+    _patched_graph: ModelGraph | None = None
+
+    @property
+    def label(self) -> str:
+        return self.cls.label
+
+    def patched_graph(self) -> ModelGraph:
+        """The graph as it will be after ``patchcraft apply`` (patched text, in memory)."""
+        if self.patched or not self.patched_texts:
+            return self.graph
+        if self._patched_graph is None:
+            graph = ModelGraph(models_dir=self.graph.models_dir)
+            for path, text in self.patched_texts.items():
+                graph.load(path.stem, text.encode("utf-8"))
+            self._patched_graph = graph
+        return self._patched_graph
+
+
+def load_model(tree: SglangTree, name: str | None) -> Model:
+    """Find model ``name`` (file stem, class, or ``module.Class``) in ``tree``."""
+    if not tree.models_dir.is_dir():
+        raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
+    stem = name.lower().removesuffix(".py") if name else ""
+    if stem and (tree.models_dir / f"{stem}.py").is_file():
+        # A model file: its classes and what they import are enough (loaded on demand).
+        graph = ModelGraph(models_dir=tree.models_dir)
+        graph.load(stem)
+        for cls in list(graph.classes.values()):
+            graph.mro(cls)  # load the bases' files: an inherited setter makes a model class
+    else:
+        graph = scan(tree.models_dir)
+    plans = plan_models(graph)
+    cls = _choose_class(tree, graph, plans, name)
+    plan = plan_model(graph, cls)
+    patched, detail, texts = _patch_state(plan)
+    return Model(tree=tree, graph=graph, cls=cls, plan=plan, patched=patched, patch_detail=detail, patched_texts=texts)
+
+
+def _choose_class(tree: SglangTree, graph: ModelGraph, plans: list[ModelPlan], name: str | None) -> ClassNode:
+    chosen = select(plans, tree, [name] if name else [])
+    if len(chosen) > 1:
+        # One module, several model classes (an MTP head next to the model): take the supported one.
+        exact = [p for p in chosen if name and p.cls.lower() == name.lower()]
+        supported = [p for p in chosen if not p.unsupported]
+        chosen = exact or (supported if len(supported) == 1 else chosen)
+    if len(chosen) == 1:
+        return graph.classes[(chosen[0].module, chosen[0].cls)]
+    if name and not chosen:
+        found = _class_by_name(graph, name)
+        if found is not None:
+            return found
+        raise PatchcraftError(
+            f"{tree.models_dir}: no model class matches --model {name} "
+            "(a model file like deepseek_v2, or a class like DeepseekV3ForCausalLM)"
+        )
+    names = ", ".join(p.label for p in chosen[:8]) + (", ..." if len(chosen) > 8 else "")
+    raise PatchcraftError(f"{len(chosen)} model classes match; pass --model NAME (one of: {names})")
+
+
+def _class_by_name(graph: ModelGraph, name: str) -> ClassNode | None:
+    """A class with a setter in its MRO, found by its name (e.g. an architecture)."""
+    bare = name.split(".")[-1]
+    pattern = re.compile(rb"^class\s+" + re.escape(bare.encode()) + rb"\b", re.M)
+    for path in sorted(graph.models_dir.glob("*.py")):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if pattern.search(data) and graph.load(path.stem):
+            cls = graph.classes.get((path.stem, bare))
+            if cls is not None and graph.find_method(cls, SETTER) is not None:
+                return cls
+    return None
+
+
+def _patch_state(plan: ModelPlan) -> tuple[bool, str, dict[Path, str]]:
+    """The engine's verify verdict for ``plan``, and the text ``apply`` would write."""
+    if plan.unsupported:
+        return False, f"unsupported: {plan.unsupported}", {}
+    by_file: dict[Path, list[EditSite]] = {}
+    for site in plan.sites:
+        by_file.setdefault(site.path, []).append(site)
+    statuses: list[str] = []
+    texts: dict[Path, str] = {}
+    for path, sites in by_file.items():
+        text = read_source(path).text
+        patch = patch_text(text, path, sites)
+        if patch.errors:
+            return False, f"not patched for -1, and `patchcraft apply` cannot patch it: {next(iter(patch.errors.values()))}", {}
+        statuses += [patch.outcomes[s.key].status for s in sites]
+        if patch.after != text:
+            texts[path] = patch.after
+    if all(s in _PRESENT for s in statuses):
+        return True, "patched for -1", {}
+    kinds = [site.kind for sites in by_file.values() for site in sites]
+    missing = sorted({kind for kind, status in zip(kinds, statuses) if status not in _PRESENT})
+    return False, f"not patched for -1: {', '.join(missing)} edit missing", texts
+
+
+# -- what the forward can capture ------------------------------------------------
+
+def reachable(graph: ModelGraph, holder: ClassNode | None, num_layers: int) -> frozenset[int]:
+    """The ``layers_to_capture`` values the inner model's forward ever captures.
+
+    Each ``X in self.layers_to_capture`` test in ``forward`` is evaluated
+    over the layer loop: ``i`` gives 0..n-1 (top of layer i), ``i + 1``
+    gives 1..n (after layer i), ``self.start_layer`` gives 0 and
+    ``num_layers`` or ``self.end_layer`` gives n. A forward that gates on
+    the ``_is_layer_to_capture`` marks the setter sets captures at the top
+    of the layer: 0..n-1. A forward with neither captures nothing.
+    """
+    loop_top = frozenset(range(num_layers))
+    found = graph.find_method(holder, "forward") if holder is not None else None
+    if found is None:
+        return loop_top
+    forward = found[1]
+    loop_vars = _loop_variables(forward)
+    values: set[int] = set()
+    tests = 0
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In)):
+            continue
+        target = node.comparators[0]
+        if not (isinstance(target, ast.Attribute) and target.attr == "layers_to_capture"):
+            continue
+        tests += 1
+        values |= _boundaries(node.left, loop_vars, num_layers)
+    if tests:
+        return frozenset(values)
+    # Layers marked by the setter (``_is_layer_to_capture``) capture at their top; a
+    # forward with neither test nor mark never captures (the plan reports it too).
+    return loop_top if "_is_layer_to_capture" in ast.dump(forward) else frozenset()
+
+
+def _loop_variables(func: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(func):
+        if isinstance(node, ast.For):
+            targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+class _Self:
+    """``self`` of an inner model, for evaluating a capture test's left side."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.start_layer = 0
+        self.end_layer = num_layers
+        self.layers = [Layer() for _ in range(num_layers)]
+        self.config = Config(num_layers)
+        self.pp_group = Pipeline()
+
+
+def _boundaries(expr: ast.expr, loop_vars: set[str], num_layers: int) -> set[int]:
+    names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    code = compile(ast.Expression(body=expr), "<capture test>", "eval")
+    scope = {"__builtins__": {"len": len}, "self": _Self(num_layers), "num_layers": num_layers}
+    uses_loop = names & loop_vars
+    try:
+        if uses_loop:
+            return {int(eval(code, scope, {v: i for v in uses_loop})) for i in range(num_layers)}  # noqa: S307
+        return {int(eval(code, scope))}  # noqa: S307
+    except Exception:  # an expression we cannot evaluate: assume the loop top
+        return set(range(num_layers))
+
+
+# -- the CUDA-graph reset ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunnerReset:
+    """A ``set_eagle3_layers_to_capture()`` call with no ids in the model runner."""
+
+    file: str
+    line: int
+    function: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line} ({self.function})"
+
+
+def runner_resets(tree: SglangTree) -> tuple[RunnerReset, ...]:
+    """Calls in ``srt/model_executor/`` that reset the ids to the defaults.
+
+    In 0.4.10-0.5.10 the CUDA-graph runner (and ``_dummy_run`` from 0.5.6)
+    makes this call before graph capture, so the replayed graphs capture
+    the default layers whatever the draft config says. The runner
+    transform gives every such call the configured ids, so on a patched
+    runner none is left; from 0.5.13 there is none to begin with.
+    """
+    found: list[RunnerReset] = []
+    directory = tree.executor_dir
+    if not directory.is_dir():
+        return ()
+    for path in sorted(directory.rglob("*.py")):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if SETTER.encode() not in data:
+            continue
+        try:
+            module = ast.parse(read_source(path).text)
+        except SyntaxError:
+            continue
+        for function, call in _no_id_calls(module):
+            found.append(RunnerReset(tree.relative(path), call.lineno, function))
+    return tuple(sorted(found, key=lambda r: (r.file, r.line)))
+
+
+def _no_id_calls(module: ast.Module) -> Iterable[tuple[str, ast.Call]]:
+    """Setter calls without arguments, with their innermost enclosing function."""
+    found: dict[int, tuple[str, ast.Call]] = {}
+    for func in ast.walk(module):  # breadth first: an inner function overrides its outer one
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(func):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == SETTER
+                and not node.args
+                and not node.keywords
+            ):
+                found[id(node)] = (func.name, node)
+    return found.values()
+
+
+# -- one explanation ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class IdRow:
+    """One requested id: its ``layers_to_capture`` value and the state captured."""
+
+    layer_id: int
+    value: int | None  # None: -1 became the embedding flag
+    state: int | None  # None: never captured
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the draft is fed for one id list: the states, in forward order."""
+
+    run: SetterRun
+    states: tuple[int, ...]
+    reachable: frozenset[int]
+
+    @property
+    def unsafe_embedding(self) -> bool:
+        """``hs[0]`` comes from ``layers_to_capture`` 0, not from patchcraft's cloned capture."""
+        return 0 in (self.run.layers_to_capture or ()) and 0 in self.reachable
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One warning: ``kind`` says what it is about (check-draft sorts on it)."""
+
+    kind: str  # "startup" | "legacy" | "range" | "heuristic" | "embedding" | "cuda-graph"
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Everything ``patchcraft explain`` reports for one model and one id list."""
+
+    version: str
+    package: str
+    model: str
+    setter: str
+    calls: tuple[str, ...]
+    variant: str
+    rule: str
+    patched: bool
+    patch_detail: str
+    num_layers: int
+    layer_ids: tuple[int, ...] | None
+    layers_to_capture: tuple[int, ...] | None
+    embedding: bool
+    rows: tuple[IdRow, ...]
+    served: tuple[int, ...]
+    default_served: tuple[int, ...]
+    resets: tuple[RunnerReset, ...]
+    warnings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+
+    def findings(self, *kinds: str) -> list[Finding]:
+        return [w for w in self.warnings if w.kind in kinds]
+
+    @property
+    def graph_reset(self) -> bool:
+        """CUDA-graph replays will capture the default layers instead."""
+        return bool(self.resets)
+
+
+def serve(model: Model, layer_ids: Sequence[int] | None, num_layers: int, after_apply: bool = False) -> Served:
+    """The states SGLang feeds the draft for ``layer_ids`` (None: the default call)."""
+    graph = model.patched_graph() if after_apply else model.graph
+    cls = graph.classes.get(model.cls.key) if after_apply else model.cls
+    if cls is None:  # the class's own module was not patched: load it as it is
+        graph.load(model.cls.module)
+        cls = graph.classes[model.cls.key]
+    try:
+        run = run_setter(graph, cls, layer_ids, num_layers)
+    except NotEvaluable as exc:
+        raise PatchcraftError(f"{model.label}: cannot evaluate the setter statically: {exc}") from None
+    reach = reachable(graph, run.holder, num_layers)
+    if run.error or run.layers_to_capture is None:
+        return Served(run, (), reach)
+    loop = sorted({v for v in run.layers_to_capture if v in reach})
+    return Served(run, ((0,) if run.embedding else ()) + tuple(loop), reach)
+
+
+def explain(model: Model, layer_ids: Sequence[int] | None, num_layers: int) -> Explanation:
+    """Explain what ``layer_ids`` capture on ``model``'s install."""
+    if num_layers < 1:
+        raise PatchcraftError(f"--num-layers must be positive, not {num_layers}")
+    ids = tuple(layer_ids) if layer_ids is not None else None
+    served = serve(model, ids, num_layers)
+    run = served.run
+    variant, test = _variant(run)
+    facts = _Facts(
+        model=model,
+        ids=ids,
+        run=run,
+        rows=_rows(ids, run, served.reachable),
+        served=served,
+        default=serve(model, None, num_layers),
+        variant=variant,
+        test=test,
+        rule=_rule(ids, run, test),
+        resets=runner_resets(model.tree),
+        num_layers=num_layers,
+    )
+    warnings, notes = _judge(facts)
+    calls = tuple(str(c) for c in run.calls)
+    return Explanation(
+        version=model.tree.version,
+        package=str(model.tree.package),
+        model=model.label,
+        setter=calls[-1] if calls else model.label,
+        calls=calls,
+        variant=variant,
+        rule=facts.rule,
+        patched=model.patched,
+        patch_detail=model.patch_detail,
+        num_layers=num_layers,
+        layer_ids=ids,
+        layers_to_capture=run.layers_to_capture,
+        embedding=run.embedding,
+        rows=facts.rows,
+        served=served.states,
+        default_served=facts.default.states,
+        resets=facts.resets,
+        warnings=tuple(warnings),
+        notes=tuple(notes),
+    )
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the warnings are judged from."""
+
+    model: Model
+    ids: tuple[int, ...] | None
+    run: SetterRun
+    rows: tuple[IdRow, ...]
+    served: Served
+    default: Served
+    variant: str
+    test: str
+    rule: str
+    resets: tuple[RunnerReset, ...]
+    num_layers: int
+
+
+def _rows(ids: tuple[int, ...] | None, run: SetterRun, reach: frozenset[int]) -> tuple[IdRow, ...]:
+    """Pair each id with its ``layers_to_capture`` value (the setters keep the order)."""
+    if ids is None or run.layers_to_capture is None or not run.takes_ids:
+        return ()
+    values = list(run.layers_to_capture)
+    pairs: list[tuple[int, int | None]]
+    if run.embedding and -1 in ids and len(values) == len([i for i in ids if i != -1]):
+        rest = iter(values)
+        pairs = [(i, None if i == -1 else next(rest)) for i in ids]
+    elif len(values) == len(ids):
+        pairs = list(zip(ids, values))
+    else:
+        return ()
+    return tuple(_row(layer_id, value, reach) for layer_id, value in pairs)
+
+
+def _row(layer_id: int, value: int | None, reach: frozenset[int]) -> IdRow:
+    if value is None:
+        return IdRow(layer_id, None, 0, "embedding output (patchcraft capture)")
+    if value not in reach:
+        return IdRow(layer_id, value, None, "never captured")
+    if value == 0:
+        return IdRow(layer_id, value, value, "embedding output, un-cloned (install not patched for -1)")
+    return IdRow(layer_id, value, value, describe_state(value))
+
+
+def _variant(run: SetterRun) -> tuple[str, str]:
+    """The setter variant that decided the ids, and its heuristic test if any."""
+    for call in reversed(run.calls):
+        shape = read_setter(call.func)
+        if shape.variant in ("first-id-heuristic", "max-heuristic"):
+            return shape.variant, _heuristic_test(call.func, shape.param or "layer_ids")
+    variants = [read_setter(call.func).variant for call in run.calls]
+    if "delegation" in variants and len(variants) > 1:
+        return "delegation", ""
+    return (variants[-1] if variants else "unknown"), ""
+
+
+def _heuristic_test(func: ast.AST, param: str) -> str:
+    for node in ast.walk(func):
+        if isinstance(node, ast.If):
+            text = ast.unparse(node.test)
+            if param in text and ("max(" in text or f"{param}[" in text):
+                return text
+    return ""
+
+
+def _rule(ids: tuple[int, ...] | None, run: SetterRun, test: str) -> str:
+    """Name the conversion the setter applied, by comparing its output with the ids."""
+    if not run.takes_ids:
+        return "the setter takes no ids: always the default layers"
+    if ids is None:
+        return "no ids: the default layers"
+    values = run.layers_to_capture
+    if values is None:
+        return "the setter set no layers_to_capture"
+    kept = [i for i in ids if not (run.embedding and i == -1)]
+    suffix = f" (heuristic `{test}`)" if test else ""
+    if list(values) == [i + 1 for i in kept]:
+        return "+1 rule" + suffix
+    if list(values) == kept:
+        return "ids kept raw" + suffix
+    return "another conversion" + suffix
+
+
+def _judge(facts: _Facts) -> tuple[list[Finding], list[str]]:
+    warnings: list[Finding] = []
+    notes: list[str] = []
+    run, ids = facts.run, facts.ids
+    if run.error:
+        warnings.append(Finding("startup", f"SGLang will fail at start-up: the setter raises {run.error}"))
+    if not run.takes_ids and ids is not None:
+        warnings.append(Finding("legacy", "this release's setter takes no ids: SGLang captures the default layers whatever the draft config says"))
+    if ids is not None and run.takes_ids and not run.error:
+        warnings += _range_warnings(facts)
+    if facts.variant.endswith("heuristic") and ids is not None and run.layers_to_capture is not None:
+        _heuristic_message(facts, warnings, notes)
+    if ids is not None and -1 in ids and not facts.model.patched:
+        warnings.append(_unpatched_embedding(facts))
+    _runner_message(facts, warnings, notes)
+    if facts.model.plan.unsupported:
+        notes.append(f"patchcraft cannot patch this model for -1: {facts.model.plan.unsupported}")
+    notes.append("assumes one pipeline stage (setters return early on all but the last one)")
+    return warnings, notes
+
+
+def _range_warnings(facts: _Facts) -> list[Finding]:
+    warnings = []
+    reach, n = facts.served.reachable, facts.num_layers
+    for row in facts.rows:
+        if row.state is None:
+            span = f"captures {min(reach)}..{max(reach)}" if reach else "captures nothing"
+            warnings.append(Finding(
+                "range",
+                f"id {row.layer_id} is out of range: layers_to_capture {row.value} is never captured "
+                f"(this forward {span} for {n} layers), so the draft gets fewer states than ids",
+            ))
+    if not facts.rows:
+        warnings += [Finding("range", f"id {i} is out of range for {n} layers") for i in facts.ids or () if i < -1 or i > n]
+    values = [v for v in facts.run.layers_to_capture or () if v in reach]
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        warnings.append(Finding(
+            "range",
+            f"several ids become layers_to_capture {', '.join(map(str, repeated))}: each layer is captured once, "
+            "so the draft gets fewer states than ids",
+        ))
+    return warnings
+
+
+def _heuristic_message(facts: _Facts, warnings: list[Finding], notes: list[str]) -> None:
+    condition = f"`{facts.test}`" if facts.test else "a heuristic"
+    kept = [i for i in facts.ids or () if not (facts.run.embedding and i == -1)]
+    if facts.rule.startswith("ids kept raw") and kept:
+        example = kept[0]
+        warnings.append(Finding(
+            "heuristic",
+            f"heuristic {condition} keeps these ids raw: id {example} means {hs(example)}, not {hs(example + 1)} "
+            "as under the +1 rule; the other ids in the list decide the meaning of every id",
+        ))
+    elif facts.rule.startswith("+1 rule"):
+        notes.append(f"heuristic {condition} chose the +1 rule for these ids; another list could keep them raw")
+
+
+def _unpatched_embedding(facts: _Facts) -> Finding:
+    if 0 in (facts.run.layers_to_capture or ()):
+        what = (
+            "the setter turns it into layers_to_capture 0, a capture at the top of layer 0 where residual is None "
+            "(some forwards crash there, others append an un-cloned embedding that layer 0 may overwrite in place)"
+        )
+    else:
+        what = "no state is captured for it"
+    return Finding("embedding", f"id -1 on an install not patched for -1: {what}; run `patchcraft apply` ({facts.model.patch_detail})")
+
+
+def _runner_message(facts: _Facts, warnings: list[Finding], notes: list[str]) -> None:
+    if not facts.resets:
+        return
+    where = ", ".join(r.where for r in facts.resets)
+    if facts.run.takes_ids and facts.ids is not None and facts.served.states != facts.default.states:
+        warnings.append(Finding(
+            "cuda-graph",
+            f"CUDA-graph decode will capture the default layers ({states_text(facts.default.states)}), not these: "
+            f"this release resets the ids before graph capture ({where}); "
+            "run `patchcraft apply` (its runner edit passes the configured ids), or serve with --disable-cuda-graph",
+        ))
+    else:
+        notes.append(f"this release resets the ids before CUDA-graph capture ({where})")
+
+
+# -- the inverse: ids that capture given states --------------------------------------
+
+@dataclass(frozen=True)
+class Suggestion:
+    ids: tuple[int, ...]
+    after_apply: bool
+
+
+def suggest_ids(model: Model, wanted: Sequence[int], num_layers: int) -> Suggestion | None:
+    """Config ids that make SGLang feed exactly ``wanted`` (HF indices), if any exist.
+
+    Candidates for ``hs[e]`` are ``e - 1`` (the +1 rule; -1 for the
+    embedding) and ``e`` (raw ids); each combination is run through the
+    real setter. Without a patched install, the patched setter (in memory)
+    answers, and the suggestion says ``patchcraft apply`` comes first.
+    """
+    wanted = tuple(wanted)
+    if not wanted or list(wanted) != sorted(set(wanted)) or len(wanted) > 8:
+        return None
+    choices = [(e - 1, e) if e > 0 else (-1,) for e in wanted]
+    for after_apply in (False, True):
+        if after_apply and (model.patched or not model.patched_texts):
+            break
+        for candidate in itertools.product(*choices):
+            served = serve(model, candidate, num_layers, after_apply=after_apply)
+            if served.states == wanted and not served.run.error and not served.unsafe_embedding:
+                return Suggestion(tuple(candidate), after_apply)
+    return None

@@ -1,0 +1,306 @@
+"""``patchcraft explain`` on the real setter code of real releases.
+
+Read-only cases use the pristine cached release (loaded once per model);
+cases that patch or mutate work on a private copy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from patchcraft.cli import main
+from patchcraft.engine import Mode, patch_text, run, write_changes
+from patchcraft.errors import PatchcraftError
+from patchcraft.explain import Model, explain, load_model, reachable, runner_resets
+from patchcraft.tree import resolve_target
+from conftest import release_package
+
+KIMI_LAYERS = 61
+RUNNER = importlib.util.find_spec("patchcraft.transforms.configure_ids_before_graphs")
+
+
+@lru_cache(maxsize=None)
+def model(version: str, name: str) -> Model:
+    return load_model(resolve_target(str(release_package(version))), name)
+
+
+def patched_copy(release_copy, version: str, names: tuple[str, ...] = ()) -> Path:
+    """A private copy of ``version`` after ``patchcraft apply`` (whole tree unless ``names``)."""
+    package = release_copy(version)
+    write_changes(run(resolve_target(str(package)), Mode.APPLY, names).changes)
+    return package
+
+
+def kinds(result) -> set[str]:
+    return {w.kind for w in result.warnings}
+
+
+# -- the +1 rule ---------------------------------------------------------------
+
+@pytest.mark.parametrize("version", ["0.5.6", "0.5.10"])
+def test_plus_one_rule_serves_the_next_state(version):
+    result = explain(model(version, "deepseek_v2"), [2, 30, 58], KIMI_LAYERS)
+    assert result.rule == "+1 rule"
+    assert result.variant == "plain"
+    assert result.layers_to_capture == (3, 31, 59)
+    assert [(r.layer_id, r.value, r.state) for r in result.rows] == [(2, 3, 3), (30, 31, 31), (58, 59, 59)]
+    assert result.served == (3, 31, 59)
+    assert not result.patched
+    assert result.setter.startswith("deepseek_v2.py:") and "DeepseekV2ForCausalLM" in result.setter
+
+
+def test_no_ids_gives_the_defaults():
+    result = explain(model("0.5.10", "deepseek_v2"), None, KIMI_LAYERS)
+    assert result.layers_to_capture == (2, 30, 58)
+    assert result.served == result.default_served == (2, 30, 58)
+
+
+def test_minus_one_on_an_unpatched_install_is_flagged():
+    result = explain(model("0.5.10", "deepseek_v2"), [-1, 2, 30], KIMI_LAYERS)
+    assert result.layers_to_capture == (0, 3, 31)  # the +1 rule turns -1 into 0
+    assert result.rows[0].value == 0
+    assert "un-cloned" in result.rows[0].note
+    assert "embedding" in kinds(result)
+
+
+def test_minus_one_on_a_patched_install_is_the_embedding(release_copy):
+    package = patched_copy(release_copy, "0.5.10", ("deepseek_v2",))
+    result = explain(load_model(resolve_target(str(package)), "deepseek_v2"), [-1, 2, 30], KIMI_LAYERS)
+    assert result.patched
+    assert result.embedding and result.layers_to_capture == (3, 31)
+    assert [(r.layer_id, r.value, r.state) for r in result.rows] == [(-1, None, 0), (2, 3, 3), (30, 31, 31)]
+    assert result.served == (0, 3, 31)
+    assert "embedding" not in kinds(result)
+    # The runner was not patched (--model only): graph replays still get the defaults.
+    assert "cuda-graph" in kinds(result)
+
+
+# -- heuristics ------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", ["0.5.15", "0.5.20"])
+def test_first_id_heuristic_keeps_ids_raw_unless_the_first_is_one(version):
+    raw = explain(model(version, "deepseek_v2"), [2, 30, 58], KIMI_LAYERS)
+    assert raw.variant == "first-id-heuristic"
+    assert raw.layers_to_capture == (2, 30, 58) and raw.served == (2, 30, 58)
+    assert raw.rule.startswith("ids kept raw") and "layer_ids[0] == 1" in raw.rule
+    assert "heuristic" in kinds(raw)
+    shifted = explain(model(version, "deepseek_v2"), [1, 30, 58], KIMI_LAYERS)
+    assert shifted.layers_to_capture == (2, 31, 59)
+    assert shifted.rule.startswith("+1 rule")
+    assert not shifted.warnings
+    assert any("heuristic" in n for n in shifted.notes)
+
+
+def test_first_id_heuristic_after_the_setter_edit_drops_minus_one_first(release_copy):
+    package = release_copy("0.5.15")
+    deepseek = load_model(resolve_target(str(package)), "deepseek_v2")
+    # Only the init and setter edits: the conversion does not depend on the forward.
+    for site in (s for s in deepseek.plan.sites if s.kind != "forward"):
+        text = site.path.read_text(encoding="utf-8")
+        patch = patch_text(text, site.path, [site])
+        assert not patch.errors and patch.outcomes[site.key].status == "applied"
+        site.path.write_text(patch.after, encoding="utf-8")
+    edited = load_model(resolve_target(str(package)), "deepseek_v2")
+    # -1 is dropped before the test, so [2, 30] is kept raw: hs[2], hs[30], not hs[3], hs[31].
+    result = explain(edited, [-1, 2, 30], KIMI_LAYERS)
+    assert result.embedding and result.layers_to_capture == (2, 30)
+    assert result.served == (0, 2, 30)
+    assert "heuristic" in kinds(result)
+    assert explain(edited, [-1, 3, 31], KIMI_LAYERS).layers_to_capture == (3, 31)
+
+
+def test_max_heuristic_keeps_ids_raw_when_the_last_layer_is_named():
+    gpt_oss = model("0.5.20", "gpt_oss")
+    raw = explain(gpt_oss, [2, 30, 61], KIMI_LAYERS)
+    assert raw.variant == "max-heuristic"
+    assert raw.layers_to_capture == (2, 30, 61)
+    # gpt_oss captures boundaries 0..n (after each layer), so hs[61] is reachable.
+    assert raw.served == (2, 30, 61)
+    assert "heuristic" in kinds(raw) and "range" not in kinds(raw)
+    assert explain(gpt_oss, [2, 30, 58], KIMI_LAYERS).layers_to_capture == (3, 31, 59)
+
+
+# -- delegation and inner helpers -------------------------------------------------
+
+def test_kimi_k25_delegates_to_deepseek():
+    result = explain(model("0.5.10", "kimi_k25"), [2, 30, 58], KIMI_LAYERS)
+    assert len(result.calls) == 2
+    assert "KimiK25ForConditionalGeneration" in result.calls[0]
+    assert result.calls[1].startswith("deepseek_v2.py:") and "DeepseekV2ForCausalLM" in result.calls[1]
+    assert result.variant == "delegation"
+    assert result.served == (3, 31, 59)
+
+
+def test_mllama4_delegates_to_the_llama_setter():
+    result = explain(model("0.5.10", "mllama4"), [2, 30, 44], 48)
+    assert result.calls[0].startswith("mllama4.py:")
+    assert result.calls[-1].startswith("llama.py:")
+    assert result.served == (3, 31, 45)
+
+
+def test_architecture_name_finds_an_inheriting_class():
+    result = explain(model("0.5.10", "DeepseekV3ForCausalLM"), [2, 30, 58], KIMI_LAYERS)
+    assert result.model == "deepseek_v2.DeepseekV3ForCausalLM"
+    assert result.served == (3, 31, 59)
+
+
+def test_inner_helper_raises_for_an_id_past_the_last_layer():
+    qwen2_moe = model("0.5.10", "qwen2_moe")
+    assert explain(qwen2_moe, [2, 30, 58], KIMI_LAYERS).served == (3, 31, 59)
+    result = explain(qwen2_moe, [2, 30, 60], KIMI_LAYERS)
+    assert "startup" in kinds(result)
+    assert "IndexError" in result.warnings[0].message
+
+
+# -- ranges, legacy, the runner ----------------------------------------------------
+
+def test_an_id_past_the_last_layer_is_never_captured():
+    result = explain(model("0.5.10", "deepseek_v2"), [2, 30, 60], KIMI_LAYERS)
+    assert result.rows[-1].value == 61 and result.rows[-1].state is None
+    assert result.served == (3, 31)
+    assert "range" in kinds(result)
+
+
+def test_duplicate_ids_are_captured_once():
+    result = explain(model("0.5.10", "deepseek_v2"), [2, 2, 30], KIMI_LAYERS)
+    assert result.served == (3, 31)
+    assert "range" in kinds(result)
+
+
+def test_legacy_setter_ignores_the_ids():
+    result = explain(model("0.4.6", "llama"), [2, 30, 58], KIMI_LAYERS)
+    assert "legacy" in kinds(result)
+    assert result.served == (2, 30, 58)
+
+
+@pytest.mark.parametrize(("version", "reset"), [("0.4.10", True), ("0.5.6", True), ("0.5.10", True), ("0.5.15", False), ("0.5.23", False)])
+def test_runner_reset_is_found_by_structure(version, reset):
+    resets = runner_resets(resolve_target(str(release_package(version))))
+    assert bool(resets) is reset
+    if reset:
+        assert any("cuda_graph_runner.py" in r.file for r in resets)
+
+
+def test_runner_reset_lists_the_warm_up_from_0_5_6():
+    resets = runner_resets(resolve_target(str(release_package("0.5.10"))))
+    assert {r.function for r in resets} == {"__init__", "_dummy_run"}
+    result = explain(model("0.5.10", "deepseek_v2"), [2, 30, 58], KIMI_LAYERS)
+    warning = result.findings("cuda-graph")[0].message
+    assert warning.startswith("CUDA-graph decode will capture the default layers (hs[2], hs[30], hs[58])")
+
+
+@pytest.mark.skipif(RUNNER is None, reason="needs the runner transform (configure_ids_before_graphs)")
+def test_patched_runner_clears_the_cuda_graph_warning(release_copy):
+    package = patched_copy(release_copy, "0.5.10", ("kimi_k25", "runner"))
+    assert runner_resets(resolve_target(str(package))) == ()
+    result = explain(load_model(resolve_target(str(package)), "kimi_k25"), [-1, 2, 30], KIMI_LAYERS)
+    assert result.served == (0, 3, 31)
+    assert not result.warnings
+
+
+# -- the setter is really executed ----------------------------------------------------
+
+def test_a_mutated_setter_changes_the_answer(release_copy):
+    """Proof that the release's code runs, not a pattern: +1 edited to +2 shows up."""
+    package = release_copy("0.5.10")
+    path = package / "srt" / "models" / "deepseek_v2.py"
+    text = path.read_text(encoding="utf-8")
+    assert text.count("[val + 1 for val in layer_ids]") == 1
+    path.write_text(text.replace("[val + 1 for val in layer_ids]", "[val + 2 for val in layer_ids]"), encoding="utf-8")
+    result = explain(load_model(resolve_target(str(package)), "deepseek_v2"), [2, 30, 58], KIMI_LAYERS)
+    assert result.layers_to_capture == (4, 32, 60)
+    assert result.rule == "another conversion"
+
+
+def test_an_unknown_class_is_never_guessed_even_behind_hasattr(release_copy):
+    """mllama4 asks `hasattr(self.language_model, ...)`: on a class outside the graph
+    that must not silently read as "no setter" (a no-op that captures nothing)."""
+    package = release_copy("0.5.10")
+    path = package / "srt" / "models" / "mllama4.py"
+    text = path.read_text(encoding="utf-8")
+    assert text.count("self.language_model = Llama4ForCausalLM(") == 1
+    path.write_text(text.replace("self.language_model = Llama4ForCausalLM(", "self.language_model = ExternalLanguageModel("), encoding="utf-8")
+    with pytest.raises(PatchcraftError, match="outside sglang/srt/models"):
+        explain(load_model(resolve_target(str(package)), "mllama4"), [2, 30, 44], 48)
+
+
+def test_a_setter_outside_the_model_graph_is_a_clear_error():
+    with pytest.raises(PatchcraftError, match="cannot evaluate the setter statically"):
+        explain(model("0.5.10", "mindspore"), [2, 30, 58], KIMI_LAYERS)
+
+
+# -- the command -------------------------------------------------------------------
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+def test_cli_explains_and_exits_1_on_a_warning(capsys):
+    package = str(release_package("0.5.10"))
+    code, out, _ = cli(capsys, "explain", package, "--model", "kimi_k25", "--layer-ids", "2,30,58", "--num-layers", "61")
+    assert code == 1
+    assert "hs[3], hs[31], hs[59]" in out
+    assert "warning: CUDA-graph decode will capture the default layers" in out
+
+
+def test_cli_exits_0_without_warnings_and_speaks_json(capsys):
+    package = str(release_package("0.5.15"))
+    code, out, _ = cli(capsys, "explain", package, "--model", "deepseek_v2", "--layer-ids", "1,30,58", "--num-layers", "61", "--format", "json")
+    assert code == 0
+    document = json.loads(out)
+    assert document["command"] == "explain"
+    assert document["served"] == [2, 31, 59]
+    assert [row["hs"] for row in document["ids"]] == [2, 31, 59]
+    assert document["warnings"] == [] and document["exit_code"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--layer-ids", "2,x", "--num-layers", "61", "--model", "deepseek_v2"], "expected comma-separated integers"),
+        (["--layer-ids", "2,30", "--num-layers", "0", "--model", "deepseek_v2"], "--num-layers must be positive"),
+        (["--layer-ids", "2,30", "--num-layers", "61", "--model", "no_such_model"], "no model class matches"),
+        (["--layer-ids", "2,30", "--num-layers", "61"], "pass --model NAME"),
+        (["--layer-ids", "2,30", "--num-layers", "61", "--model", "llama", "--release", "0.5.10"], "not both"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(capsys, args, message):
+    code, out, err = cli(capsys, "explain", str(release_package("0.5.10")), *args)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+# -- which boundaries a forward reaches ---------------------------------------------------
+
+def test_capture_after_the_loop_reaches_the_last_layer_output():
+    gemma = model("0.5.15", "gemma3_causal")
+    result = explain(gemma, [2, 30, 60], KIMI_LAYERS)
+    assert result.layers_to_capture == (3, 31, 61)
+    assert result.served == (3, 31, 61)  # `num_layers in self.layers_to_capture` after the loop
+    assert "range" not in kinds(result)
+
+
+def test_boundary_zero_before_the_loop_is_an_uncloned_embedding():
+    result = explain(model("0.5.20", "gpt_oss"), [-1, 2, 30], KIMI_LAYERS)
+    assert result.layers_to_capture == (0, 3, 31)  # `self.start_layer in self.layers_to_capture`
+    assert result.served == (0, 3, 31)
+    assert "un-cloned" in result.rows[0].note
+    assert "embedding" in kinds(result)
+
+
+def test_layer_marks_capture_at_the_top_and_no_capture_means_none():
+    qwen2_moe = model("0.5.10", "qwen2_moe")
+    holder = qwen2_moe.graph.classes[("qwen2_moe", "Qwen2MoeModel")]
+    assert reachable(qwen2_moe.graph, holder, KIMI_LAYERS) == frozenset(range(KIMI_LAYERS))
+    eagle = explain(model("0.5.10", "mistral_large_3_eagle"), [2, 30, 58], KIMI_LAYERS)
+    assert eagle.served == ()
+    assert "range" in kinds(eagle)
