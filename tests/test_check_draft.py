@@ -99,17 +99,17 @@ def test_kimi_ids_2_30_58_against_training_on_hs0_hs3_hs31_are_flagged(tmp_path)
     assert fc.ok and fc.message == "fc input width 21504 = 3 x 7168"
 
 
-def patched(version: str, directory: Path, names: tuple[str, ...]) -> Path:
-    """A private copy of ``version`` after ``patchcraft apply`` of ``names``."""
+def patched(version: str, directory: Path, names: tuple[str, ...], runner: bool = True) -> Path:
+    """A private copy of ``version`` after ``patchcraft apply`` of ``names`` (and the runner)."""
     package = copy_release(version, directory)
-    write_changes(run(resolve_target(str(package)), Mode.APPLY, names).changes)
+    write_changes(run(resolve_target(str(package)), Mode.APPLY, names, runner=runner).changes)
     return package
 
 
 @pytest.fixture(scope="module")
 def patched_0_5_10(tmp_path_factory) -> Path:
-    """0.5.10 after `patchcraft apply --model kimi_k25` (one copy for the module)."""
-    return patched("0.5.10", tmp_path_factory.mktemp("patched"), ("kimi_k25",))
+    """0.5.10 with kimi_k25 patched but not the runner (one copy for the module)."""
+    return patched("0.5.10", tmp_path_factory.mktemp("patched"), ("kimi_k25",), runner=False)
 
 
 def test_kimi_minus_1_2_30_on_a_patched_install_passes(tmp_path, patched_0_5_10):

@@ -29,10 +29,10 @@ def model(version: str, name: str) -> Model:
     return load_model(resolve_target(str(release_package(version))), name)
 
 
-def patched_copy(release_copy, version: str, names: tuple[str, ...] = ()) -> Path:
+def patched_copy(release_copy, version: str, names: tuple[str, ...] = (), runner: bool = True) -> Path:
     """A private copy of ``version`` after ``patchcraft apply`` (whole tree unless ``names``)."""
     package = release_copy(version)
-    write_changes(run(resolve_target(str(package)), Mode.APPLY, names).changes)
+    write_changes(run(resolve_target(str(package)), Mode.APPLY, names, runner=runner).changes)
     return package
 
 
@@ -69,14 +69,14 @@ def test_minus_one_on_an_unpatched_install_is_flagged():
 
 
 def test_minus_one_on_a_patched_install_is_the_embedding(release_copy):
-    package = patched_copy(release_copy, "0.5.10", ("deepseek_v2",))
+    package = patched_copy(release_copy, "0.5.10", ("deepseek_v2",), runner=False)
     result = explain(load_model(resolve_target(str(package)), "deepseek_v2"), [-1, 2, 30], KIMI_LAYERS)
     assert result.patched
     assert result.embedding and result.layers_to_capture == (3, 31)
     assert [(r.layer_id, r.value, r.state) for r in result.rows] == [(-1, None, 0), (2, 3, 3), (30, 31, 31)]
     assert result.served == (0, 3, 31)
     assert "embedding" not in kinds(result)
-    # The runner was not patched (--model only): graph replays still get the defaults.
+    # The runner was left alone: graph replays still get the defaults.
     assert "cuda-graph" in kinds(result)
 
 
