@@ -18,13 +18,15 @@ from patchcraft import __version__
 from patchcraft.errors import PatchcraftError
 
 FORMATS = click.Choice(["text", "json"])
+#: apply/verify/diff/revert also speak GitHub annotations (docs/json.md).
+REPORT_FORMATS = click.Choice(["text", "json", "github"])
 COLORS = click.Choice(["auto", "always", "never"])
 
 
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.argument("targets", nargs=-1, type=click.Path())(func)
     func = click.option("--model", "models", multiple=True, metavar="NAME", help="Only this model (file stem or class); repeatable.")(func)
-    func = click.option("--format", "output_format", type=FORMATS, default="text", show_default=True, help="Report format.")(func)
+    func = click.option("--format", "output_format", type=REPORT_FORMATS, default="text", show_default=True, help="Report format (github: workflow annotations).")(func)
     func = click.option("--color", type=COLORS, default="auto", show_default=True, help="Colour; NO_COLOR is honoured.")(func)
     func = click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache (fetched on first use) instead of TARGET.")(func)
     func = click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ alone (no CUDA graphs: the runner fix is not needed).")(func)
@@ -59,11 +61,15 @@ def cli() -> None:
 @_common
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if anything would change.")
 @click.option("--diff", "show_diff", is_flag=True, help="Also print the unified diff.")
-def apply(targets, models, output_format, color, release, no_runner, check, show_diff) -> None:
+@click.option("--exit-non-zero-on-fix", "fail_on_change", is_flag=True, help="Exit 1 when a file was rewritten (as formatters do under pre-commit).")
+def apply(targets, models, output_format, color, release, no_runner, check, show_diff, fail_on_change) -> None:
     """Patch the model files in place (idempotent, atomic)."""
+    from dataclasses import replace
+
     from patchcraft.commands.apply import apply as run
 
-    sys.exit(run(_options(targets, models, output_format, color, show_diff, release, no_runner), check=check))
+    options = replace(_options(targets, models, output_format, color, show_diff, release, no_runner), fail_on_change=fail_on_change)
+    sys.exit(run(options, check=check))
 
 
 @cli.command()

@@ -190,12 +190,30 @@ def select(plans: Iterable[ModelPlan], tree: SglangTree, names: Sequence[str]) -
     for plan in plans:
         if wanted and not ({plan.module.lower(), plan.cls.lower(), plan.label.lower()} & wanted):
             continue
-        if tree.only_files:
-            files = {p.resolve() for p in plan.files} | {plan.path.resolve()}
-            if not files & set(tree.only_files):
-                continue
         chosen.append(plan)
-    return chosen
+    return _touching(chosen, set(tree.only_files)) if tree.only_files else chosen
+
+
+def _touching(plans: Sequence[ModelPlan], files: set[Path]) -> list[ModelPlan]:
+    """The plans whose files meet ``files``, closed over the files they share.
+
+    A file one chosen model edits is checked for every model that edits it:
+    a run on qwen3.py also edits qwen2.py (Qwen2Model), so Qwen2ForCausalLM
+    comes along, and no file is left half patched (the pre-commit hooks
+    then pass on the very next run).
+    """
+    files = set(files)
+    chosen: set[int] = set()
+    grown = True
+    while grown:
+        grown = False
+        for index, plan in enumerate(plans):
+            touched = {p.resolve() for p in plan.files} | {plan.path.resolve()}
+            if index not in chosen and touched & files:
+                chosen.add(index)
+                files |= touched
+                grown = True
+    return [plan for index, plan in enumerate(plans) if index in chosen]
 
 
 def plan_tree(tree: SglangTree, names: Sequence[str] = ()) -> list[ModelPlan]:

@@ -56,6 +56,13 @@ def print_json(document: dict) -> None:
     sys.stdout.flush()
 
 
+def print_github(lines: Sequence[str]) -> None:
+    """GitHub workflow commands (``::error file=...``) on stdout, never styled."""
+    for line in lines:
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def print_error(message: str, color: str = "auto") -> None:
     stream = sys.stderr
     if use_color(color, stream):

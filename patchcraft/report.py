@@ -7,10 +7,12 @@ ambiguous, syntax error, unwritable file). 130: interrupted. 3: a bug.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any, Sequence
 
 from patchcraft import __version__
-from patchcraft.engine import ALREADY, ERROR, UNSUPPORTED, WOULD, Mode, ModelResult, RunResult
+from patchcraft.engine import ALREADY, ERROR, PATCHED, REVERTED, UNSUPPORTED, WOULD, EditResult, Mode, ModelResult, RunResult
 
 from patchcraft.engine import NOT_NEEDED  # noqa: E402  (the runner row on a release without the defect)
 
@@ -35,6 +37,43 @@ def exit_code(results: Sequence[RunResult], explicit: bool = False) -> int:
 
 def verified(model: ModelResult) -> bool:
     return model.status in (ALREADY, NOT_NEEDED) and model.compiles is not False
+
+
+class Locator:
+    """Line numbers of classes and methods, read from the files as they are now.
+
+    A plain text scan, not a parse: it runs after ``apply`` wrote (so lines
+    are those of the new text) and must cost next to nothing. ``None`` means
+    not found, never a guess.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lines: dict[str, list[str]] = {}
+
+    def line(self, rel: str, cls: str, method: str | None = None) -> int | None:
+        lines = self._read(rel)
+        start = next((i for i, text in enumerate(lines) if re.match(rf"class\s+{re.escape(cls)}\b", text)), None)
+        if start is None or method is None:
+            return None if start is None else start + 1
+        found: list[tuple[int, int]] = []
+        pattern = re.compile(rf"(\s+)(?:async\s+)?def\s+{re.escape(method)}\s*\(")
+        for i in range(start + 1, len(lines)):
+            if re.match(r"(?:class|def|async\s+def|@)\b|[A-Za-z_]", lines[i]):
+                break  # the next top-level statement ends the class body
+            match = pattern.match(lines[i])
+            if match:
+                found.append((len(match.group(1)), i + 1))
+        return min(found)[1] if found else None
+
+    def _read(self, rel: str) -> list[str]:
+        if rel not in self._lines:
+            try:
+                text = (self.root / rel).read_text(encoding="utf-8-sig", errors="replace")
+            except OSError:
+                text = ""
+            self._lines[rel] = text.splitlines()
+        return self._lines[rel]
 
 
 def model_json(model: ModelResult) -> dict[str, Any]:
@@ -88,3 +127,102 @@ def to_json(results: Sequence[RunResult], code: int) -> dict[str, Any]:
         "models": [model_json(m) for r in results for m in r.models],
         "summary": summary(results, code),
     }
+
+
+# -- GitHub workflow commands (``--format github``, documented in docs/json.md) --
+
+def github_lines(results: Sequence[RunResult], code: int = OK, base: Path | None = None) -> list[str]:
+    """``::error file=...,line=...::message`` lines: one per model that needs attention.
+
+    Paths are relative to ``base`` (the job's working directory, normally the
+    repository root) when the file lies under it, so GitHub can place the
+    annotation in the file view; otherwise they are absolute. ``code`` (the
+    run's exit code) is taken for symmetry with :func:`to_json`; each
+    model's level follows from its own status.
+    """
+    lines = [_command("error", None, None, "patchcraft", message) for r in results for message in r.errors]
+    for result in results:
+        locator = Locator(result.tree.root)
+        for model in result.models:
+            level = _level(result.mode, model)
+            if level is None:
+                continue
+            rel, line = _location(model, locator)
+            path = _display_path(result.tree.root / rel, base)
+            lines.append(_command(level, path, line, f"patchcraft {result.mode.value}", _problem(model)))
+    return lines
+
+
+def _level(mode: Mode, model: ModelResult) -> str | None:
+    """error for what fails verify, --check or any run; warning for what only needs a look."""
+    if model.status == ERROR:
+        return "error"
+    if mode is Mode.VERIFY:
+        return None if verified(model) else "error"
+    if model.status == UNSUPPORTED:
+        return "warning"
+    if model.status == WOULD:
+        return "error" if mode is Mode.CHECK else "warning"
+    if model.status in (PATCHED, REVERTED):
+        return "notice"
+    return None
+
+
+def _missing(edit: EditResult) -> bool:
+    """Whether this edit is what the annotation is about (absent, or just added)."""
+    return edit.status not in ("present", "hand-applied")
+
+
+def _location(model: ModelResult, locator: Locator) -> tuple[str, int | None]:
+    edit = next((e for e in model.edits if _missing(e)), None)
+    if edit is not None:
+        line = locator.line(edit.file, edit.cls, edit.method) or locator.line(edit.file, edit.cls)
+        return edit.file, line
+    return model.path, locator.line(model.path, _class_of(model))
+
+
+def _problem(model: ModelResult) -> str:
+    if model.status in (ERROR, UNSUPPORTED, REVERTED):
+        return f"{model.model}: {model.status}: {model.message}"
+    edits = [_describe(e, model) for e in model.edits if _missing(e)]
+    if model.status == PATCHED:
+        return f"{model.model}: patched: added {', '.join(edits)}"
+    if edits:
+        return f"{model.model}: missing {', '.join(edits)}"
+    if model.compiles is False:
+        return f"{model.model}: patched, but {', '.join(model.files)} does not compile"
+    return f"{model.model}: {model.status}: {model.message}"
+
+
+def _describe(edit: EditResult, model: ModelResult) -> str:
+    where = f"{edit.cls}.{edit.method}" + ("" if edit.file == model.path else f" in {Path(edit.file).name}")
+    if edit.status in ("applied", "missing"):
+        return f"{edit.kind} ({where})"
+    return f"{edit.kind} ({where}: {edit.status}{': ' + edit.detail if edit.detail else ''})"
+
+
+def _class_of(model: ModelResult) -> str:
+    return model.model.rsplit(".", 1)[-1]
+
+
+def _display_path(path: Path, base: Path | None) -> str:
+    if base is not None:
+        try:
+            return path.resolve().relative_to(base.resolve()).as_posix()
+        except ValueError:
+            pass
+    return path.as_posix()
+
+
+def _command(level: str, path: str | None, line: int | None, title: str, message: str) -> str:
+    props = [f"file={_escape(path, True)}"] if path else []
+    if path and line:
+        props.append(f"line={line}")
+    props.append(f"title={_escape(title, True)}")
+    return f"::{level} {','.join(props)}::{_escape(message, False)}"
+
+
+def _escape(value: str, prop: bool) -> str:
+    """GitHub's workflow-command escaping (properties also escape ':' and ',')."""
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return value.replace(":", "%3A").replace(",", "%2C") if prop else value

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Sequence
 
 from patchcraft import lock, output, report
@@ -21,8 +22,34 @@ class Options:
     output_format: str = "text"
     color: str = "auto"
     show_diff: bool = False
+    #: ``apply`` exits 1 when it rewrote a file (formatter-style, for pre-commit).
+    fail_on_change: bool = False
     #: Also make CUDA-graph capture use the configured ids (``--no-runner`` turns it off).
     runner: bool = True
+
+
+def resolve_targets(targets: Sequence[str]) -> list[SglangTree]:
+    """One tree per SGLang package, in the order first named.
+
+    pre-commit passes many model files at once: those of one package become
+    one run (one class graph, each model once, one report), not one per file.
+    A whole-tree TARGET for a package makes the merged run cover the whole tree.
+    """
+    if not targets:
+        return [resolve_target(None)]
+    merged: dict[Path, SglangTree] = {}
+    for target in targets:
+        tree = resolve_target(target)
+        key = tree.package.resolve()
+        prior = merged.get(key)
+        if prior is None:
+            merged[key] = tree
+        elif not tree.only_files:
+            merged[key] = replace(tree, only_files=())
+        elif prior.only_files:
+            extra = tuple(f for f in tree.only_files if f not in prior.only_files)
+            merged[key] = replace(prior, only_files=prior.only_files + extra)
+    return list(merged.values())
 
 
 def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str], runner: bool = True) -> list[RunResult]:
@@ -47,10 +74,12 @@ def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str
 
 def run_pipeline(options: Options, mode: Mode) -> int:
     """Run ``mode`` on every target, write if asked, print, and return the exit code."""
-    trees = [resolve_target(t) for t in options.targets] or [resolve_target(None)]
+    trees = resolve_targets(options.targets)
     results = _run_and_write(trees, mode, options.models, options.runner)
     explicit = bool(options.models) or any(t.only_files for t in trees)
     code = report.exit_code(results, explicit=explicit)
+    if options.fail_on_change and mode is Mode.APPLY and code == report.OK and any(r.changes for r in results):
+        code = report.CHANGED
     diff_text = "".join(unified_diffs(r.changes) for r in results)
     if options.output_format == "json":
         document = report.to_json(results, code)
@@ -61,4 +90,7 @@ def run_pipeline(options: Options, mode: Mode) -> int:
     if options.show_diff or mode is Mode.DIFF:
         output.print_diff(diff_text, options.color)
     output.print_results(results, options.color)
+    if options.output_format == "github":
+        # Annotations on stdout, after the human summary (stderr) the log also shows.
+        output.print_github(report.github_lines(results, code, base=Path.cwd()))
     return code
