@@ -74,11 +74,27 @@ def apply(targets, models, output_format, color, release, no_runner, check, show
 
 @cli.command()
 @_common
-def verify(targets, models, output_format, color, release, no_runner) -> None:
+@click.option("--smoke", "smoke_run", is_flag=True, help="Also run the patched methods on CPU stand-ins (needs patchcraft[smoke]).")
+def verify(targets, models, output_format, color, release, no_runner, smoke_run) -> None:
     """Check each edit is present and correct; write nothing."""
+    options = _options(targets, models, output_format, color, release=release, no_runner=no_runner)
+    if smoke_run:
+        from patchcraft.commands.smoke import verify_smoke
+
+        sys.exit(verify_smoke(options))
     from patchcraft.commands.verify import verify as run
 
-    sys.exit(run(_options(targets, models, output_format, color, release=release, no_runner=no_runner)))
+    sys.exit(run(options))
+
+
+@cli.command()
+@_common
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="cpu: the patched methods on stand-ins (needs patchcraft[smoke]); cuda: the GPU smoke test.")
+def smoke(targets, models, output_format, color, release, no_runner, device) -> None:
+    """Run the real patched methods on tiny tensors; check they capture the right states."""
+    from patchcraft.commands.smoke import smoke as run
+
+    sys.exit(run(_options(targets, models, output_format, color, release=release, no_runner=no_runner), device=device))
 
 
 @cli.command()

@@ -1,0 +1,61 @@
+"""``patchcraft smoke`` and ``patchcraft verify --smoke``: run the patched methods, judge the capture."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from patchcraft import output, report
+from patchcraft.commands._pipeline import Options, resolve_targets
+from patchcraft.engine import Mode, RunResult, run
+from patchcraft.errors import PatchcraftError
+from patchcraft.harness import require_torch
+
+
+def smoke(options: Options, device: str = "cpu") -> int:
+    """The CPU harness on every patched model class (``cuda``: the GPU smoke test instead)."""
+    if device == "cuda":
+        return _cuda(options)
+    return _verify_and_smoke(options, show_verify=False)
+
+
+def verify_smoke(options: Options) -> int:
+    """``verify``, then the CPU harness on every model class verify found patched."""
+    return _verify_and_smoke(options, show_verify=True)
+
+
+def _verify_and_smoke(options: Options, show_verify: bool) -> int:
+    require_torch()  # before any work: without torch this is one line, exit 2
+    from patchcraft.harness import report as smoke_report
+    from patchcraft.harness.runner import smoke_tree
+
+    results: list[RunResult] = [
+        run(tree, Mode.VERIFY, options.models, runner=options.runner) for tree in resolve_targets(options.targets)
+    ]
+    runs = [smoke_tree(r.tree, options.models, models=r.models) for r in results]
+    code = report.exit_code(results, explicit=bool(options.models))
+    if code == report.OK and smoke_report.failed(runs):
+        code = report.CHANGED
+    if options.output_format == "json":
+        document = report.to_json(results, code) if show_verify else {"schema": report.SCHEMA_VERSION, "command": "smoke", "exit_code": code}
+        document["smoke"] = smoke_report.to_json(runs)
+        output.print_json(document)
+        return code
+    if show_verify:
+        output.print_results(results, options.color)
+    for line in smoke_report.text_lines(runs):
+        output.print_line(line)
+    if options.output_format == "github":
+        lines = report.github_lines(results, code) if show_verify else []
+        output.print_github(lines + smoke_report.github_lines(runs))
+    return code
+
+
+def _cuda(options: Options) -> int:
+    if options.targets:
+        raise PatchcraftError("--device cuda tests the installed sglang; it takes no TARGET")
+    try:
+        from patchcraft.gpu_smoke.run import run_cuda_smoke
+    except ImportError as exc:
+        raise PatchcraftError(f"the CUDA smoke test is not available in this patchcraft ({exc})") from None
+    fmt: Sequence[str] = ("text", "json")
+    return run_cuda_smoke(output_format=options.output_format if options.output_format in fmt else "text")

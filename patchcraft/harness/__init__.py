@@ -1,0 +1,36 @@
+"""The CPU smoke harness: run the real patched methods on tiny tensors.
+
+Structural checks prove that the edits are present; this proves that the
+patched code captures the right tensors. For every patched model class it
+compiles the file's own ``set_eagle3_layers_to_capture``, inner ``forward``
+and literal ``__init__`` assignments, runs them on stand-in layers with a
+real ``torch.nn.Embedding``, and compares the aux hidden states with an
+independent Hugging Face numbered reference and with the unpatched file.
+See docs/harness.md for what is real, what is a stand-in, and the limits.
+
+torch is needed (``pip install 'patchcraft[smoke]'``) and imported only
+when the harness runs: ``from patchcraft.harness.runner import smoke_tree``
+after :func:`require_torch`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from patchcraft.errors import PatchcraftError
+
+INSTALL_HINT = "pip install 'patchcraft[smoke]'"
+
+
+def require_torch() -> None:
+    """Raise a one-line :class:`PatchcraftError` unless torch can be imported."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):  # sys.modules["torch"] is None, or a broken package
+        spec = None
+    if spec is None:
+        raise PatchcraftError(f"the CPU smoke harness needs torch, which is not installed: {INSTALL_HINT}")
+    try:
+        import torch  # noqa: F401
+    except Exception as exc:  # a broken install: say so in one line
+        raise PatchcraftError(f"the CPU smoke harness needs torch, which failed to import ({exc}): {INSTALL_HINT}") from None

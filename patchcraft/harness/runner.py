@@ -1,0 +1,138 @@
+"""Smoke-run every patched model class of a tree: one :class:`SmokeResult` row each.
+
+For each model class the harness builds stand-in instances from the
+patched files and from their revert (the original) and runs the scenarios
+of :mod:`patchcraft.harness.scenarios`; see docs/harness.md.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import torch
+
+from patchcraft.engine import ALREADY, ModelResult, select
+from patchcraft.engine import PATCHED as APPLIED
+from patchcraft.graph import ModelGraph, ModelPlan
+from patchcraft.harness.assemble import Program, Sources
+from patchcraft.harness.extract import ORIGINAL, PATCHED
+from patchcraft.harness.scenarios import ERROR, FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, Scenarios
+from patchcraft.harness.shapes import ShapeError
+from patchcraft.harness.standins import HarnessError
+from patchcraft.harness.subject import Subject, subjects
+from patchcraft.plan import plan_models, scan
+from patchcraft.tree import SglangTree
+
+__all__ = ["ERROR", "FAIL", "NOT_APPLICABLE", "PASS", "SKIPPED", "Check", "SmokeResult", "SmokeRun", "smoke_model", "smoke_tree"]
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    """One row: a model class, its verdict, the first problem, and the time taken."""
+
+    model: str
+    path: str
+    status: str
+    message: str = ""
+    checks: tuple[Check, ...] = ()
+    seconds: float = 0.0
+    shape: str = ""
+    #: Facts about the release itself that a reader should know (see :attr:`Check.note`).
+    notes: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (PASS, SKIPPED)
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """The rows of one target tree."""
+
+    tree: SglangTree
+    version: str
+    results: tuple[SmokeResult, ...] = ()
+
+
+def shape_of(subject: Subject) -> str:
+    text = subject.forward.text
+    collector = "packer" if "AuxHiddenStatePacker" in text else "aux-list" if "AuxHiddenStateList" in text else "list"
+    into = ", collector into layers" if subject.call.captures else ""
+    return f"{collector}, residual {subject.call.residual_kind}{into}"
+
+
+def smoke_model(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program], path: str) -> SmokeResult:
+    """All scenarios for one model class (every inner model class it may build)."""
+    start = time.perf_counter()
+    try:
+        found = subjects(graph, plan, programs)
+    except (HarnessError, ShapeError) as exc:
+        return SmokeResult(plan.label, path, ERROR, str(exc), seconds=time.perf_counter() - start)
+    checks: list[Check] = []
+    for subject in found:
+        prefix = f"{subject.inner.name}: " if len(found) > 1 else ""
+        for check in Scenarios(subject).all():
+            checks.append(Check(check.name, check.status, prefix + check.detail, check.note))
+    status = FAIL if any(c.status == FAIL for c in checks) else ERROR if any(c.status == ERROR for c in checks) else PASS
+    first = next((c for c in checks if c.status == status), None) if status != PASS else None
+    notes = "; ".join(f"{c.name}: {c.note}" for c in checks if c.note)
+    message = f"{first.name}: {first.detail}" if first else "all scenarios pass"
+    shape = "; ".join(sorted({shape_of(s) for s in found}))
+    return SmokeResult(plan.label, path, status, message, tuple(checks), time.perf_counter() - start, shape, notes)
+
+
+_PLANNED: dict[tuple, tuple[ModelGraph, list[ModelPlan]]] = {}
+
+
+def _planned(models_dir: Path) -> tuple[ModelGraph, list[ModelPlan]]:
+    """The model graph and plans of ``models_dir``, kept while no file there changes (stat)."""
+    stats = []
+    for path in sorted(models_dir.glob("*.py")):
+        info = path.stat()
+        stats.append((path.name, info.st_mtime_ns, info.st_size))
+    key = (str(models_dir.resolve()), tuple(stats))
+    if key not in _PLANNED:
+        if len(_PLANNED) >= 8:
+            _PLANNED.pop(next(iter(_PLANNED)))
+        graph = scan(models_dir)
+        _PLANNED[key] = (graph, plan_models(graph))
+    return _PLANNED[key]
+
+
+def smoke_tree(
+    tree: SglangTree,
+    names: Sequence[str] = (),
+    models: Optional[Sequence[ModelResult]] = None,
+    texts: Optional[Mapping[Path, str]] = None,
+) -> SmokeRun:
+    """Smoke-run the patched model classes of ``tree``; one row each.
+
+    ``models``: the engine's verdicts (from verify, or apply): only those
+    patched are run, the others get a ``skipped`` row saying why. Without
+    them every supported model class selected by ``names`` is run, patched
+    or not (a mutation test wants that). ``texts``: file texts to use
+    instead of the files on disk, e.g. what apply would write.
+    """
+    graph, planned = _planned(tree.models_dir)
+    plans = {p.label: p for p in select(planned, tree, names)}
+    sources = Sources(tree.package, texts)
+    programs = {variant: Program(graph, sources, variant) for variant in (PATCHED, ORIGINAL)}
+    if models is None:
+        verdicts = [(label, tree.relative(p.path), "" if p.unsupported is None else f"unsupported: {p.unsupported}") for label, p in plans.items()]
+    else:
+        verdicts = [
+            (m.model, m.path, "" if m.status in (ALREADY, APPLIED) else f"{m.status}: {m.message or m.status}")
+            for m in models
+            if m.model in plans
+        ]
+    rows = []
+    for label, path, reason in verdicts:
+        if reason:
+            rows.append(SmokeResult(label, path, SKIPPED, reason))
+            continue
+        with torch.no_grad():
+            rows.append(smoke_model(graph, plans[label], programs, path))
+    return SmokeRun(tree=tree, version=tree.version, results=tuple(rows))

@@ -1,0 +1,155 @@
+"""Read how a forward calls its decoder layers, so the stand-in layers answer in kind.
+
+The calling convention is part of the forward shape: ``(hidden_states,
+residual)`` in and out (L1, L2, L3, packer), the collector passed in as
+a keyword (L3, packer, layer-boundary era), a residual kept on the forward
+batch (``residual_batch``, layer-boundary era), or no residual at all
+(Gemma 3 before 0.5.20). It is read from the layer call in the forward
+itself; nothing here keys on a release or a file name.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from patchcraft.harness.extract import MethodCode
+
+#: (position, keyword): where an argument sits in the layer call.
+Slot = tuple[Optional[int], Optional[str]]
+
+
+class ShapeError(Exception):
+    """The forward has no layer call the harness can stand in for."""
+
+
+@dataclass(frozen=True)
+class LayerCall:
+    """Where the layer call puts its arguments and what it unpacks from the result."""
+
+    hidden: Slot
+    residual: Optional[Slot]
+    batch: Optional[Slot]
+    residual_kind: str  # "pair" | "stream" | "none"
+    outputs: Optional[tuple[str, ...]]  # None: the result is hidden_states itself
+    captures: tuple[str, ...] = ()
+    line: int = 0
+
+    @staticmethod
+    def pick(args: tuple, kwargs: dict, slot: Optional[Slot]) -> Any:
+        if slot is None:
+            return None
+        position, keyword = slot
+        if keyword is not None and keyword in kwargs:
+            return kwargs[keyword]
+        if position is not None and position < len(args):
+            return args[position]
+        return None
+
+
+def _mentions_layers(node: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Attribute) and n.attr == "layers" and isinstance(n.value, ast.Name) and n.value.id == "self"
+        for n in ast.walk(node)
+    )
+
+
+def _layer_names(func: ast.AST) -> set[str]:
+    """Local names bound to a decoder layer: loop targets over ``self.layers`` or ``x = self.layers[i]``."""
+    names: set[str] = set()
+    for node in ast.walk(func):
+        if isinstance(node, ast.For) and _mentions_layers(node.iter):
+            names |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript) and _mentions_layers(node.value):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _slot(call: ast.Call, name: str) -> Optional[Slot]:
+    for position, arg in enumerate(call.args):
+        if isinstance(arg, ast.Name) and arg.id == name:
+            return (position, None)
+    for keyword in call.keywords:
+        if isinstance(keyword.value, ast.Name) and keyword.value.id == name:
+            return (None, keyword.arg)
+    return None
+
+
+def _is_layer_call(node: ast.AST, layer_names: set[str]) -> bool:
+    if not isinstance(node, ast.Call) or _slot(node, "hidden_states") is None:
+        return False
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id in layer_names
+    return isinstance(func, ast.Subscript) and _mentions_layers(func)
+
+
+def _outputs(func: ast.AST, call: ast.Call, residual: bool) -> Optional[tuple[str, ...]]:
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign) and node.value is call and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, (ast.Tuple, ast.List)):
+                return tuple(e.id if isinstance(e, ast.Name) else "_" for e in target.elts)
+            if isinstance(target, ast.Name) and target.id != "hidden_states":
+                # layer_outputs = layer(...); hidden_states = layer_outputs[0]
+                return ("hidden_states", "residual") if residual else ("hidden_states",)
+    return None
+
+
+def layer_call(forward: MethodCode) -> LayerCall:
+    """The first decoder-layer call in ``forward`` and its convention."""
+    func = forward.tree().body[0]
+    names = _layer_names(func)
+    calls = [n for n in ast.walk(func) if isinstance(n, ast.Call) and _is_layer_call(n, names)]
+    if not calls:
+        raise ShapeError(f"{forward.cls}.forward: no call of a decoder layer with hidden_states found")
+    call = min(calls, key=lambda c: (c.lineno, c.col_offset))
+    residual = _slot(call, "residual")
+    uses_stream = any(isinstance(n, ast.Name) and n.id == "residual_batch" for n in ast.walk(func))
+    kind = "pair" if residual is not None else "stream" if uses_stream else "none"
+    captures = tuple(k.arg for k in call.keywords if k.arg and "capture" in k.arg)
+    return LayerCall(
+        hidden=_slot(call, "hidden_states"),  # type: ignore[arg-type]
+        residual=residual,
+        batch=_slot(call, "forward_batch"),
+        residual_kind=kind,
+        outputs=_outputs(func, call, residual is not None),
+        captures=captures,
+        line=call.lineno,
+    )
+
+
+def _self_calls(forward: MethodCode) -> list[tuple[str, ast.Call]]:
+    return [
+        (node.func.attr, node)
+        for node in ast.walk(forward.tree())
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+    ]
+
+
+def embedding_attributes(forward: MethodCode) -> set[str]:
+    """``self.<name>(input_ids)``: the attributes the forward embeds tokens with."""
+    return {
+        name
+        for name, call in _self_calls(forward)
+        if call.args and isinstance(call.args[0], ast.Name) and call.args[0].id == "input_ids"
+    }
+
+
+def norm_attributes(forward: MethodCode) -> set[str]:
+    """``self.<...norm...>(hidden_states, ...)``: the final norm, whatever its name."""
+    return {
+        name
+        for name, call in _self_calls(forward)
+        if "norm" in name and call.args and isinstance(call.args[0], ast.Name) and call.args[0].id == "hidden_states"
+    }
+
+
+def has_pipeline(forward: MethodCode) -> bool:
+    """Whether the forward has a later-pipeline-stage path at all."""
+    text = forward.text
+    return "pp_proxy_tensors" in text or "is_first_rank" in text or "from_pp" in text

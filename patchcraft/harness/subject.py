@@ -1,0 +1,221 @@
+"""One model class, ready to build from either variant of its files and to run.
+
+A :class:`Subject` is a model class with one inner model class: the chain
+of classes its setter call goes through (delegation included), the class
+whose ``forward`` holds the capture, and the layer calling convention read
+from that forward. :meth:`Subject.build` makes fresh stand-in instances.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from patchcraft.graph import SETTER, ClassNode, ModelGraph, ModelPlan, classes_assigned_to, read_setter
+from patchcraft.harness.assemble import Program
+from patchcraft.harness.extract import PATCHED, MethodCode
+from patchcraft.harness.shapes import LayerCall, embedding_attributes, has_pipeline, layer_call, norm_attributes
+from patchcraft.harness.standins import (
+    ForwardBatch,
+    HarnessError,
+    Nothing,
+    PPProxyTensors,
+    RecordingEmbedding,
+    StandInConfig,
+    StandInLayer,
+    StandInNorm,
+    World,
+    activate,
+)
+from patchcraft.transforms._base import FLAG
+
+LAYERS, TOKENS, HIDDEN, VOCAB = 8, 5, 8, 32
+CAPTURE_IDS = [-1, 1, 4]  # hs[0], hs[2], hs[5]; 1 first, so the first-id heuristic shifts too
+SAME_IDS = ([1, 3, 5], [2, 4, 6])
+PIPELINE_IDS = [-1, 4, 6]  # the later stage holds layers 4..7
+_MISSING = object()
+
+class Failure(Exception):
+    """The patched code did something wrong; the message names it."""
+
+
+class Limitation(Exception):
+    """The harness cannot run this model (the original fails too, or a path has no stand-in)."""
+
+    def __init__(self, message: str, by_file: bool = False) -> None:
+        super().__init__(message)
+        #: The original's own code raised (e.g. it refuses a later pipeline stage itself).
+        self.by_file = by_file
+
+
+@dataclass
+class Instance:
+    variant: str
+    outer: nn.Module
+    inner: nn.Module
+    embedding: RecordingEmbedding
+    flag_after_init: Any
+
+
+@dataclass
+class Subject:
+    """A model class with one inner model class, ready to instantiate in either variant."""
+
+    label: str
+    chain: list[tuple[ClassNode, str]]
+    inner: ClassNode
+    forward_owner: ClassNode
+    forward: MethodCode
+    call: LayerCall
+    programs: dict[str, Program]
+    files: set[str] = field(default_factory=set)
+    embeddings: set[str] = field(default_factory=set)
+    norms: set[str] = field(default_factory=set)
+
+    @property
+    def pipeline(self) -> bool:
+        return has_pipeline(self.forward)
+
+    def build(self, variant: str, world: World) -> Instance:
+        program = self.programs[variant]
+        with activate(world):
+            inner = program.stand_in(self.inner)()
+            flag = inner.__dict__.get(FLAG, _MISSING)
+            embedding = _equip(inner, world, self)
+            current: nn.Module = inner
+            for node, attr in reversed(self.chain):
+                outer = program.stand_in(node)()
+                outer.config = StandInConfig(LAYERS, HIDDEN, VOCAB)
+                outer.pp_group = world.pp
+                setattr(outer, attr, current)
+                current = outer
+        return Instance(variant, current, inner, embedding, flag)
+
+    def set_ids(self, instance: Instance, ids: Optional[list[int]], world: World) -> None:
+        with activate(world):
+            getattr(instance.outer, SETTER)(list(ids) if ids is not None else None)
+
+    def run(self, instance: Instance, world: World, proxy: Optional[PPProxyTensors] = None) -> list[torch.Tensor]:
+        owner: Any = self.programs[instance.variant].stand_in(self.forward_owner)
+        method = types.MethodType(owner.forward, instance.inner)
+        inputs = {
+            "input_ids": input_ids(),
+            "positions": torch.arange(TOKENS),
+            "forward_batch": ForwardBatch(),
+            "input_embeds": None,
+            "inputs_embeds": None,
+            "pp_proxy_tensors": proxy,
+        }
+        with activate(world):
+            result = method(**_arguments(method, inputs))
+        return _aux_states(result)
+
+
+def input_ids() -> torch.Tensor:
+    return (torch.arange(TOKENS) * 7 + 3) % VOCAB
+
+
+def _equip(inner: Any, world: World, subject: "Subject") -> RecordingEmbedding:
+    """Give the inner model its stand-in parts, as its real ``__init__`` would."""
+    embedding = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
+    for name in {"embed_tokens"} | subject.embeddings:
+        setattr(inner, name, embedding)
+    inner.layers = nn.ModuleList(StandInLayer(i, subject.call) for i in range(LAYERS))
+    inner.start_layer = 0 if world.pp.is_first_rank else LAYERS // 2
+    inner.end_layer = LAYERS
+    for name in {"norm"} | subject.norms:
+        setattr(inner, name, StandInNorm())
+    inner.pp_group = world.pp
+    inner.config = StandInConfig(LAYERS, HIDDEN, VOCAB)
+    return embedding
+
+
+def _arguments(method: Any, inputs: dict) -> dict:
+    arguments = {}
+    for name, parameter in inspect.signature(method).parameters.items():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if name in inputs:
+            arguments[name] = inputs[name]
+        elif parameter.default is parameter.empty:
+            arguments[name] = Nothing(name)
+    return arguments
+
+
+def _aux_states(result: Any) -> list[torch.Tensor]:
+    """The aux states a forward returned: a list, or one packed ``[tokens, K * hidden]`` tensor."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        return []
+    aux = result[1]
+    if isinstance(aux, torch.Tensor):
+        if aux.shape[-1] % HIDDEN:
+            raise Failure(f"packed aux states have width {aux.shape[-1]}, not a multiple of {HIDDEN}")
+        return list(aux.split(HIDDEN, dim=-1))
+    if isinstance(aux, (list, tuple)):
+        return list(aux)
+    return []
+
+
+def setter_chain(graph: ModelGraph, cls: ClassNode) -> tuple[list[tuple[ClassNode, str]], list[ClassNode]]:
+    """The classes the setter call goes through (delegation), with the attribute each holds the next in."""
+    chain: list[tuple[ClassNode, str]] = []
+    current = cls
+    for _ in range(6):
+        found = graph.find_method(current, SETTER)
+        if found is None:
+            raise HarnessError(f"{current.label} has no {SETTER}")
+        shape = read_setter(found[1])
+        attr = shape.delegate_attr or shape.inner_attr
+        if attr is None:
+            raise HarnessError(f"{found[0].label}.{SETTER} names no inner model")
+        targets = classes_assigned_to(graph, current, attr)
+        if not targets:
+            raise HarnessError(f"cannot tell which class `self.{attr}` of {current.label} is")
+        chain.append((current, attr))
+        if shape.delegate_attr is None:
+            return chain, targets
+        current = targets[0]
+    raise HarnessError(f"{cls.label}: delegation deeper than 6 classes")
+
+
+def subjects(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program]) -> list[Subject]:
+    cls = graph.classes.get((plan.module, plan.cls))
+    if cls is None:
+        raise HarnessError(f"{plan.label} is not in the model graph")
+    chain, inners = setter_chain(graph, cls)
+    found = []
+    for inner in inners:
+        owner = _forward_owner(graph, plan, inner)
+        forward = programs[PATCHED].method(owner, "forward")
+        assert forward is not None
+        classes = [c for node, _ in chain for c in graph.mro(node)] + graph.mro(inner)
+        files = {str(c.path) for c in classes}
+        found.append(
+            Subject(
+                plan.label, chain, inner, owner, forward, layer_call(forward), programs, files,
+                embedding_attributes(forward), norm_attributes(forward),
+            )
+        )
+    return found
+
+
+def _forward_owner(graph: ModelGraph, plan: ModelPlan, inner: ClassNode) -> ClassNode:
+    """The class whose ``forward`` holds the capture: the plan's forward site in ``inner``'s MRO.
+
+    A draft model may wrap its parent's forward (``super().forward``); the
+    harness runs the capturing forward itself, on an instance of ``inner``.
+    """
+    mro = graph.mro(inner)
+    keys = {(s.module, s.cls) for s in plan.sites if s.kind == "forward"}
+    for owner in mro:
+        if owner.key in keys and "forward" in owner.methods:
+            return owner
+    found = graph.find_method(inner, "forward")
+    if found is None:
+        raise HarnessError(f"{inner.label} has no forward")
+    return found[0]

@@ -1,0 +1,211 @@
+"""Shared helpers for the harness tests: patched release texts (in memory) and mutations.
+
+Releases are read from the cache (``patchcraft.fetch``) and never written:
+apply runs in memory, and the harness takes the patched texts directly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Optional
+
+from patchcraft.engine import Mode, RunResult, run
+from patchcraft.tree import SglangTree, resolve_target
+
+#: The coverage matrix of CI.
+MATRIX = ("0.4.6", "0.4.10", "0.5.2", "0.5.6", "0.5.10", "0.5.15", "0.5.20", "0.5.23")
+
+
+def root_conftest() -> ModuleType:
+    """tests/conftest.py, loaded by path (tests/gpu_smoke has a conftest.py too)."""
+    path = Path(__file__).resolve().parent.parent / "conftest.py"
+    spec = importlib.util.spec_from_file_location("patchcraft_root_conftest_harness", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class Patched:
+    """A release as apply would leave it: the verdicts and the new texts, nothing written."""
+
+    tree: SglangTree
+    applied: RunResult
+    texts: dict
+
+    def path(self, stem: str) -> Path:
+        found = [p for p in self.texts if p.stem == stem]
+        assert len(found) == 1, f"apply does not change {stem}.py in {self.tree.version}"
+        return found[0]
+
+
+@lru_cache(maxsize=None)
+def patched(version: str) -> Patched:
+    tree = resolve_target(str(root_conftest().release_package(version)))
+    applied = run(tree, Mode.APPLY)
+    return Patched(tree, applied, {c.source.path: c.after for c in applied.changes})
+
+
+# -- mutations of a correctly patched file -------------------------------------------
+# Each takes the patched text and returns it broken in one way; each asserts that it
+# changed something, so a mutation can never pass by silently not applying.
+
+_FLAG = "capture_embedding_for_eagle3"
+
+
+def _changed(before: str, after: str, what: str) -> str:
+    assert after != before, f"mutation did not apply: {what}"
+    return after
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _block_end(lines: list[str], start: int) -> int:
+    """Index after the compound statement starting at ``lines[start]`` (its deeper-indented body)."""
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > _indent(lines[start])):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    return end
+
+
+def _capture_block(lines: list[str]) -> tuple[int, int]:
+    """The inserted ``# patchcraft:`` comment and ``if self.capture_embedding_for_eagle3...:`` block of a forward."""
+    for index, line in enumerate(lines):
+        if line.lstrip().startswith(f"if self.{_FLAG}") and lines[index - 1].lstrip().startswith("# patchcraft:"):
+            return index - 1, _block_end(lines, index)
+    raise AssertionError("no inserted capture block found")
+
+
+def drop_flag_init(text: str) -> str:
+    """(a) delete the flag initialisation from __init__."""
+    pattern = re.compile(rf"^[ \t]*# patchcraft:[^\n]*\n[ \t]*self\.{_FLAG} = False\n", re.M)
+    return _changed(text, pattern.sub("", text), "flag initialisation")
+
+
+def _edit_capture(text: str, edit: Callable[[str], str], what: str) -> str:
+    lines = _lines(text)
+    start, end = _capture_block(lines)
+    block = "".join(lines[start:end])
+    return _changed(text, "".join(lines[:start]) + edit(block) + "".join(lines[end:]), what)
+
+
+def add_without_none_check(text: str) -> str:
+    """(b) the capture expression becomes ``hidden_states + residual`` (residual is None there)."""
+
+    def edit(block: str) -> str:
+        return re.sub(r"hidden_states\.clone\(\) if residual is None else hidden_states \+ residual|hidden_states\.clone\(\)", "hidden_states + residual", block)
+
+    return _edit_capture(text, edit, "capture expression")
+
+
+def drop_clone(text: str) -> str:
+    """(c) the embedding entry is no copy: ``.clone()`` dropped, or ``append`` for the copying ``capture``."""
+
+    def edit(block: str) -> str:
+        return block.replace("hidden_states.clone()", "hidden_states").replace(".capture(hidden_states)", ".append(hidden_states)")
+
+    return _edit_capture(text, edit, ".clone()")
+
+
+def block_after_loop(text: str) -> str:
+    """(d) the capture block moved after the layer loop (or the if/else holding the loops) that follows it."""
+    lines = _lines(text)
+    start, end = _capture_block(lines)
+    block, level = lines[start:end], _indent(lines[start + 1])
+    index = end
+    while index < len(lines):
+        line = lines[index]
+        if line.strip() and _indent(line) < level:
+            raise AssertionError("no layer loop after the capture block in its method")
+        if not line.strip() or _indent(line) > level:
+            index += 1
+            continue
+        stop = _block_end(lines, index)
+        while stop < len(lines) and _indent(lines[stop]) == level and lines[stop].lstrip().startswith(("elif", "else")):
+            stop = _block_end(lines, stop)
+        if any(l.lstrip().startswith("for ") for l in lines[index:stop]):
+            moved = lines[:start] + lines[end:stop] + block + lines[stop:]
+            return _changed(text, "".join(moved), "block after loop")
+        index = stop
+    raise AssertionError("no layer loop after the capture block")
+
+
+def keep_minus_one(text: str) -> str:
+    """(d) the setter keeps -1 in the ids it converts (``[val for val in ids]``)."""
+    pattern = re.compile(r"\[(\w+) for \1 in (\w+) if \1 >= 0\]")
+    return _changed(text, pattern.sub(r"[\1 for \1 in \2]", text), "-1 filter")
+
+
+def forget_packer_count(text: str) -> str:
+    """(e) the AuxHiddenStatePacker is sized without the embedding capture."""
+    return _changed(text, text.replace(f" + int(self.{_FLAG})", ""), "packer count")
+
+
+def no_pipeline_guard(text: str) -> str:
+    """-1 accepted and captured on every pipeline stage: setter guard and forward gate removed."""
+    text2 = text.replace("if self.pp_group.world_size > 1:", "if False:")
+    text2 = re.sub(rf"if self\.{_FLAG} and [^\n:]*:", f"if self.{_FLAG}:", text2)
+    return _changed(text, text2, "pipeline guard")
+
+
+def init_flag_true(text: str) -> str:
+    """The flag starts ``True``: every forward captures the embedding whatever the ids."""
+    pattern = re.compile(rf"(# patchcraft:[^\n]*\n[ \t]*self\.{_FLAG} = )False")
+    return _changed(text, pattern.sub(r"\1True", text), "flag initialisation value")
+
+
+def ids_without_minus_one_set_the_flag(text: str) -> str:
+    """The setter's ``else`` branch (no -1, or None) turns the flag on."""
+    pattern = re.compile(rf"(else:\n[ \t]*self(?:\.\w+)*\.{_FLAG} = )False")
+    return _changed(text, pattern.sub(r"\1True", text), "setter else branch")
+
+
+MUTATIONS: dict[str, Callable[[str], str]] = {
+    "a-no-flag-init": drop_flag_init,
+    "b-add-none": add_without_none_check,
+    "c-no-clone": drop_clone,
+    "d-after-loop": block_after_loop,
+    "d-keep-minus-one": keep_minus_one,
+    "e-packer-count": forget_packer_count,
+    "pp-no-guard": no_pipeline_guard,
+    "init-flag-true": init_flag_true,
+    "else-flag-true": ids_without_minus_one_set_the_flag,
+}
+
+
+def mutate(version: str, stem: str, mutation: str) -> dict:
+    """The patched texts of ``version`` with ``stem``.py broken by ``mutation``."""
+    state = patched(version)
+    path = state.path(stem)
+    return {**state.texts, path: MUTATIONS[mutation](state.texts[path])}
+
+
+def row(run_result, label: str):
+    found = [r for r in run_result.results if r.model == label]
+    assert len(found) == 1, (label, [r.model for r in run_result.results])
+    return found[0]
+
+
+def planned_labels(version: str) -> Optional[list[str]]:
+    """Model classes the engine plans for a cached release (None when not cached yet)."""
+    from patchcraft.fetch import cache_dir
+    from patchcraft.plan import plan_models, scan
+
+    models = cache_dir() / "releases" / version / "sglang" / "srt" / "models"
+    if not models.is_dir():
+        return None
+    return [p.label for p in plan_models(scan(models)) if not p.unsupported]

@@ -1,0 +1,160 @@
+"""``patchcraft smoke`` and ``patchcraft verify --smoke``: exit codes, reports, torch only when asked."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from smoke_support import root_conftest
+
+from patchcraft.cli import main
+
+RELEASE = "0.5.10"
+DEEPSEEK = "deepseek_v2.DeepseekV2ForCausalLM"
+
+
+def _run(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    return exit_info.value.code
+
+
+def _hand_fixed(package: Path, clone: bool) -> Path:
+    """deepseek_v2.py with the three sed edits users apply by hand (docs: the field fix)."""
+    path = package / "srt" / "models" / "deepseek_v2.py"
+    text = path.read_text(encoding="utf-8")
+    entry = "hidden_states.clone() if residual is None else hidden_states + residual" if clone else (
+        "hidden_states if residual is None else hidden_states + residual"
+    )
+    edits = [
+        ("        self.layers_to_capture = []\n", "        self.layers_to_capture = []\n        self.capture_embedding_for_eagle3 = False\n"),
+        (
+            "            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n",
+            "            self.model.capture_embedding_for_eagle3 = (-1 in layer_ids)\n"
+            "            self.model.layers_to_capture = [val + 1 for val in layer_ids if val >= 0]\n",
+        ),
+        (
+            "        aux_hidden_states = []\n",
+            "        aux_hidden_states = []\n"
+            "        if self.capture_embedding_for_eagle3:\n"
+            f"            aux_hidden_states.append({entry})\n",
+        ),
+    ]
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def release_tree(tmp_path: Path) -> Path:
+    return root_conftest().copy_release(RELEASE, tmp_path / RELEASE)
+
+
+def test_smoke_passes_on_a_patched_tree(release_tree: Path, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("torch")
+    qwen2 = str(release_tree / "srt" / "models" / "qwen2.py")
+    assert _run(["apply", "--no-runner", qwen2]) == 0
+    capsys.readouterr()
+    assert _run(["smoke", "--no-runner", qwen2]) == 0
+    err = capsys.readouterr().err
+    assert "PASS  qwen2.Qwen2ForCausalLM" in err and "FAIL" not in err
+
+
+def test_verify_smoke_catches_a_hand_fix_without_clone(release_tree: Path, capsys: pytest.CaptureFixture) -> None:
+    """The structural check accepts the user's sed fix; running it shows the embedding is not copied."""
+    pytest.importorskip("torch")
+    target = [str(_hand_fixed(release_tree, clone=False)), "--model", DEEPSEEK]
+    assert _run(["verify", "--no-runner", *target]) == 0
+    capsys.readouterr()
+    assert _run(["verify", "--smoke", "--no-runner", *target]) == 1
+    err = capsys.readouterr().err
+    assert "FAIL  deepseek_v2.DeepseekV2ForCausalLM" in err
+    assert "shares storage with the embedding output" in err
+
+
+def test_the_field_hand_fix_captures_the_received_tensor_on_a_later_stage(release_tree: Path, capsys: pytest.CaptureFixture) -> None:
+    """With .clone(), the sed fix is right on one stage; with no first-stage gate it is not on a later one."""
+    pytest.importorskip("torch")
+    target = str(_hand_fixed(release_tree, clone=True))
+    assert _run(["verify", "--smoke", "--no-runner", "--format", "json", target, "--model", DEEPSEEK]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["command"] == "verify" and document["smoke"]["device"] == "cpu"
+    (row,) = [r for r in document["smoke"]["models"] if r["model"] == DEEPSEEK]
+    checks = {c["name"]: c for c in row["checks"]}
+    assert row["status"] == "fail" and row["seconds"] > 0
+    assert all(checks[name]["status"] == "pass" for name in ("init", "capture", "same", "default"))
+    assert checks["pipeline"]["status"] == "fail"
+    assert "-1 was accepted" in checks["pipeline"]["detail"] and "got 3 [received hs[4]" in checks["pipeline"]["detail"]
+
+
+def test_smoke_on_an_unpatched_tree_skips_and_exits_1(capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("torch")
+    assert _run(["smoke", "--no-runner", "--release", RELEASE, "--model", "qwen2"]) == 1
+    err = capsys.readouterr().err
+    assert "skip  qwen2.Qwen2ForCausalLM" in err and "would-patch" in err
+
+
+def test_without_torch_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import patchcraft.harness as harness
+
+    fake = types.SimpleNamespace(util=types.SimpleNamespace(find_spec=lambda name: None))
+    monkeypatch.setattr(harness, "importlib", fake)
+    assert _run(["smoke", "--release", RELEASE]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["patchcraft: error: the CPU smoke harness needs torch, which is not installed: pip install 'patchcraft[smoke]'"]
+
+
+def test_torch_that_fails_to_import_is_one_line_exit_2(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from patchcraft.cli import main\n"
+        f"main(['verify', '--smoke', '--release', {RELEASE!r}])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs torch" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_torch_is_not_imported_by_help_apply_or_verify(release_tree: Path) -> None:
+    target = str(release_tree / "srt" / "models" / "qwen2.py")
+    code = (
+        "import sys\n"
+        "from patchcraft.cli import main\n"
+        f"for argv in (['--help'], ['smoke', '--help'], ['apply', '--no-runner', {target!r}], ['verify', '--no-runner', {target!r}]):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip().splitlines()[-1] == "NO-TORCH", proc.stdout + proc.stderr
+
+
+def test_cuda_device_without_the_gpu_module_is_one_line_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "patchcraft.gpu_smoke.run", None)
+    assert _run(["smoke", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CUDA smoke test is not available" in err[0]
+
+
+def test_cuda_device_calls_the_gpu_smoke_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    fake = types.ModuleType("patchcraft.gpu_smoke.run")
+    fake.run_cuda_smoke = lambda **kwargs: calls.append(kwargs) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "patchcraft.gpu_smoke.run", fake)
+    assert _run(["smoke", "--device", "cuda", "--format", "json"]) == 0
+    assert calls == [{"output_format": "json"}]
+
+
+def test_cuda_device_takes_no_target(capsys: pytest.CaptureFixture) -> None:
+    assert _run(["smoke", "--device", "cuda", "some/target"]) == 2
+    assert "takes no TARGET" in capsys.readouterr().err
