@@ -24,7 +24,7 @@ from patchcraft.sources import decode
 SETTER = "set_eagle3_layers_to_capture"
 MODELS_PACKAGE = "sglang.srt.models."
 #: Cheap text filter: only files containing one of these are parsed up front.
-RELEVANT = (b"layers_to_capture", SETTER.encode())
+RELEVANT = (SETTER.encode(),)
 
 FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
@@ -397,18 +397,22 @@ def read_forward(func: FunctionNode) -> ForwardShape:
                 gate = "flag-gated" if "_is_layer_to_capture" in ast.dump(node.value) else "id-gated"
                 styles.append(f"collector into layers ({node.arg}=, {gate})")
                 names.update(n.id for n in ast.walk(node.value) if isinstance(n, ast.Name))
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("append", "capture"):
-                if isinstance(node.func.value, ast.Name) and node.args:
-                    names.add(node.func.value.id)
+            elif isinstance(node, ast.Attribute) and node.attr in ("append", "capture") and isinstance(node.value, ast.Name):
+                names.add(node.value.id)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                if node.func.attr == "append" and isinstance(node.func.value, ast.Name):
                     styles.append(f"append in loop ({_expression_kind(node.args[0])})")
+                elif node.func.attr == "capture" and isinstance(node.func.value, ast.Name):
+                    styles.append("aux.capture() in loop")
     collector = "none"
     for target, value in _assigned_targets(func):
-        if isinstance(target, ast.Name) and target.id in names and value is not None:
+        if isinstance(target, ast.Name) and target.id in names:
             if isinstance(value, ast.List):
                 collector = "list"
-            elif isinstance(value, ast.Call):
+                break
+            if isinstance(value, ast.Call):
                 collector = _dotted(value.func).split(".")[0] or "call"
-            break
+                break
     # patchcraft's own capture (``if self.capture_embedding_for_eagle3 ...``) is no shape of the release
     ours = [n for n in ast.walk(func) if isinstance(n, ast.If) and "capture_embedding_for_eagle3" in ast.dump(n.test)]
     post_loop = any(
@@ -418,7 +422,7 @@ def read_forward(func: FunctionNode) -> ForwardShape:
         for n in ast.walk(func)
     )
     residual = any(isinstance(t, ast.Name) and t.id == "residual" for t, _ in _assigned_targets(func))
-    tbo = any(isinstance(n, ast.Attribute) and n.attr == "can_run_tbo" for n in ast.walk(func))
+    tbo = any(isinstance(n, ast.If) and "can_run_tbo" in ast.dump(n.test) for n in ast.walk(func))
     return ForwardShape(
         collector=collector,
         styles=tuple(dict.fromkeys(styles)),
@@ -453,13 +457,13 @@ def _loop_captures(loop: ast.For) -> bool:
 
 def _expression_kind(expr: ast.expr) -> str:
     if isinstance(expr, ast.Name):
-        return "bare hidden_states"
+        return "bare hidden_states" if expr.id == "hidden_states" else f"a local, {expr.id}"
     if isinstance(expr, ast.IfExp):
         return "None-safe, not cloned"
     if isinstance(expr, ast.BinOp):
         return "hidden_states + residual"
     if isinstance(expr, ast.Call):
-        return ast.unparse(expr.func).split(".")[-1] + "()"
+        return ast.unparse(expr.func) + "()"
     return type(expr).__name__
 
 

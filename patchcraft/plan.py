@@ -36,15 +36,31 @@ OWN_HELPER = "inner-model helper only:"
 
 
 def scan(models_dir: Path) -> ModelGraph:
-    """Parse the model files that can matter (cheap text filter first)."""
+    """Parse the model files that can matter (cheap text filters before any parse).
+
+    First the files that mention the setter; then, until nothing new turns
+    up, the files that mention a class having the setter (its own or
+    inherited): a subclass may live in a file that names neither the
+    setter nor ``layers_to_capture`` (qwen4_exp, qwen3_omni_moe, the EAGLE
+    drafts), and it is a model class all the same. Inner models in other
+    files are loaded when the graph resolves them.
+    """
     graph = ModelGraph(models_dir=models_dir)
+    data: dict[str, bytes] = {}
     for path in sorted(models_dir.glob("*.py")):
         try:
-            data = path.read_bytes()
+            data[path.stem] = path.read_bytes()
         except OSError:
             continue
-        if any(token in data for token in RELEVANT):
-            graph.load(path.stem, data)
+    pending = [stem for stem, text in data.items() if any(token in text for token in RELEVANT)]
+    searched: set[str] = set()
+    while pending:
+        for stem in pending:
+            graph.load(stem, data[stem])
+        names = {c.name for c in list(graph.classes.values()) if graph.find_method(c, SETTER)} - searched
+        searched |= names
+        wanted = [name.encode() for name in names]
+        pending = [stem for stem, text in data.items() if stem not in graph.loaded and any(n in text for n in wanted)]
     return graph
 
 

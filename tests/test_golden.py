@@ -15,6 +15,8 @@ transforms, so they must come out just as clean.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,10 +28,22 @@ from patchcraft.tree import resolve_target
 
 from conftest import GOLDEN, copy_release, release_package
 
+
+def _load_script(name: str):
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+#: scripts/coverage_table.py: the release lists and the docs/coverage.md generator.
+COVERAGE = _load_script("coverage_table")
 #: The coverage matrix: every release here has a golden/<release>/ set (0.4.6 patches nothing).
-MATRIX = ("0.4.6", "0.4.10", "0.5.2", "0.5.6", "0.5.10", "0.5.15", "0.5.20", "0.5.23")
+MATRIX: tuple = COVERAGE.MATRIX
 #: Releases in between, checked without golden files.
-BETWEEN = ("0.5.13", "0.5.18")
+BETWEEN: tuple = COVERAGE.BETWEEN
 #: Runner-file goldens live beside ours; tests/test_runner_transform.py owns them.
 RUNNER_STEMS = {"model_runner", "cuda_graph_runner"}
 

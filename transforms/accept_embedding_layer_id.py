@@ -168,6 +168,157 @@ class DeepseekV2ForCausalLM(nn.Module):
 ''',
     ),
     Example(
+        title="first-id heuristic: -1 leaves before `layer_ids[0] == 1` is tested",
+        site=_SITE,
+        before='''\
+class DeepseekV2ForCausalLM(nn.Module):
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
+        if not self.pp_group.is_last_rank:
+            return
+
+        if layer_ids is None:
+            self.capture_aux_hidden_states = True
+            num_layers = self.config.num_hidden_layers
+            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+        else:
+            self.capture_aux_hidden_states = True
+            if layer_ids and layer_ids[0] == 1:
+                self.model.layers_to_capture = [val + 1 for val in layer_ids]
+            else:
+                self.model.layers_to_capture = list(layer_ids)
+''',
+        after='''\
+class DeepseekV2ForCausalLM(nn.Module):
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
+        # patchcraft: layer id -1 = embedding output (hs[0]); drop it before the ids are converted
+        if layer_ids is not None and -1 in layer_ids:
+            if not hasattr(self.model, "capture_embedding_for_eagle3"):
+                raise ValueError(
+                    f"EAGLE-3 layer id -1 is not supported by {type(self.model).__name__}: "
+                    "its forward does not capture the embedding (run `patchcraft apply`)"
+                )
+            if self.pp_group.world_size > 1:
+                raise ValueError(
+                    "EAGLE-3 layer id -1 (embedding output) needs a single pipeline stage: "
+                    "the embedding exists only on the first stage"
+                )
+            self.model.capture_embedding_for_eagle3 = True
+            layer_ids = [val for val in layer_ids if val >= 0]
+        else:
+            self.model.capture_embedding_for_eagle3 = False
+        if not self.pp_group.is_last_rank:
+            return
+
+        if layer_ids is None:
+            self.capture_aux_hidden_states = True
+            num_layers = self.config.num_hidden_layers
+            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+        else:
+            self.capture_aux_hidden_states = True
+            if layer_ids and layer_ids[0] == 1:
+                self.model.layers_to_capture = [val + 1 for val in layer_ids]
+            else:
+                self.model.layers_to_capture = list(layer_ids)
+''',
+    ),
+    Example(
+        title="inner helper, pipeline group from a function: the guard uses the setter's own group",
+        site=EditSite(
+            kind=KIND,
+            path=Path("example.py"),
+            module="example",
+            cls="Qwen3NextForCausalLM",
+            method="set_eagle3_layers_to_capture",
+            params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "get_pp_group()")),
+        ),
+        before='''\
+class Qwen3NextForCausalLM(nn.Module):
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[list[int]] = None):
+        if not get_pp_group().is_last_rank:
+            return
+
+        self.capture_aux_hidden_states = True
+        if layer_ids is None:
+            num_layers = self.config.num_hidden_layers
+            self.model.set_eagle3_layers_to_capture([2, num_layers // 2, num_layers - 3])
+        else:
+            self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])
+''',
+        after='''\
+class Qwen3NextForCausalLM(nn.Module):
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[list[int]] = None):
+        # patchcraft: layer id -1 = embedding output (hs[0]); drop it before the ids are converted
+        if layer_ids is not None and -1 in layer_ids:
+            if not hasattr(self.model, "capture_embedding_for_eagle3"):
+                raise ValueError(
+                    f"EAGLE-3 layer id -1 is not supported by {type(self.model).__name__}: "
+                    "its forward does not capture the embedding (run `patchcraft apply`)"
+                )
+            if get_pp_group().world_size > 1:
+                raise ValueError(
+                    "EAGLE-3 layer id -1 (embedding output) needs a single pipeline stage: "
+                    "the embedding exists only on the first stage"
+                )
+            self.model.capture_embedding_for_eagle3 = True
+            layer_ids = [val for val in layer_ids if val >= 0]
+        else:
+            self.model.capture_embedding_for_eagle3 = False
+        if not get_pp_group().is_last_rank:
+            return
+
+        self.capture_aux_hidden_states = True
+        if layer_ids is None:
+            num_layers = self.config.num_hidden_layers
+            self.model.set_eagle3_layers_to_capture([2, num_layers // 2, num_layers - 3])
+        else:
+            self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])
+''',
+    ),
+    Example(
+        title="no pipeline parallelism in the model: no stage check",
+        site=EditSite(
+            kind=KIND,
+            path=Path("example.py"),
+            module="example",
+            cls="Gemma3ForCausalLM",
+            method="set_eagle3_layers_to_capture",
+            params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "")),
+        ),
+        before='''\
+class Gemma3ForCausalLM(nn.Module):
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
+        if layer_ids is None:
+            self.capture_aux_hidden_states = True
+            num_layers = self.config.num_hidden_layers
+            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+        else:
+            self.capture_aux_hidden_states = True
+            self.model.layers_to_capture = [val + 1 for val in layer_ids]
+''',
+        after='''\
+class Gemma3ForCausalLM(nn.Module):
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
+        # patchcraft: layer id -1 = embedding output (hs[0]); drop it before the ids are converted
+        if layer_ids is not None and -1 in layer_ids:
+            if not hasattr(self.model, "capture_embedding_for_eagle3"):
+                raise ValueError(
+                    f"EAGLE-3 layer id -1 is not supported by {type(self.model).__name__}: "
+                    "its forward does not capture the embedding (run `patchcraft apply`)"
+                )
+            self.model.capture_embedding_for_eagle3 = True
+            layer_ids = [val for val in layer_ids if val >= 0]
+        else:
+            self.model.capture_embedding_for_eagle3 = False
+        if layer_ids is None:
+            self.capture_aux_hidden_states = True
+            num_layers = self.config.num_hidden_layers
+            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+        else:
+            self.capture_aux_hidden_states = True
+            self.model.layers_to_capture = [val + 1 for val in layer_ids]
+''',
+    ),
+    Example(
         title="the sed fix from the field is recognised as hand-applied",
         site=_SITE,
         before='''\

@@ -1,0 +1,148 @@
+"""The coverage matrix: every EAGLE-3 model class of each release is patched or justly unsupported.
+
+Reuses the session's apply/verify runs of tests/test_golden.py (one per
+release), so this adds next to no time:
+
+- each release has the number of files defining the setter the issue
+  names, and every class defining it is a model row or a class one of
+  the rows edits (no silent gaps);
+- the unsupported models are exactly the justified set below, each with
+  its justification in docs/coverage.md, and no model ends in ``error``
+  (in the JSON document ``verify --format json`` prints, too);
+- docs/coverage.md is what scripts/coverage_table.py generates.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from patchcraft import report
+from patchcraft.engine import ERROR, UNSUPPORTED
+from patchcraft.graph import ModelGraph
+from patchcraft.plan import plan_models, scan
+
+from conftest import release_package
+from test_golden import BETWEEN, COVERAGE, MATRIX, applied, session_tmp  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTER = "set_eagle3_layers_to_capture"
+
+#: Files defining the setter, per release (the issue's 1, 4, 8, 13, 18, 24, 27, 29).
+SETTER_FILES = {"0.4.6": 1, "0.4.10": 4, "0.5.2": 8, "0.5.6": 13, "0.5.10": 18, "0.5.15": 24, "0.5.20": 27, "0.5.23": 29}
+
+#: EAGLE and NextN/MTP draft modules: they inherit a target's setter, but their inner model
+#: captures nothing (EAGLE-3 itself does not apply to them).
+_DRAFTS_0_4 = {"llama_eagle.LlamaForCausalLMEagle", "llama_eagle3.LlamaForCausalLMEagle3"}
+_DRAFTS_0_5_2 = _DRAFTS_0_4 | {"qwen2_eagle.Qwen2ForCausalLMEagle"}
+_DRAFTS_0_5_6 = _DRAFTS_0_5_2 | {
+    "deepseek_nextn.DeepseekV3ForCausalLMNextN",
+    "glm4_moe_nextn.Glm4MoeForCausalLMNextN",
+    "longcat_flash_nextn.LongcatFlashForCausalLMNextN",
+}
+_DRAFTS_0_5_13 = _DRAFTS_0_5_6 | {"glm4_moe_lite_nextn.Glm4MoeLiteForCausalLMNextN", "mistral_eagle.MistralForCausalLMEagle"}
+_DRAFTS_0_5_18 = _DRAFTS_0_5_13 | {"glm4_moe.GlmMoeDsaForCausalLMNextN"}
+_DRAFTS_0_5_20 = _DRAFTS_0_5_18 | {"glm5_next_nextn.Glm5NextForConditionalGenerationNextN"}
+#: The inner model of MindSporeForCausalLM comes from MindSpore's own registry at run time.
+_MINDSPORE = {"mindspore.MindSporeForCausalLM"}
+#: The only models patchcraft may leave unsupported, per release (reasons: docs/coverage.md).
+EXPECTED_UNSUPPORTED = {
+    "0.4.6": {"llama.LlamaForCausalLM"},  # legacy setter without ids
+    "0.4.10": _DRAFTS_0_4,
+    # GLM-4.1V: the Qwen2.5-VL setter, but a GLM-4 inner model without any capture
+    "0.5.2": _DRAFTS_0_5_2 | {"glm4v.Glm4vForConditionalGeneration", "glm4v_moe.Glm4vMoeForConditionalGeneration"},
+    "0.5.6": _DRAFTS_0_5_6,
+    "0.5.10": _DRAFTS_0_5_6 | _MINDSPORE,
+    "0.5.13": _DRAFTS_0_5_13 | _MINDSPORE,
+    "0.5.15": _DRAFTS_0_5_13 | _MINDSPORE,
+    "0.5.18": _DRAFTS_0_5_18 | _MINDSPORE,
+    "0.5.20": _DRAFTS_0_5_20 | _MINDSPORE,
+    "0.5.23": _DRAFTS_0_5_20 | _MINDSPORE,
+}
+ALL = MATRIX + BETWEEN
+
+
+def setter_classes(version: str) -> dict[str, set[str]]:
+    """``{file stem: {classes defining the setter}}`` in the pristine release."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((release_package(version) / "srt" / "models").glob("*.py")):
+        data = path.read_bytes()
+        if f"def {SETTER}".encode() not in data:
+            continue
+        tree = ast.parse(data.decode("utf-8-sig"))
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and any(isinstance(f, ast.FunctionDef) and f.name == SETTER for f in node.body):
+                found.setdefault(path.stem, set()).add(node.name)
+    return found
+
+
+@pytest.mark.parametrize("version", MATRIX)
+def test_matrix_has_the_setter_files_the_issue_names(version: str) -> None:
+    assert len(setter_classes(version)) == SETTER_FILES[version]
+
+
+@pytest.mark.parametrize("version", ALL)
+def test_no_silent_gaps(version: str, session_tmp: Path) -> None:
+    """Every class defining the setter is a model row, or a class a row edits (an inner helper)."""
+    models = applied(version, session_tmp).verify.models
+    rows = {m.model for m in models}
+    edited = {(Path(e.file).stem, e.cls) for m in models for e in m.edits}
+    missing = [
+        f"{stem}.{cls}"
+        for stem, classes in setter_classes(version).items()
+        for cls in classes
+        if f"{stem}.{cls}" not in rows and (stem, cls) not in edited
+    ]
+    assert not missing
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])
+def test_text_filter_loses_no_model_class(version: str) -> None:
+    """Parsing every model file finds no model class the filtered scan misses.
+
+    Subclasses inherit the setter from files that name neither the setter
+    nor ``layers_to_capture`` (qwen4_exp, qwen3_omni_moe, the EAGLE drafts).
+    """
+    models = release_package(version) / "srt" / "models"
+    full = ModelGraph(models_dir=models)
+    for path in sorted(models.glob("*.py")):
+        full.load(path.stem, path.read_bytes())
+    everything = {(p.label, p.unsupported, tuple(s.key for s in p.sites)) for p in plan_models(full)}
+    assert everything == {(p.label, p.unsupported, tuple(s.key for s in p.sites)) for p in plan_models(scan(models))}
+
+
+@pytest.mark.parametrize("version", ALL)
+def test_unsupported_is_exactly_the_justified_set(version: str, session_tmp: Path) -> None:
+    models = applied(version, session_tmp).verify.models
+    unsupported = {m.model: m.message for m in models if m.status == UNSUPPORTED}
+    assert set(unsupported) == EXPECTED_UNSUPPORTED[version]
+    page = (ROOT / "docs" / "coverage.md").read_text(encoding="utf-8")
+    for model, reason in unsupported.items():
+        justification = COVERAGE.justification(reason)
+        assert justification, f"{model}: no justification in scripts/coverage_table.py for: {reason}"
+        assert justification in page and reason in page
+
+
+@pytest.mark.parametrize("version", ALL)
+def test_verify_json_lists_every_model_and_no_error(version: str, session_tmp: Path) -> None:
+    state = applied(version, session_tmp)
+    document = report.to_json([state.verify], report.exit_code([state.verify]))
+    statuses = {m["model"]: m["status"] for m in document["models"]}
+    assert set(statuses) == {m.model for m in state.first.models}
+    assert ERROR not in statuses.values()
+    assert set(statuses.values()) <= {"already-patched", UNSUPPORTED}
+    for entry in document["models"]:
+        if entry["status"] != UNSUPPORTED:
+            assert entry["files"] and all(f.startswith("sglang/srt/models/") for f in entry["files"])
+
+
+def test_coverage_page_is_generated(session_tmp: Path) -> None:
+    def cov(version: str):
+        state = applied(version, session_tmp)
+        return COVERAGE.coverage(version, state.first, state.verify)
+
+    text = COVERAGE.render([cov(v) for v in MATRIX], [cov(v) for v in BETWEEN])
+    page = ROOT / "docs" / "coverage.md"
+    assert page.read_text(encoding="utf-8") == text, "docs/coverage.md is stale: run python scripts/coverage_table.py"
