@@ -45,8 +45,8 @@ def _verify_and_smoke(options: Options, show_verify: bool) -> int:
     for line in smoke_report.text_lines(runs):
         output.print_line(line)
     if options.output_format == "github":
-        lines = report.github_lines(results, code) if show_verify else []
-        output.print_github(lines + smoke_report.github_lines(runs))
+        # verify's annotations too: they say why a model class was not run (not patched, unsupported).
+        output.print_github(report.github_lines(results, code) + smoke_report.github_lines(runs))
     return code
 
 

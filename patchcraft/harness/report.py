@@ -60,6 +60,6 @@ def github_lines(runs: Sequence[SmokeRun]) -> list[str]:
         for row in run.results:
             if row.status in (FAIL, ERROR):
                 message = row.message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-                path = row.path.replace("%", "%25").replace(",", "%2C").replace(":", "%3A")
+                path = str(run.tree.root / row.path).replace("%", "%25").replace(",", "%2C").replace(":", "%3A")
                 lines.append(f"::error file={path},title=patchcraft smoke {row.status}::{row.model}: {message}")
     return lines

@@ -95,14 +95,14 @@ def test_literal_init_runs_only_the_literal_assignments(source: ModelSource) -> 
 
 def test_free_names_resolve_to_real_torch_stand_ins_or_name_error(source: ModelSource) -> None:
     from patchcraft.graph import ModelGraph
-    from patchcraft.harness.assemble import Program, Sources
+    from patchcraft.harness.assemble import _MISSING, Program, Sources
 
     program = Program(ModelGraph(source.path.parent), Sources(source.path.parent), "patched")
     resolved = {name: program._resolve(name, source) for name in ("torch", "get_pp_group", "RMSNorm", "_FLAG_DEFAULT", "undefined_name", "len")}
     assert resolved["torch"] is torch
     assert callable(resolved["get_pp_group"]) and resolved["get_pp_group"]().is_first_rank
     assert isinstance(resolved["RMSNorm"], Nothing) and isinstance(resolved["_FLAG_DEFAULT"], Nothing)
-    assert resolved["undefined_name"] is resolved["len"]  # left to builtins: len works, the other is a NameError
+    assert resolved["undefined_name"] is _MISSING and resolved["len"] is _MISSING  # builtins, or a NameError as in SGLang
 
 
 def test_nothing_is_falsy_callable_and_a_context_manager() -> None:
@@ -159,3 +159,12 @@ def test_differences_name_the_tensors() -> None:
     assert _difference([states[0], states[2]], [states[0], states[2]], known) is None
     assert _difference([states[2]], [states[0]], known) == "aux[0] is hs[2], expected hs[0] (got [hs[2]])"
     assert "expected 1 aux states [hs[0]], got 2 [hs[0], hs[0]]" in _difference([states[0], states[0]], [states[0]], known)
+
+
+def test_a_bom_and_crlf_file_keeps_its_line_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "tiny_crlf.py"
+    path.write_bytes(("\ufeff" + MODEL.replace("\n", "\r\n")).encode("utf-8"))
+    forward = ModelSource.read(path).method("TinyModel", "forward")
+    assert forward is not None and forward.line == MODEL.splitlines().index("    def forward(self, input_ids, positions, forward_batch):") + 1
+    assert "capture_embedding_for_eagle3" not in forward.reverted().text
+    assert layer_call(forward).residual_kind == "pair"

@@ -77,6 +77,9 @@ def test_verify_smoke_catches_a_hand_fix_without_clone(release_tree: Path, capsy
     err = capsys.readouterr().err
     assert "FAIL  deepseek_v2.DeepseekV2ForCausalLM" in err
     assert "shares storage with the embedding output" in err
+    assert _run(["smoke", "--no-runner", "--format", "github", *target]) == 1
+    (line,) = [l for l in capsys.readouterr().out.splitlines() if "patchcraft smoke" in l]
+    assert line.startswith(f"::error file={release_tree}/srt/models/deepseek_v2.py,title=patchcraft smoke fail::{DEEPSEEK}: capture:")
 
 
 def test_the_field_hand_fix_captures_the_received_tensor_on_a_later_stage(release_tree: Path, capsys: pytest.CaptureFixture) -> None:
