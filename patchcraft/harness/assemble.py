@@ -248,10 +248,27 @@ class StandInModule(nn.Module):
             if init is not None:
                 init(self)
 
+    @classmethod
+    def assigns(cls, name: str) -> bool:
+        """Whether an ``__init__`` of the real class (or its bases) assigns ``self.<name>``."""
+        return any(name in klass.__dict__.get("_standin_own_attributes", ()) for klass in cls.__mro__)
+
+    def equip(self, name: str, value: Any) -> None:
+        """Set a part the harness provides, but only where the real ``__init__`` sets it too.
+
+        A forward reading an attribute its class never assigns must raise
+        ``AttributeError`` here as in SGLang, not find a helpful stand-in.
+        ``_name`` counts as well: ``self._start_layer`` behind a
+        ``start_layer`` property.
+        """
+        for attr in (name, f"_{name}"):
+            if type(self).assigns(attr):
+                setattr(self, attr, value)
+
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
         except AttributeError:
-            if any(name in cls.__dict__.get("_standin_own_attributes", ()) for cls in type(self).__mro__):
+            if type(self).assigns(name):
                 return Nothing(f"self.{name}")
             raise

@@ -84,14 +84,14 @@ class Subject:
     def build(self, variant: str, world: World) -> Instance:
         program = self.programs[variant]
         with activate(world):
-            inner = program.stand_in(self.inner)()
+            inner: Any = program.stand_in(self.inner)()
             flag = inner.__dict__.get(FLAG, _MISSING)
             embedding = _equip(inner, world, self)
             current: nn.Module = inner
             for node, attr in reversed(self.chain):
-                outer = program.stand_in(node)()
-                outer.config = StandInConfig(LAYERS, HIDDEN, VOCAB)
-                outer.pp_group = world.pp
+                outer: Any = program.stand_in(node)()
+                outer.equip("config", StandInConfig(LAYERS, HIDDEN, VOCAB))
+                outer.equip("pp_group", world.pp)
                 setattr(outer, attr, current)
                 current = outer
         return Instance(variant, current, inner, embedding, flag)
@@ -121,17 +121,17 @@ def input_ids() -> torch.Tensor:
 
 
 def _equip(inner: Any, world: World, subject: "Subject") -> RecordingEmbedding:
-    """Give the inner model its stand-in parts, as its real ``__init__`` would."""
+    """Give the inner model its stand-in parts where its real ``__init__`` assigns them."""
     embedding = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
     for name in {"embed_tokens"} | subject.embeddings:
-        setattr(inner, name, embedding)
-    inner.layers = nn.ModuleList(StandInLayer(i, subject.call) for i in range(LAYERS))
-    inner.start_layer = 0 if world.pp.is_first_rank else LAYERS // 2
-    inner.end_layer = LAYERS
+        inner.equip(name, embedding)
+    inner.equip("layers", nn.ModuleList(StandInLayer(i, subject.call) for i in range(LAYERS)))
+    inner.equip("start_layer", 0 if world.pp.is_first_rank else LAYERS // 2)
+    inner.equip("end_layer", LAYERS)
     for name in {"norm"} | subject.norms:
-        setattr(inner, name, StandInNorm())
-    inner.pp_group = world.pp
-    inner.config = StandInConfig(LAYERS, HIDDEN, VOCAB)
+        inner.equip(name, StandInNorm())
+    inner.equip("pp_group", world.pp)
+    inner.equip("config", StandInConfig(LAYERS, HIDDEN, VOCAB))
     return embedding
 
 

@@ -174,6 +174,12 @@ def ids_without_minus_one_set_the_flag(text: str) -> str:
     return _changed(text, pattern.sub(r"\1True", text), "setter else branch")
 
 
+def gate_on_a_missing_group(text: str) -> str:
+    """A first-stage gate on ``self.pp_group`` in a forward whose class has no such attribute."""
+    old = f"if self.{_FLAG}:\n"
+    return _changed(text, text.replace(old, f"if self.{_FLAG} and self.pp_group.is_first_rank:\n"), "gate")
+
+
 MUTATIONS: dict[str, Callable[[str], str]] = {
     "a-no-flag-init": drop_flag_init,
     "b-add-none": add_without_none_check,
@@ -184,6 +190,7 @@ MUTATIONS: dict[str, Callable[[str], str]] = {
     "pp-no-guard": no_pipeline_guard,
     "init-flag-true": init_flag_true,
     "else-flag-true": ids_without_minus_one_set_the_flag,
+    "gate-missing-group": gate_on_a_missing_group,
 }
 
 

@@ -62,6 +62,8 @@ CASES = [
     ("0.5.15", "gemma3_causal", "Gemma3ForCausalLM", "c-no-clone", ALIASED),
     ("0.5.15", "gemma3_causal", "Gemma3ForCausalLM", "d-after-loop", ("capture:", "aux[0] is hs[2], expected hs[0]")),
     ("0.5.15", "gemma3_causal", "Gemma3ForCausalLM", "d-keep-minus-one", TWO_EMBEDDINGS),
+    # Stand-in parts exist only where the real __init__ assigns them: no pp_group here.
+    ("0.5.15", "gemma3_causal", "Gemma3ForCausalLM", "gate-missing-group", ("capture:", "AttributeError", "no attribute 'pp_group'")),
     # AuxHiddenStatePacker: deepseek_v2 0.5.20 and 0.5.23.
     ("0.5.20", "deepseek_v2", "DeepseekV2ForCausalLM", "a-no-flag-init", NO_FLAG),
     ("0.5.20", "deepseek_v2", "DeepseekV2ForCausalLM", "b-add-none", NONE_ADD),
