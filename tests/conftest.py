@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft.fetch import fetch
+from patchcraft.fetch import cache_dir, fetch
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "golden"
@@ -25,8 +25,12 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 
 def release_package(version: str) -> Path:
-    """The cached, pristine package root of a release (downloaded on first use)."""
-    return fetch(version)
+    """The cached, pristine package root of a release (downloaded on first use).
+
+    Tests unpack into their own directory of the cache, never the one
+    ``--release`` and ``fetch`` hand to users, which a user may have patched.
+    """
+    return fetch(version, cache_dir() / "test-releases" / version)
 
 
 def copy_release(version: str, dest: Path) -> Path:
