@@ -169,16 +169,19 @@ def revert_text(text: str, path: Path) -> str:
         return text  # no patchcraft text at all
     slices = _slices(text, path, names) if names else None
     if slices is None:
-        return _revert_module(parse(text, path)).code
+        return _revert_module(parse(text, path), text).code
     for name, module in slices.modules.items():
-        slices.modules[name] = _revert_module(module)
+        slices.modules[name] = _revert_module(module, slices.segment(name))
     return slices.text()
 
 
-def _revert_module(module: cst.Module) -> cst.Module:
-    module = module.visit(RemoveMarked())
-    for transform in RUNNER_TRANSFORMS:  # calls whose arguments patchcraft changed
-        module = transform.revert(module)
+def _revert_module(module: cst.Module, text: str) -> cst.Module:
+    remover = RemoveMarked()
+    module = module.visit(remover)
+    if text.count(MARKER) > remover.removed_markers:
+        # Marker text outside the removed statements: calls whose arguments patchcraft changed.
+        for transform in RUNNER_TRANSFORMS:
+            module = transform.revert(module)
     return module
 
 

@@ -112,6 +112,8 @@ class ModelGraph:
     module_imports: dict[str, dict[str, str]] = field(default_factory=dict)
     loaded: dict[str, bool] = field(default_factory=dict)
     duplicates: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: plan_model's results, per (class key, delegation depth): a class is planned once.
+    plans: dict = field(default_factory=dict)
 
     # -- loading -----------------------------------------------------------
     def load(self, module: str, data: bytes | None = None) -> bool:
@@ -340,11 +342,11 @@ def read_setter(func: FunctionNode) -> SetterShape:
     if inner_attr is None:
         own = assigns_self_attr(func, "layers_to_capture")
         return SetterShape(param=param, variant="own-helper" if own else "unknown")
-    text = ast.dump(func)
     variant = "plain"
-    if "Call(func=Name(id='max'" in text:
+    nodes = list(ast.walk(func))
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "max" for n in nodes):
         variant = "max-heuristic"
-    elif "Subscript(value=Name(id='%s'" % param in text:
+    elif any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id == param for n in nodes):
         variant = "first-id-heuristic"
     return SetterShape(param=param, inner_attr=inner_attr, variant=variant)
 
@@ -384,17 +386,16 @@ class ForwardShape:
 _CAPTURE_KEYWORDS = ("captured_last_layer_outputs", "capture_output")
 
 
+@functools.lru_cache(maxsize=256)
 def read_forward(func: FunctionNode) -> ForwardShape:
     """Classify the capture of an inner model's ``forward`` (``ast`` only, no edits)."""
-    capture_loops = [
-        node for node in _outer_loops(func) if _loop_captures(node)
-    ]
+    capture_loops = [node for node in _outer_loops(func) if _loop_captures(node)]
     styles: list[str] = []
     names: set[str] = set()
     for loop in capture_loops:
         for node in ast.walk(loop):
             if isinstance(node, ast.keyword) and node.arg in _CAPTURE_KEYWORDS:
-                gate = "flag-gated" if "_is_layer_to_capture" in ast.dump(node.value) else "id-gated"
+                gate = "flag-gated" if "_is_layer_to_capture" in words_of(node.value) else "id-gated"
                 styles.append(f"collector into layers ({node.arg}=, {gate})")
                 names.update(n.id for n in ast.walk(node.value) if isinstance(n, ast.Name))
             elif isinstance(node, ast.Attribute) and node.attr in ("append", "capture") and isinstance(node.value, ast.Name):
@@ -413,24 +414,37 @@ def read_forward(func: FunctionNode) -> ForwardShape:
             if isinstance(value, ast.Call):
                 collector = _dotted(value.func).split(".")[0] or "call"
                 break
+    nodes = list(ast.walk(func))
+    ifs = [n for n in nodes if isinstance(n, ast.If)]
     # patchcraft's own capture (``if self.capture_embedding_for_eagle3 ...``) is no shape of the release
-    ours = [n for n in ast.walk(func) if isinstance(n, ast.If) and "capture_embedding_for_eagle3" in ast.dump(n.test)]
+    inside = {id(n) for block in capture_loops for n in ast.walk(block)}
+    inside |= {id(n) for block in ifs if "capture_embedding_for_eagle3" in words_of(block.test) for n in ast.walk(block)}
     post_loop = any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "capture")
-        and isinstance(n.func.value, ast.Name) and n.func.value.id in names
-        and not any(_contains(block, n) for block in [*capture_loops, *ours])
-        for n in ast.walk(func)
+        and isinstance(n.func.value, ast.Name) and n.func.value.id in names and id(n) not in inside
+        for n in nodes
     )
-    residual = any(isinstance(t, ast.Name) and t.id == "residual" for t, _ in _assigned_targets(func))
-    tbo = any(isinstance(n, ast.If) and "can_run_tbo" in ast.dump(n.test) for n in ast.walk(func))
     return ForwardShape(
         collector=collector,
         styles=tuple(dict.fromkeys(styles)),
-        residual=residual,
-        tbo=tbo,
+        residual=any(isinstance(t, ast.Name) and t.id == "residual" for t, _ in _assigned_targets(func)),
+        tbo=any("can_run_tbo" in words_of(n.test) for n in ifs),
         post_loop=post_loop,
         loops=len(capture_loops),
     )
+
+
+def words_of(node: ast.AST) -> set[str]:
+    """Names, attribute names and string constants under ``node`` (cheaper than ``ast.dump``)."""
+    found: set[str] = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name):
+            found.add(child.id)
+        elif isinstance(child, ast.Attribute):
+            found.add(child.attr)
+        elif isinstance(child, ast.Constant) and isinstance(child.value, str):
+            found.add(child.value)
+    return found
 
 
 def _outer_loops(func: FunctionNode) -> list[ast.For]:
@@ -451,8 +465,7 @@ def _outer_loops(func: FunctionNode) -> list[ast.For]:
 
 
 def _loop_captures(loop: ast.For) -> bool:
-    text = ast.dump(loop)
-    return "layers_to_capture" in text or "_is_layer_to_capture" in text
+    return not words_of(loop).isdisjoint(("layers_to_capture", "_is_layer_to_capture"))
 
 
 def _expression_kind(expr: ast.expr) -> str:
@@ -465,10 +478,6 @@ def _expression_kind(expr: ast.expr) -> str:
     if isinstance(expr, ast.Call):
         return ast.unparse(expr.func) + "()"
     return type(expr).__name__
-
-
-def _contains(tree: ast.AST, node: ast.AST) -> bool:
-    return any(n is node for n in ast.walk(tree))
 
 
 def classes_assigned_to(graph: ModelGraph, outer: ClassNode, attr: str) -> list[ClassNode]:

@@ -10,8 +10,9 @@ or the precise reason it cannot be supported. None is skipped silently.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from patchcraft.graph import (
     RELEVANT,
@@ -25,6 +26,7 @@ from patchcraft.graph import (
     constructors_of,
     group_of,
     read_forward,
+    words_of,
     read_setter,
     references_self_attr,
 )
@@ -53,6 +55,7 @@ def scan(models_dir: Path) -> ModelGraph:
         except OSError:
             continue
     pending = [stem for stem, text in data.items() if any(token in text for token in RELEVANT)]
+    bases = {stem: _base_lists(text) for stem, text in data.items()}
     searched: set[str] = set()
     while pending:
         for stem in pending:
@@ -60,8 +63,26 @@ def scan(models_dir: Path) -> ModelGraph:
         names = {c.name for c in list(graph.classes.values()) if graph.find_method(c, SETTER)} - searched
         searched |= names
         wanted = [name.encode() for name in names]
-        pending = [stem for stem, text in data.items() if stem not in graph.loaded and any(n in text for n in wanted)]
+        pending = [
+            stem
+            for stem, text in data.items()
+            if stem not in graph.loaded and any(name in text and _subclasses_in(text, bases[stem], name) for name in wanted)
+        ]
     return graph
+
+
+#: ``class Name(<bases>):`` at the top level; the bases may span lines and hold one level of calls.
+_CLASS_BASES = re.compile(rb"^class\s+\w+\s*\(((?:[^()]|\([^()]*\))*)\)\s*:", re.M)
+
+
+def _base_lists(text: bytes) -> list[bytes]:
+    return _CLASS_BASES.findall(text) if b"class" in text else []
+
+
+def _subclasses_in(text: bytes, bases: list[bytes], name: bytes) -> bool:
+    """Whether a top-level class of ``text`` may derive from ``name`` (also through ``import ... as``)."""
+    word = re.compile(rb"\b" + re.escape(name) + rb"\b")
+    return any(word.search(b) for b in bases) or re.search(word.pattern + rb"\s+as\s+\w+", text) is not None
 
 
 def plan_models(graph: ModelGraph) -> list[ModelPlan]:
@@ -108,7 +129,14 @@ def _differs_from_parent(graph: ModelGraph, cls: ClassNode, plan: ModelPlan, pla
 
 def plan_model(graph: ModelGraph, cls: ClassNode, _depth: int = 0) -> ModelPlan:
     """Find the three edit sites for model class ``cls``, or why there are none."""
-    base = dict(module=cls.module, cls=cls.name, path=cls.path)
+    memo = graph.plans
+    if (cls.key, _depth) not in memo:
+        memo[(cls.key, _depth)] = _plan_model(graph, cls, _depth)
+    return memo[(cls.key, _depth)]
+
+
+def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
+    base: dict[str, Any] = dict(module=cls.module, cls=cls.name, path=cls.path)
     key = (cls.module, cls.name)
     if key in graph.duplicates:
         return ModelPlan(**base, unsupported=f"class {cls.name} is defined {graph.duplicates[key]} times in {cls.path.name}; ambiguous anchor")
@@ -179,7 +207,7 @@ def _unresolved(cls: ClassNode, attr: str, calls: list[str], where: str) -> str:
     return f"{cls.path.name}: {cls.name}.__init__ never builds `self.{attr}` (the inner model the setter configures)"
 
 
-def _plan_delegation(graph: ModelGraph, cls: ClassNode, attr: str, base: dict, where: str, depth: int) -> ModelPlan:
+def _plan_delegation(graph: ModelGraph, cls: ClassNode, attr: str, base: dict[str, Any], where: str, depth: int) -> ModelPlan:
     targets, unresolved = constructors_of(graph, cls, attr)
     if not targets:
         return ModelPlan(**base, unsupported=_unresolved(cls, attr, unresolved, where))
@@ -242,7 +270,7 @@ def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite], not
 
 def _captures(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return any(references_self_attr(func, a) for a in ("layers_to_capture", "capture_aux_hidden_states")) or (
-        "_is_layer_to_capture" in ast.dump(func)
+        "_is_layer_to_capture" in words_of(func)
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import libcst as cst
 
@@ -23,6 +23,7 @@ FLAG = "capture_embedding_for_eagle3"
 #: Added to a preallocated collector's capture count (``AuxHiddenStatePacker``):
 #: the one in-expression edit patchcraft makes, recognised by this exact shape.
 FLAG_COUNT = f"int(self.{FLAG})"
+_EMPTY_MODULE = cst.Module(body=())
 
 
 class AnchorError(PatchcraftError):
@@ -154,7 +155,7 @@ def remove_marked(func: cst.FunctionDef) -> cst.FunctionDef:
 def _walk_blocks(node: cst.CSTNode, found: list, predicate: Callable[[cst.BaseStatement], bool]) -> None:
     """Collect statements matching ``predicate`` in nested blocks, not in nested defs."""
     for stmt in getattr(node, "body", ()):
-        if not isinstance(stmt, cst.CSTNode):
+        if not isinstance(stmt, cst.BaseStatement):
             continue
         if predicate(stmt):
             found.append(stmt)
@@ -219,10 +220,20 @@ def find_statements(func: cst.FunctionDef, predicate: Callable[[cst.BaseStatemen
     return found
 
 
+_STATEMENT_NODES = (
+    cst.Module, cst.ClassDef, cst.FunctionDef, cst.IndentedBlock, cst.If, cst.Else, cst.For, cst.While,
+    cst.With, cst.Try, cst.TryStar, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.Match, cst.MatchCase,
+)
+
+
 class _Inserter(cst.CSTTransformer):
     def __init__(self, anchor: cst.CSTNode, new: cst.BaseStatement, after: bool) -> None:
         super().__init__()
         self.anchor, self.new, self.after, self.done = anchor, new, after, False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # The anchor is a statement of some indented block: expressions never hold one.
+        return not self.done and isinstance(node, _STATEMENT_NODES)
 
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
         for index, stmt in enumerate(original.body):
@@ -243,14 +254,31 @@ def insert_at(func: cst.FunctionDef, anchor: cst.CSTNode, new: cst.BaseStatement
     return result  # type: ignore[return-value]
 
 
-def _uses_name(node: cst.CSTNode, name: str) -> bool:
-    """Whether a ``Name``/attribute ``name`` occurs under ``node`` (plain walk, no visitor)."""
+def iter_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node under ``node``, itself included: a plain walk over the node's fields.
+
+    Much cheaper than a visitor, ``children`` or ``code_for_node`` on big
+    functions; for read-only questions only.
+    """
     stack = [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, cst.Name) and current.value == name:
-            return True
-        stack.extend(current.children)
+        yield current
+        for name in current.__dataclass_fields__:
+            value = getattr(current, name)
+            if isinstance(value, cst.CSTNode):
+                stack.append(value)
+            elif isinstance(value, (tuple, list)):
+                stack.extend(item for item in value if isinstance(item, cst.CSTNode))
+
+
+def _widens_a_count(line: cst.SimpleStatementLine) -> bool:
+    """``x = Collector(<count> + int(self.<flag>), ...)``: the only place a count is widened."""
+    for small in line.body:
+        value = getattr(small, "value", None)
+        if isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(value, cst.Call):
+            if any(is_flag_count(arg.value) for arg in value.args):
+                return True
     return False
 
 
@@ -264,24 +292,41 @@ def is_flag_count(node: cst.CSTNode) -> bool:
 
 
 class RemoveMarked(cst.CSTTransformer):
-    """Removes every statement that carries the patchcraft marker, and every widened count."""
+    """Removes every statement that carries the patchcraft marker, and every widened count.
+
+    Marked statements sit in indented blocks, so only statements are walked;
+    expressions are entered only in a line that names the flag (a widened
+    count). Skipping the rest is what keeps revert fast on big classes.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.removed = 0
+        #: How many marker comments the removed statements held (the rest is elsewhere).
+        self.removed_markers = 0
+        self._flag_lines: set = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._flag_lines:
+            return True
+        if isinstance(node, cst.SimpleStatementLine):
+            if _widens_a_count(node):
+                self._flag_lines.add(id(node))
+                return True
+            return False
+        return isinstance(node, _STATEMENT_NODES)
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
+        self._flag_lines.discard(id(original))
+        return super().on_leave(original, updated)
 
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
         kept = [s for s in updated.body if not is_marked(s)]
         if len(kept) == len(updated.body):
             return updated
         self.removed += len(updated.body) - len(kept)
+        self.removed_markers += sum(code_of(_EMPTY_MODULE, s).count(MARKER) for s in updated.body if is_marked(s))
         return updated.with_changes(body=tuple(kept))
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-        # Marked statements are removed from their block; inside a simple
-        # statement only a widened count can need work (skipping the rest is
-        # what keeps revert fast on big classes).
-        return _uses_name(node, FLAG)
 
     def leave_BinaryOperation(self, original: cst.BinaryOperation, updated: cst.BaseExpression) -> cst.BaseExpression:
         # The count was ``left`` before; ``left`` kept its own whitespace and parentheses.
@@ -377,6 +422,11 @@ class ClassSlices:
             spans[name] = (first, node.end_lineno or node.lineno)
         modules = {name: parse("".join(lines[a:b]), a) for name, (a, b) in spans.items()}
         return cls(lines=lines, spans=spans, modules=modules)
+
+    def segment(self, name: str) -> str:
+        """The original text of class ``name``."""
+        first, end = self.spans[name]
+        return "".join(self.lines[first:end])
 
     def text(self) -> str:
         """The whole file with every class replaced by its module's code."""

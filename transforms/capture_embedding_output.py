@@ -29,6 +29,7 @@ from patchcraft.transforms._base import (
     insert_at,
     is_flag_count,
     is_marked,
+    iter_nodes,
     line_of,
     marked_statement,
     strip_marker_lines,
@@ -85,13 +86,7 @@ class Capture:
     count: Optional[cst.Arg]  # the preallocated capture count, if any
 
 
-def _nodes(node: cst.CSTNode):
-    """Every node under ``node`` (plain traversal: far cheaper than matchers or codegen)."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
+_nodes = iter_nodes
 
 
 def _idents(node: cst.CSTNode) -> set:
@@ -213,7 +208,7 @@ def analyse(func: cst.FunctionDef, site: EditSite) -> Capture:
         raise AnchorError(site, "a layer loop that captures aux hidden states (mentions layers_to_capture)")
     names = _collector_names(loops)
     collectors = [(s, chain) for s, chain in walked if _collector_value(s)[0] in names]
-    found = {_collector_value(s)[0] for s, _ in collectors}
+    found = {str(_collector_value(s)[0]) for s, _ in collectors}
     if not collectors:
         raise AnchorError(site, "an aux collector such as `aux_hidden_states = []` before the layer loop")
     if len(collectors) > 1:
