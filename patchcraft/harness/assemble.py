@@ -36,6 +36,7 @@ from patchcraft.harness.extract import (
     global_names,
     init_attributes,
     literal_init,
+    top_level_literals,
 )
 from patchcraft.harness.standins import HELPERS, Nothing
 
@@ -190,14 +191,17 @@ class Program:
             if not (name.startswith("__") and name.endswith("__")):
                 namespace[name] = _LazyMethod(self, node, name)
         attributes: set[str] = set()
+        top_level: set[str] = set()
         init = self.method(node, "__init__")
         literals = None
         if init is not None:
             attributes = init_attributes(init)
+            top_level = top_level_literals(init)
             code = literal_init(init)
             if code is not None:
                 literals = self._define(node.path, code, "__init_literals__", f"{node.name}.__init__")
         namespace["_standin_own_attributes"] = frozenset(attributes)
+        namespace["_standin_own_top_level"] = frozenset(top_level)
         namespace["_standin_own_init"] = literals
         namespace["__module__"] = f"sglang.srt.models.{node.module}"
         try:
@@ -247,6 +251,11 @@ class StandInModule(nn.Module):
             init = cls.__dict__.get("_standin_own_init")
             if init is not None:
                 init(self)
+
+    @classmethod
+    def sets_unconditionally(cls, name: str) -> bool:
+        """Whether an ``__init__`` of the real class sets ``self.<name>`` to a literal at its top level."""
+        return any(name in klass.__dict__.get("_standin_own_top_level", ()) for klass in cls.__mro__)
 
     @classmethod
     def assigns(cls, name: str) -> bool:

@@ -244,6 +244,9 @@ def literal_init(init: MethodCode) -> Optional[types.CodeType]:
 
     The statements are the file's own nodes at their own line numbers,
     wrapped in ``def __init_literals__(self)``; None when there are none.
+    Branch conditions are not evaluated: in an ``if``/``else`` the later
+    branch wins, which is the default in SGLang's inits (``else: self.x = None``).
+    :func:`top_level_literals` says which ones run unconditionally.
     """
     func = init.tree().body[0]
     kept = [stmt for stmt in _statements(func.body) if _literal_self_assignment(stmt)]  # type: ignore[attr-defined]
@@ -262,6 +265,16 @@ def literal_init(init: MethodCode) -> Optional[types.CodeType]:
     module = ast.Module(body=[wrapper], type_ignores=[])
     ast.fix_missing_locations(module)
     return compile(module, str(init.path), "exec", dont_inherit=True)
+
+
+def top_level_literals(init: MethodCode) -> set[str]:
+    """The ``self.<name>`` that ``init`` sets to a literal at its top level, whatever the branches."""
+    func = init.tree().body[0]
+    return {
+        _self_target(stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target) or ""  # type: ignore[union-attr]
+        for stmt in func.body  # type: ignore[attr-defined]
+        if _literal_self_assignment(stmt)
+    } - {""}
 
 
 def init_attributes(init: MethodCode) -> set[str]:

@@ -191,6 +191,8 @@ class Scenarios:
         aux = self.call("forward right after __init__ (no setter call)", self.s.run, instance, self.FIRST)
         if instance.flag_after_init is _MISSING:
             raise Failure(f"__init__ does not set {FLAG} (forward raises AttributeError until the setter runs)")
+        if not type(instance.inner).sets_unconditionally(FLAG):
+            raise Failure(f"__init__ sets {FLAG} only inside a branch: it can be missing until the setter runs")
         if instance.flag_after_init is not False:
             raise Failure(f"__init__ sets {FLAG} = {instance.flag_after_init!r}, expected False")
         problem = _difference(aux, baseline, self.known)

@@ -174,6 +174,12 @@ def ids_without_minus_one_set_the_flag(text: str) -> str:
     return _changed(text, pattern.sub(r"\1True", text), "setter else branch")
 
 
+def flag_init_in_a_branch(text: str) -> str:
+    """The flag initialisation moved inside an ``if`` (set on one path of __init__ only)."""
+    pattern = re.compile(rf"^([ \t]*)(# patchcraft:[^\n]*\n)[ \t]*(self\.{_FLAG} = False\n)", re.M)
+    return _changed(text, pattern.sub(r"\1if self.layers_to_capture is not None:\n\1    \2\1    \3", text), "flag in a branch")
+
+
 def gate_on_a_missing_group(text: str) -> str:
     """A first-stage gate on ``self.pp_group`` in a forward whose class has no such attribute."""
     old = f"if self.{_FLAG}:\n"
@@ -191,6 +197,7 @@ MUTATIONS: dict[str, Callable[[str], str]] = {
     "init-flag-true": init_flag_true,
     "else-flag-true": ids_without_minus_one_set_the_flag,
     "gate-missing-group": gate_on_a_missing_group,
+    "flag-in-branch": flag_init_in_a_branch,
 }
 
 

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from patchcraft.harness.extract import ModelSource, init_attributes, literal_init  # noqa: E402
+from patchcraft.harness.extract import ModelSource, init_attributes, literal_init, top_level_literals  # noqa: E402
 from patchcraft.harness.scenarios import _difference  # noqa: E402
 from patchcraft.harness.shapes import LayerCall, layer_call  # noqa: E402
 from patchcraft.harness.standins import (  # noqa: E402
@@ -90,6 +90,7 @@ def test_literal_init_runs_only_the_literal_assignments(source: ModelSource) -> 
     obj = type("Obj", (), {})()
     namespace["__init_literals__"](obj)
     assert vars(obj) == {"layers_to_capture": [], "capture_embedding_for_eagle3": False, "scale": 2}
+    assert top_level_literals(init) == {"layers_to_capture", "capture_embedding_for_eagle3"}  # scale only in a branch
     assert init_attributes(init) == {"pp_group", "layers_to_capture", "capture_embedding_for_eagle3", "scale", "norm"}
 
 

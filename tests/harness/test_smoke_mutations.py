@@ -121,6 +121,7 @@ def test_no_clone_is_harmless_with_a_packer(version: str) -> None:
     [
         ("init-flag-true", {"init"}, "__init__ sets capture_embedding_for_eagle3 = True, expected False"),
         ("else-flag-true", {"same", "default"}, "capture_embedding_for_eagle3 is True, expected False"),
+        ("flag-in-branch", {"init"}, "sets capture_embedding_for_eagle3 only inside a branch"),
     ],
 )
 def test_each_scenario_fails_on_its_own_bug(mutation: str, failing: set, words: str) -> None:
