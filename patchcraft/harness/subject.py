@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from patchcraft.graph import SETTER, ClassNode, ModelGraph, ModelPlan, classes_assigned_to, read_setter
-from patchcraft.harness.assemble import Program
+from patchcraft.harness.assemble import Program, StandInModule
 from patchcraft.harness.extract import PATCHED, MethodCode
 from patchcraft.harness.shapes import LayerCall, embedding_attributes, has_pipeline, layer_call, norm_attributes
 from patchcraft.harness.standins import (
@@ -55,9 +55,11 @@ class Limitation(Exception):
 
 @dataclass
 class Instance:
+    """Fresh stand-in instances of one variant: the outer model (setter), the inner model (forward)."""
+
     variant: str
-    outer: nn.Module
-    inner: nn.Module
+    outer: StandInModule
+    inner: StandInModule
     embedding: RecordingEmbedding
     flag_after_init: Any
 
@@ -87,7 +89,7 @@ class Subject:
             inner: Any = program.stand_in(self.inner)()
             flag = inner.__dict__.get(FLAG, _MISSING)
             embedding = _equip(inner, world, self)
-            current: nn.Module = inner
+            current: StandInModule = inner
             for node, attr in reversed(self.chain):
                 outer: Any = program.stand_in(node)()
                 outer.equip("config", StandInConfig(LAYERS, HIDDEN, VOCAB))
