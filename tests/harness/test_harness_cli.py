@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from smoke_support import root_conftest
+from harness_support import root_conftest
 
 from patchcraft.cli import main
 

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from smoke_support import MATRIX, patched, planned_labels  # noqa: E402
+from harness_support import MATRIX, patched, planned_labels  # noqa: E402
 
 from patchcraft.harness.runner import ERROR, PASS, SKIPPED, SmokeRun, smoke_tree  # noqa: E402
 

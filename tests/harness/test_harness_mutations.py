@@ -1,7 +1,7 @@
 """The harness catches the bugs users hit: each case breaks a correctly patched real file one way.
 
 A case takes a release file as ``patchcraft apply`` leaves it, breaks it
-(see smoke_support.MUTATIONS), and asserts that the harness fails that
+(see harness_support.MUTATIONS), and asserts that the harness fails that
 model class with a message naming the problem. One file per forward
 shape: list with ``hidden_states + residual`` (L1), None-safe list (L2),
 collector passed into layers (L3, and gated on ``_is_layer_to_capture``),
@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from smoke_support import mutate, patched, row  # noqa: E402
+from harness_support import mutate, patched, row  # noqa: E402
 
 from patchcraft.harness.runner import FAIL, PASS, smoke_tree  # noqa: E402
 
