@@ -215,11 +215,12 @@ def row(run_result, label: str):
 
 
 def planned_labels(version: str) -> Optional[list[str]]:
-    """Model classes the engine plans for a cached release (None when not cached yet)."""
-    from patchcraft.fetch import cache_dir
+    """Model classes the engine plans for a release (None when neither it nor its wheel is cached)."""
+    from patchcraft.fetch import cache_dir, find_wheel
     from patchcraft.plan import plan_models, scan
 
-    models = cache_dir() / "releases" / version / "sglang" / "srt" / "models"
-    if not models.is_dir():
+    pristine = cache_dir() / "test-releases" / version / "sglang" / "srt" / "models"
+    if not pristine.is_dir() and find_wheel(cache_dir() / "wheels", version) is None:
         return None
+    models = root_conftest().release_package(version) / "srt" / "models"
     return [p.label for p in plan_models(scan(models)) if not p.unsupported]

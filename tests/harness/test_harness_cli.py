@@ -99,7 +99,8 @@ def test_the_field_hand_fix_captures_the_received_tensor_on_a_later_stage(releas
 
 def test_smoke_on_an_unpatched_tree_skips_and_exits_1(capsys: pytest.CaptureFixture) -> None:
     pytest.importorskip("torch")
-    assert _run(["smoke", "--no-runner", "--release", RELEASE, "--model", "qwen2"]) == 1
+    pristine = str(root_conftest().release_package(RELEASE))
+    assert _run(["smoke", "--no-runner", pristine, "--model", "qwen2"]) == 1
     err = capsys.readouterr().err
     assert "skip  qwen2.Qwen2ForCausalLM" in err and "would-patch" in err
 
@@ -109,7 +110,7 @@ def test_without_torch_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, caps
 
     fake = types.SimpleNamespace(util=types.SimpleNamespace(find_spec=lambda name: None))
     monkeypatch.setattr(harness, "importlib", fake)
-    assert _run(["smoke", "--release", RELEASE]) == 2
+    assert _run(["smoke", str(root_conftest().release_package(RELEASE))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["patchcraft: error: the CPU smoke harness needs torch, which is not installed: pip install 'patchcraft[smoke]'"]
 
@@ -118,7 +119,7 @@ def test_torch_that_fails_to_import_is_one_line_exit_2(tmp_path: Path) -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "from patchcraft.cli import main\n"
-        f"main(['verify', '--smoke', '--release', {RELEASE!r}])\n"
+        f"main(['verify', '--smoke', {str(root_conftest().release_package(RELEASE))!r}])\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
