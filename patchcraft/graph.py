@@ -369,6 +369,8 @@ class ForwardShape:
     tbo: bool = False
     post_loop: bool = False
     loops: int = 0
+    #: The loops capture only layers flagged ``_is_layer_to_capture`` (never by id).
+    flag_gated_only: bool = False
 
     def labels(self) -> list[str]:
         labels = [f"collector {self.collector}", *self.styles]
@@ -431,6 +433,9 @@ def read_forward(func: FunctionNode) -> ForwardShape:
         tbo=any("can_run_tbo" in words_of(n.test) for n in ifs),
         post_loop=post_loop,
         loops=len(capture_loops),
+        flag_gated_only=bool(capture_loops) and all(
+            "layers_to_capture" not in words_of(loop) and "_is_layer_to_capture" in words_of(loop) for loop in capture_loops
+        ),
     )
 
 

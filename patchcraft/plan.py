@@ -175,10 +175,31 @@ def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
     ]
     notes = [f"setter: {shape.variant}"]
     for inner in inner_classes:
-        problem = _inner_sites(graph, inner, sites, notes)
+        problem = _inner_sites(graph, inner, sites, notes) or _unmarked(graph, inner, setter, shape.inner_attr, where)
         if problem:
             return ModelPlan(**base, unsupported=problem, notes=tuple(notes))
     return ModelPlan(**base, sites=tuple(_unique(sites)), notes=tuple(notes))
+
+
+def _unmarked(graph: ModelGraph, inner: ClassNode, setter, attr: str, where: str) -> str | None:
+    """Why nothing is captured when the forward only captures layers flagged ``_is_layer_to_capture``
+    and neither the setter nor the inner helper it calls ever sets that flag (0.5.13-0.5.20
+    Qwen3.5 under the Qwen3-VL setter): an embedding capture alone would feed the draft one
+    state instead of k."""
+    found = _capturing_forward(graph, inner)
+    if found is None or not read_forward(found[1]).flag_gated_only:
+        return None
+    marks = "_is_layer_to_capture" in words_of(setter)
+    helper = graph.find_method(inner, SETTER)
+    if helper is not None and SETTER in words_of(setter):
+        marks = marks or "_is_layer_to_capture" in words_of(helper[1])
+    if marks:
+        return None
+    return (
+        f"{where} assigns `self.{attr}.layers_to_capture`, but {found[0].label}.forward captures only "
+        "layers flagged `_is_layer_to_capture`, which nothing sets in this release: no layer is captured "
+        "at all (EAGLE-3 itself is broken here), and the embedding alone would feed the draft one state"
+    )
 
 
 def _pipeline_group(graph: ModelGraph, cls: ClassNode, setter, inner_attr: str, inners: list[ClassNode]) -> str:

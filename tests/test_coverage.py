@@ -47,6 +47,14 @@ _DRAFTS_0_5_18 = _DRAFTS_0_5_13 | {"glm4_moe.GlmMoeDsaForCausalLMNextN"}
 _DRAFTS_0_5_20 = _DRAFTS_0_5_18 | {"glm5_next_nextn.Glm5NextForConditionalGenerationNextN"}
 #: The inner model of MindSporeForCausalLM comes from MindSpore's own registry at run time.
 _MINDSPORE = {"mindspore.MindSporeForCausalLM"}
+#: 0.5.13-0.5.20: the Qwen3-VL setter never flags the layers the Qwen3.5 body's forward captures.
+_UNFLAGGED_0_5_13 = {
+    "qwen3_5.Qwen3_5ForConditionalGeneration",
+    "qwen3_5.Qwen3_5MoeForConditionalGeneration",
+    "interns2preview.InternS2PreviewForConditionalGeneration",
+}
+_UNFLAGGED_0_5_18 = _UNFLAGGED_0_5_13 | {"interns2_mobius.InternS2MobiusForConditionalGeneration"}
+_UNFLAGGED_0_5_20 = _UNFLAGGED_0_5_18 | {"qwen4_exp.Qwen4ExpForConditionalGeneration"}
 #: The only models patchcraft may leave unsupported, per release (reasons: docs/coverage.md).
 EXPECTED_UNSUPPORTED = {
     "0.4.6": {"llama.LlamaForCausalLM"},  # legacy setter without ids
@@ -55,10 +63,10 @@ EXPECTED_UNSUPPORTED = {
     "0.5.2": _DRAFTS_0_5_2 | {"glm4v.Glm4vForConditionalGeneration", "glm4v_moe.Glm4vMoeForConditionalGeneration"},
     "0.5.6": _DRAFTS_0_5_6,
     "0.5.10": _DRAFTS_0_5_6 | _MINDSPORE,
-    "0.5.13": _DRAFTS_0_5_13 | _MINDSPORE,
-    "0.5.15": _DRAFTS_0_5_13 | _MINDSPORE,
-    "0.5.18": _DRAFTS_0_5_18 | _MINDSPORE,
-    "0.5.20": _DRAFTS_0_5_20 | _MINDSPORE,
+    "0.5.13": _DRAFTS_0_5_13 | _MINDSPORE | _UNFLAGGED_0_5_13,
+    "0.5.15": _DRAFTS_0_5_13 | _MINDSPORE | _UNFLAGGED_0_5_13,
+    "0.5.18": _DRAFTS_0_5_18 | _MINDSPORE | _UNFLAGGED_0_5_18,
+    "0.5.20": _DRAFTS_0_5_20 | _MINDSPORE | _UNFLAGGED_0_5_20,
     "0.5.23": _DRAFTS_0_5_20 | _MINDSPORE,
 }
 ALL = MATRIX + BETWEEN

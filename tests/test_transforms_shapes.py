@@ -213,6 +213,31 @@ def test_wrapper_forward_calling_super_is_followed(tmp_path: Path) -> None:
     assert sites_of(plan) == [("forward", "base", "BaseModel"), ("init", "draft", "DraftModel"), ("setter", "base", "BaseForCausalLM")]
 
 
+#: 0.5.13-0.5.20 Qwen3.5 under the Qwen3-VL setter: the forward captures flagged layers only.
+FLAG_GATED_VL = '''
+class Body(nn.Module):
+    def __init__(self, config):
+        self.layers_to_capture = []
+
+    def set_eagle3_layers_to_capture(self, layers_to_capture):
+        self.layers_to_capture = layers_to_capture
+        for layer_id in layers_to_capture:
+            setattr(self.layers[layer_id], "_is_layer_to_capture", True)
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        aux_hidden_states = []
+        for layer in self.layers:
+            hidden_states, residual = layer(
+                hidden_states,
+                residual,
+                captured_last_layer_outputs=aux_hidden_states if getattr(layer, "_is_layer_to_capture", False) else None,
+            )
+        return hidden_states, aux_hidden_states
+''' + outer("VLForConditionalGeneration", "Body")
+
+
 @pytest.mark.parametrize(
     "files,reason",
     [
@@ -242,6 +267,11 @@ class NextNForCausalLM(BaseForCausalLM):
 '''},
             "nextn.NextNModel has no aux hidden-state capture at all",
             id="inner-model-without-capture",
+        ),
+        pytest.param(
+            {"vl": FLAG_GATED_VL},
+            "captures only layers flagged `_is_layer_to_capture`, which nothing sets",
+            id="flag-gated-forward-never-flagged",
         ),
         pytest.param(
             {"old": '''
@@ -284,6 +314,17 @@ def test_inner_helper_called_by_an_outer_setter_is_no_model_row(tmp_path: Path) 
     package = make_tree(tmp_path, {"moe": inner + outer("MoeForCausalLM", "MoeModel").replace(SETTER, setter)})
     plans = plans_of(package)
     assert set(plans) == {"moe.MoeForCausalLM"} and "setter: inner-helper" in plans["moe.MoeForCausalLM"].notes
+
+
+def test_flag_gated_forward_is_patched_when_the_setter_flags_through_the_helper(tmp_path: Path) -> None:
+    """0.5.22+: the Qwen3-VL setter calls the body's helper, which flags the layers: patched."""
+    code = FLAG_GATED_VL.replace(
+        "self.model.layers_to_capture = [val + 1 for val in layer_ids]",
+        "self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])",
+    )
+    [plan] = plans_of(make_tree(tmp_path, {"vl": code})).values()
+    assert not plan.unsupported and "setter: inner-helper" in plan.notes
+    assert ("forward", "vl", "Body") in sites_of(plan)
 
 
 def test_setter_guards_the_pipeline_group_it_uses(tmp_path: Path) -> None:
