@@ -143,7 +143,7 @@ flag); `no local residual` (layer-boundary era); `post-loop capture`
   (`hidden_size * hc_mult`) and the release only contracts them for DFlash; the
   embedding capture is taken before layer 0 widens its input, so it is not.
   Configurations without mHC are unaffected.
-- `qwen4_exp` (0.5.20+): `Qwen4ExpModel.forward` returns
+- `qwen4_exp` (0.5.22+): `Qwen4ExpModel.forward` returns
   `(hidden_states, hc_hidden_states)` for every batch that is not idle, so its aux
   list reaches the caller only for idle batches, and its layers carry widened
   hyper-connection streams. The embedding capture follows the same placement
