@@ -144,7 +144,7 @@ def test_missing_anchor_names_file_class_method_and_expectation(tree: Path) -> N
 
 
 def test_missing_collector_anchor(tree: Path) -> None:
-    model, data = _broken(tree, "aux_hidden_states = []", "aux_hidden_states = list()")
+    model, data = _broken(tree, "        aux_hidden_states = []\n", "")
     result = patchcraft("apply", "--model", "deepseek_v2", str(tree / "sglang"))
     _assert_refused(result, model, data, "deepseek_v2.py", "DeepseekV2Model.forward", "aux collector")
 
