@@ -36,7 +36,9 @@ LOCK_NAME = ".patchcraft.lock"
 #: Seconds to wait for another run before giving up (``PATCHCRAFT_LOCK_TIMEOUT``).
 DEFAULT_TIMEOUT = 120.0
 _POLL = 0.05
-_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+#: No lock file can be made there: nothing can be written there either (the
+#: write is refused later), or there is no such directory (the run says so).
+_NO_LOCK_NEEDED = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR)
 
 
 def timeout_from_env() -> float:
@@ -65,7 +67,7 @@ class TreeLock:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except OSError as exc:
-                if exc.errno in _UNWRITABLE:
+                if exc.errno in _NO_LOCK_NEEDED:
                     return False
                 raise PatchcraftError(f"{self.path}: cannot create lock file ({exc.strerror})") from None
             if self._try_lock(fd):

@@ -161,7 +161,7 @@ def prepare(source: Source, text: str) -> Pending:
     try:
         tmp = _stage(target, source.encode(text))
     except OSError as exc:
-        raise PatchcraftError(f"{source.path}: cannot write ({exc.strerror}); nothing was changed") from None
+        raise PatchcraftError(f"{source.path}: cannot write ({exc.strerror or exc}); nothing was changed") from None
     return Pending(source=source, target=target, tmp=tmp)
 
 
@@ -237,7 +237,7 @@ def write_all(items: Sequence[tuple[Source, str]]) -> None:
             raise
         if isinstance(exc, PatchcraftError):
             raise PatchcraftError(f"{exc}; {restored}") from None
-        raise PatchcraftError(f"{pending[len(done)].source.path}: cannot write ({exc.strerror}); {restored}") from None
+        raise PatchcraftError(f"{pending[len(done)].source.path}: cannot write ({exc.strerror or exc}); {restored}") from None
 
 
 def _restore(done: Sequence[Pending]) -> str:

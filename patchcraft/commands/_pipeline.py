@@ -62,7 +62,7 @@ def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str
     writes = mode in (Mode.APPLY, Mode.REVERT)
     with lock.hold([t.models_dir for t in trees] if writes else [], on_wait=output.print_line):
         if writes:
-            remove_stale_temp_files(t.models_dir for t in trees)
+            remove_stale_temp_files(d for t in trees for d in (t.models_dir, t.executor_dir))
         results = [run(tree, mode, models, runner=runner) for tree in trees]
         if writes:
             for result in results:
