@@ -116,12 +116,12 @@ def parse(text: str, path: Path) -> cst.Module:
 
 
 def parse_class(text: str, path: Path, first_line: int) -> cst.Module:
-    """Parse one top-level class cut out of ``path`` (its first line is ``first_line + 1``)."""
+    """Parse one top-level class cut out of ``path``, padded to its place (line numbers are the file's)."""
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
         raise PatchcraftError(
-            f"{path}: syntax error at line {exc.raw_line + first_line}: {exc.message}; nothing was changed"
+            f"{path}: syntax error at line {exc.raw_line}: {exc.message}; nothing was changed"
         ) from None
 
 

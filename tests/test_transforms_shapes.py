@@ -666,3 +666,21 @@ def test_patch_and_revert_through_slices_match_a_whole_module_edit() -> None:
         whole = BY_KIND[site.kind].apply(whole, site)[0]
     assert after == whole.code != text
     assert revert_text(after, Path("m.py")) == text == cst.parse_module(after).visit(RemoveMarked()).code
+
+
+def test_messages_name_the_line_in_the_file_not_in_the_class() -> None:
+    """Only the edited classes are parsed, padded to their place: 'line N' is the file's line."""
+    site = EditSite(kind="setter", path=Path("m.py"), module="m", cls="LlamaForCausalLM", method="set_eagle3_layers_to_capture",
+                    params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "")))
+    text = "import torch\r\n\r\n\r\nclass Other:\r\n    pass\r\n\r\n\r\n" + (
+        "class LlamaForCausalLM(nn.Module):\r\n"
+        "    def set_eagle3_layers_to_capture(self, layer_ids=None):\r\n"
+        "        self.model.layers_to_capture = [val + 1 for val in layer_ids]\r\n"
+    )
+    patched = patch_text(text, Path("m.py"), [site]).after
+    assert "\r\n" in patched and "\n" not in patched.replace("\r\n", "")  # the file's line endings
+    lines = patched.split("\r\n")
+    at = next(i for i, line in enumerate(lines) if "-1 in layer_ids" in line)
+    lines[at] = lines[at].replace("-1 in layer_ids", "-1 in list(layer_ids)")  # a hand edit of our block
+    [error] = patch_text("\r\n".join(lines), Path("m.py"), [site]).errors.values()
+    assert f"line {at}:" in error  # the marker comment's line (1-based), just above the edited one

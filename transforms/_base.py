@@ -403,8 +403,10 @@ class ClassSlices:
     def of(cls, text: str, names: Iterable[str], parse: Callable[[str, int], cst.Module]) -> Optional["ClassSlices"]:
         """Slices for ``names``; None when one is not exactly one top-level class.
 
-        ``parse(segment, first_line)`` parses one class; a syntax error in the
-        file raises ``SyntaxError`` (the caller turns it into one clear line).
+        ``parse(code, first_line)`` parses one class, given after as many blank
+        lines as precede it in the file, so that line numbers in messages are
+        the file's. A syntax error in the file raises ``SyntaxError`` (the
+        caller turns it into one clear line).
         """
         tree = parse_python(text)
         found: dict = {}
@@ -420,7 +422,7 @@ class ClassSlices:
             node = found[name][0]
             first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
             spans[name] = (first, node.end_lineno or node.lineno)
-        modules = {name: parse("".join(lines[a:b]), a) for name, (a, b) in spans.items()}
+        modules = {name: parse(_padding(lines, a) + "".join(lines[a:b]), a) for name, (a, b) in spans.items()}
         return cls(lines=lines, spans=spans, modules=modules)
 
     def segment(self, name: str) -> str:
@@ -434,10 +436,26 @@ class ClassSlices:
         at = 0
         for name, (first, end) in sorted(self.spans.items(), key=lambda item: item[1][0]):
             parts.extend(self.lines[at:first])
-            parts.append(self.modules[name].code)
+            pad = _padding(self.lines, first)
+            code = self.modules[name].code
+            assert code.startswith(pad), "the blank lines put before a class came back changed"
+            parts.append(code[len(pad):])
             at = end
         parts.extend(self.lines[at:])
         return "".join(parts)
+
+
+def _padding(lines: list, first: int) -> str:
+    """Blank lines put before a class so that its module's line numbers are the file's.
+
+    They use the class's own line ending, so libcst keeps the file's style
+    for what it inserts.
+    """
+    if first == 0:
+        return ""
+    sample = lines[first] if first < len(lines) else "\n"
+    newline = "\r\n" if sample.endswith("\r\n") else ("\r" if sample.endswith("\r") else "\n")
+    return newline * first
 
 
 def marked_classes(text: str) -> Optional[list]:
