@@ -627,13 +627,15 @@ def test_cli_row_json_and_no_runner(tmp_path: Path) -> None:
     assert patchcraft("revert", str(package)).returncode == 0 and executor_texts(package) == pristine
 
 
-def test_other_model_names_and_single_files_leave_the_runner_out(tmp_path: Path) -> None:
+def test_model_names_bring_the_runner_and_single_files_leave_it_out(tmp_path: Path) -> None:
+    """A model patched for -1 still decodes with the default layers without the runner fix."""
     package = runner_tree("0.5.10", tmp_path)
     model = package / "srt" / "models" / "deepseek_v2.py"
     shutil.copy2(release_package("0.5.10") / "srt" / "models" / "deepseek_v2.py", model)
     tree = resolve_target(str(package))
-    assert [m.model for m in run(tree, Mode.CHECK, ("deepseek_v2",)).models] == ["deepseek_v2.DeepseekV2ForCausalLM"]
-    assert "runner" in [m.model for m in run(tree, Mode.CHECK, ("deepseek_v2", "runner")).models]
+    assert [m.model for m in run(tree, Mode.CHECK, ("deepseek_v2",)).models] == ["deepseek_v2.DeepseekV2ForCausalLM", "runner"]
+    assert [m.model for m in run(tree, Mode.CHECK, ("deepseek_v2",), runner=False).models] == ["deepseek_v2.DeepseekV2ForCausalLM"]
+    assert [m.model for m in run(tree, Mode.CHECK, ("runner",)).models] == ["runner"]
     assert "runner" not in [m.model for m in run(resolve_target(str(model)), Mode.CHECK).models]
 
 
