@@ -21,6 +21,7 @@ FORMATS = click.Choice(["text", "json"])
 #: apply/verify/diff/revert also speak GitHub annotations (docs/json.md).
 REPORT_FORMATS = click.Choice(["text", "json", "github"])
 COLORS = click.Choice(["auto", "always", "never"])
+_JOBS = "patchcraft.jobs"
 
 
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -30,7 +31,13 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--color", type=COLORS, default="auto", show_default=True, help="Colour; NO_COLOR is honoured.")(func)
     func = click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache (fetched on first use) instead of TARGET.")(func)
     func = click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ alone (no CUDA graphs: the runner fix is not needed).")(func)
+    # Not a parameter of each command: _options reads it from the context.
+    func = click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N", expose_value=False, callback=_remember_jobs, help="Patch N files at once (default: one per core).")(func)
     return func
+
+
+def _remember_jobs(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+    ctx.meta[_JOBS] = value
 
 
 def _options(targets, models, output_format, color, show_diff=False, release=None, no_runner=False):
@@ -42,7 +49,8 @@ def _options(targets, models, output_format, color, show_diff=False, release=Non
         if targets:
             raise click.UsageError("give either TARGET or --release, not both")
         targets = (str(fetch(release)),)
-    return Options(targets=tuple(targets), models=tuple(models), output_format=output_format, color=color, show_diff=show_diff, runner=not no_runner)
+    jobs = click.get_current_context().meta.get(_JOBS)
+    return Options(targets=tuple(targets), models=tuple(models), output_format=output_format, color=color, show_diff=show_diff, runner=not no_runner, jobs=jobs)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -9,21 +9,39 @@ below. Writing files is left to :func:`write_changes`, so ``--check``,
 from __future__ import annotations
 
 import enum
+import functools
+import gc
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
-
-import libcst as cst
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite, ModelPlan
 from patchcraft.plan import plan_models, scan
 from patchcraft.sources import Source, check_writable, read_source, write_all
-from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS
-from patchcraft.transforms import configure_ids_before_graphs as runner_transform
-from patchcraft.transforms._base import ClassSlices, Outcome, RemoveMarked, marked_classes
 from patchcraft.tree import SglangTree
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS
+    from patchcraft.transforms import configure_ids_before_graphs as runner_transform
+    from patchcraft.transforms._base import ClassSlices, Outcome, RemoveMarked, marked_classes
+else:
+    # libcst and the transforms load on first use: a run answered from the
+    # result cache (patchcraft.cache) needs neither (docs/performance.md).
+    from patchcraft.lazy import Deferred
+
+    cst = Deferred("libcst")
+    BY_KIND = Deferred("patchcraft.transforms", "BY_KIND")
+    RUNNER_TRANSFORMS = Deferred("patchcraft.transforms", "RUNNER_TRANSFORMS")
+    runner_transform = Deferred("patchcraft.transforms.configure_ids_before_graphs")
+    ClassSlices = Deferred("patchcraft.transforms._base", "ClassSlices")
+    Outcome = Deferred("patchcraft.transforms._base", "Outcome")
+    RemoveMarked = Deferred("patchcraft.transforms._base", "RemoveMarked")
+    marked_classes = Deferred("patchcraft.transforms._base", "marked_classes")
 
 
 class Mode(enum.Enum):
@@ -155,7 +173,10 @@ def patch_text(text: str, path: Path, sites: Sequence[EditSite]) -> FilePatch:
                 f"{site.path}: {site.cls}.{site.method}: {outcome.detail}; "
                 "fix or remove that block by hand, then re-run (file left untouched)"
             )
-    patch.after = slices.text() if slices is not None else modules[None].code
+    if not patch.errors and all(o.status in ("present", "hand-applied") for o in patch.outcomes.values()):
+        patch.after = text  # nothing was edited: libcst would print the same text back, slowly
+    else:
+        patch.after = slices.text() if slices is not None else modules[None].code
     return patch
 
 
@@ -231,6 +252,29 @@ def plan_tree(tree: SglangTree, names: Sequence[str] = ()) -> list[ModelPlan]:
     return plans
 
 
+def _gc_paused(func: Callable[..., RunResult]) -> Callable[..., RunResult]:
+    """Run ``func`` with the cyclic garbage collector off.
+
+    A run allocates millions of small objects (ast and libcst nodes) that
+    live until it ends; the collector would rescan them over and over, which
+    is 30-60% of a cold run (docs/performance.md). Nothing is lost: the
+    collector is switched back on afterwards and reclaims any cycles then.
+    """
+
+    @functools.wraps(func)
+    def paused(*args: Any, **kwargs: Any) -> RunResult:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if enabled:
+                gc.enable()
+
+    return paused
+
+
+@_gc_paused
 def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = True, jobs: int = 1) -> RunResult:
     """Plan, transform and judge every selected model; no file is written here.
 
@@ -267,12 +311,14 @@ def _run_models(tree: SglangTree, mode: Mode, names: Sequence[str] = (), jobs: i
     sources: dict[Path, Source] = {}
     patches: dict[Path, FilePatch] = {}
     file_errors: dict[Path, str] = {}
-    for path, sites in sorted(by_file.items()):
-        try:
-            sources[path] = read_source(path)
-            patches[path] = patch_text(sources[path].text, path, sites)
-        except PatchcraftError as exc:
-            file_errors[path] = str(exc)
+    items = sorted(by_file.items())
+    for (path, _), (source, patch, error) in zip(items, _map_files(_patch_file, items, jobs)):
+        if source is not None:
+            sources[path] = source
+        if patch is not None:
+            patches[path] = patch
+        if error is not None:
+            file_errors[path] = error
     failed, blocked = _failed_models(plans, patches, file_errors)
     # A file that only failed models need is left alone too.
     useful = {s.path for plan in plans if plan.label not in failed and not plan.unsupported for s in plan.sites}
@@ -359,6 +405,106 @@ def _judge(tree, mode, plan, patches, file_errors, failed, sources) -> ModelResu
     return ModelResult(**common, status=WOULD, message=f"missing: {missing}", compiles=compiles, idempotent=False if mode is Mode.VERIFY else None)
 
 
+def _patch_file(item: tuple[Path, Sequence[EditSite]]) -> tuple[Source | None, FilePatch | None, str | None]:
+    """Read and patch one file: (source, patch, error); runs in a worker process when ``jobs`` > 1."""
+    path, sites = item
+    source = patch = error = None
+    try:
+        source = read_source(path)
+        patch = patch_text(source.text, path, sites)
+    except PatchcraftError as exc:
+        error = str(exc)
+    return source, patch, error
+
+
+def _map_files(func: Callable[[Any], Any], items: Sequence[tuple[Path, Sequence[EditSite]]], jobs: int) -> list:
+    """``[func(item) for item in items]``, on up to ``jobs`` processes, in the order of ``items``.
+
+    Workers are forked after the transforms are imported, so they start in
+    milliseconds; the biggest files go first, so that one big file does not
+    come last and leave the other workers idle. Without ``fork`` (not Linux)
+    the files are patched here, one after the other.
+    """
+    import multiprocessing
+
+    if jobs <= 1 or len(items) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [func(item) for item in items]
+    from concurrent.futures import ProcessPoolExecutor
+
+    import patchcraft.transforms  # noqa: F401  (libcst and the transforms: imported once, before forking)
+    order = sorted(range(len(items)), key=lambda i: -_size(items[i][0]))
+    context = multiprocessing.get_context("fork")
+    workers = min(jobs, len(items))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start, initargs=(os.getpid(),)) as pool:
+        futures = {i: pool.submit(func, items[i]) for i in order}
+        return [futures[i].result() for i in range(len(items))]
+
+
+def _worker_start(parent: int) -> None:
+    """Set up a forked worker so that it never outlives, or outlocks, its parent.
+
+    A worker inherits the parent's descriptors, the tree lock's among them,
+    and would wait for work forever if the parent were killed (``SIGKILL``,
+    the OOM killer): the next ``apply`` would then wait on a lock that no
+    live run holds. So the worker drops its copy of the lock and dies with
+    its parent. Ctrl-C reaches the whole process group: only the parent
+    handles it (one "interrupted" line, exit 130), not every worker.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _close_inherited_locks()
+    _die_with_parent(parent)
+
+
+def _close_inherited_locks() -> None:
+    from patchcraft.lock import LOCK_NAME
+
+    try:
+        descriptors = os.listdir("/proc/self/fd")
+    except OSError:  # no /proc: the lock is then released when the workers exit
+        return
+    for name in descriptors:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if os.path.basename(target.removesuffix(" (deleted)")) == LOCK_NAME:
+            os.close(int(name))  # the parent's own descriptor keeps the lock
+
+
+def _die_with_parent(parent: int) -> None:
+    import signal
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        armed = libc.prctl(1, signal.SIGKILL) == 0  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        armed = False
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+    if not armed:
+        import threading
+        import time
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(0.2)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+@functools.lru_cache(maxsize=64)  # a file shared by several models is compiled once
 def _compiles(source: Source) -> bool:
     try:
         compile(source.text, str(source.path), "exec", dont_inherit=True)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from patchcraft import lock, output, report
+from patchcraft import cache, lock, output, report
 from patchcraft.diffs import unified_diffs
 from patchcraft.engine import Mode, RunResult, run, write_changes
 from patchcraft.sources import remove_stale_temp_files
@@ -26,6 +27,16 @@ class Options:
     fail_on_change: bool = False
     #: Also make CUDA-graph capture use the configured ids (``--no-runner`` turns it off).
     runner: bool = True
+    #: Files patched at once, in worker processes (``--jobs``; None: one per core).
+    jobs: int | None = None
+
+
+def default_jobs() -> int:
+    """The cores this process may run on (a container's limit, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def resolve_targets(targets: Sequence[str]) -> list[SglangTree]:
@@ -52,7 +63,7 @@ def resolve_targets(targets: Sequence[str]) -> list[SglangTree]:
     return list(merged.values())
 
 
-def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str], runner: bool = True) -> list[RunResult]:
+def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str], runner: bool = True, jobs: int = 1) -> list[RunResult]:
     """Read, transform and (for apply/revert) write, holding each tree's lock throughout.
 
     The lock covers the reads too: a second run waits, then reads what the
@@ -63,7 +74,7 @@ def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str
     with lock.hold([t.models_dir for t in trees] if writes else [], on_wait=output.print_line):
         if writes:
             remove_stale_temp_files(d for t in trees for d in (t.models_dir, t.executor_dir))
-        results = [run(tree, mode, models, runner=runner) for tree in trees]
+        results = [_run(tree, mode, models, runner, jobs) for tree in trees]
         if writes:
             for result in results:
                 for change in result.changes:
@@ -72,23 +83,32 @@ def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str
     return results
 
 
+def _run(tree: SglangTree, mode: Mode, models: Sequence[str], runner: bool, jobs: int) -> RunResult:
+    """One tree's run; a read-only one comes from the result cache when nothing it reads changed."""
+    return cache.cached_run(tree, mode, models, runner, lambda: run(tree, mode, models, runner=runner, jobs=jobs))
+
+
 def run_pipeline(options: Options, mode: Mode) -> int:
     """Run ``mode`` on every target, write if asked, print, and return the exit code."""
     trees = resolve_targets(options.targets)
-    results = _run_and_write(trees, mode, options.models, options.runner)
+    jobs = options.jobs if options.jobs is not None else default_jobs()
+    results = _run_and_write(trees, mode, options.models, options.runner, jobs)
     explicit = bool(options.models) or any(t.only_files for t in trees)
     code = report.exit_code(results, explicit=explicit)
     if options.fail_on_change and mode is Mode.APPLY and code == report.OK and any(r.changes for r in results):
         code = report.CHANGED
-    diff_text = "".join(unified_diffs(r.changes) for r in results)
+
+    def diff_text() -> str:  # only when shown: difflib over a whole unpatched tree takes a while
+        return "".join(unified_diffs(r.changes) for r in results)
+
     if options.output_format == "json":
         document = report.to_json(results, code)
         if options.show_diff or mode is Mode.DIFF:
-            document["diff"] = diff_text
+            document["diff"] = diff_text()
         output.print_json(document)
         return code
     if options.show_diff or mode is Mode.DIFF:
-        output.print_diff(diff_text, options.color)
+        output.print_diff(diff_text(), options.color)
     output.print_results(results, options.color)
     if options.output_format == "github":
         # Annotations on stdout, after the human summary (stderr) the log also shows.

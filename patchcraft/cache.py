@@ -1,0 +1,216 @@
+"""A cache of whole-run results: a second ``verify`` of an unchanged tree costs next to nothing.
+
+A read-only run (``verify``, ``apply --check``, ``diff``) is a pure function
+of the bytes it reads and of patchcraft itself. Its :class:`RunResult` is
+stored under a key that hashes all of that:
+
+- every file the engine may read: each ``*.py`` under ``srt/models/`` and
+  ``srt/model_executor/`` (path and content) and the package's version
+  files, so adding, removing or changing a single byte of one changes the
+  key (the directory listing is part of the key too);
+- the run's parameters: mode, ``--model`` names, the runner flag and the
+  tree (package, root, the files named);
+- patchcraft's version and the content of its own sources and of the
+  transforms (a development edit invalidates every entry), the Python
+  version and the libcst version.
+
+A hit never imports libcst (:mod:`patchcraft.lazy`). The key is computed
+again after a miss's run and the result is stored only if nothing changed
+meanwhile, so an entry never pairs one content with another's result.
+Writing commands are never cached, and any trouble with the cache (an
+unwritable directory, a damaged entry) just means a normal run.
+
+Entries live in ``<cache>/runs`` (``$PATCHCRAFT_CACHE``, else
+``$XDG_CACHE_HOME/patchcraft``, else ``~/.cache/patchcraft``); the newest
+:data:`KEEP` are kept. ``PATCHCRAFT_NO_CACHE=1`` turns the cache off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import pickle
+import sys
+import tempfile
+import zlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+from patchcraft import __version__
+from patchcraft.engine import FileChange, Mode, RunResult
+from patchcraft.tree import SglangTree
+
+#: Modes whose result depends only on what they read (nothing is written).
+CACHEABLE = frozenset({Mode.VERIFY, Mode.CHECK, Mode.DIFF})
+#: Entries kept; older ones are removed when a new one is stored.
+KEEP = 32
+#: Bump when the entry format changes.
+FORMAT = 1
+#: The package files :attr:`SglangTree.version` reads.
+VERSION_FILES = ("_version.py", "version.py", "__init__.py")
+
+_CODE_HASH: str | None = None
+
+
+def enabled() -> bool:
+    return os.environ.get("PATCHCRAFT_NO_CACHE", "") in ("", "0")
+
+
+def directory() -> Path:
+    """``<cache>/runs``, next to the fetched releases."""
+    from patchcraft.fetch import cache_dir
+
+    return cache_dir() / "runs"
+
+
+def inputs(tree: SglangTree) -> list[Path]:
+    """Every file a run on ``tree`` may read, in a fixed order."""
+    files: list[Path] = []
+    for folder in (tree.models_dir, tree.executor_dir):
+        files.extend(sorted(folder.rglob("*.py")))
+    files.extend(tree.package / name for name in VERSION_FILES)
+    return files
+
+
+def run_key(tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool) -> str | None:
+    """The key of a run: a hex digest, or None when an input cannot be read."""
+    digest = hashlib.sha256()
+    header = (FORMAT, __version__, code_hash(), sys.version, _libcst_version(), mode.value, tuple(names), runner)
+    digest.update(repr(header).encode())
+    digest.update(repr((str(tree.package), str(tree.root), tuple(map(str, tree.only_files)))).encode())
+    for path in inputs(tree):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            data = None  # a version file the package does not have
+        except OSError:
+            return None
+        # Length-prefixed: no two different listings can hash alike.
+        name = str(path).encode("utf-8", "surrogateescape")
+        digest.update(len(name).to_bytes(8, "little") + name)
+        digest.update(b"-" if data is None else hashlib.sha256(data).digest())
+    return digest.hexdigest()
+
+
+def code_hash() -> str:
+    """A digest of patchcraft's own sources and the transforms (computed once per process)."""
+    global _CODE_HASH
+    if _CODE_HASH is None:
+        digest = hashlib.sha256()
+        for path in _code_files():
+            digest.update(str(path).encode("utf-8", "surrogateescape") + b"\0")
+            try:
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+            except OSError:
+                digest.update(b"-")
+        _CODE_HASH = digest.hexdigest()
+    return _CODE_HASH
+
+
+def _code_files() -> list[Path]:
+    import patchcraft
+
+    roots = {Path(patchcraft.__file__).resolve().parent}
+    spec = importlib.util.find_spec("patchcraft.transforms")  # imports patchcraft only, not libcst
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        roots.add(Path(location).resolve())
+    return sorted({path for root in roots for path in root.rglob("*.py")})
+
+
+def _libcst_version() -> str:
+    """libcst's version, read from its files without importing it."""
+    spec = importlib.util.find_spec("libcst")
+    if spec is None or not spec.origin:
+        return "none"
+    try:
+        return (Path(spec.origin).parent / "_version.py").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return spec.origin
+
+
+def load(key: str) -> RunResult | None:
+    """The stored result for ``key``, or None (a damaged entry is removed)."""
+    path = directory() / f"{key}.pickle"
+    try:
+        with open(path, "rb") as handle:
+            if os.fstat(handle.fileno()).st_uid != os.getuid():
+                return None  # unpickling runs code: only ever load our own entries
+            data = handle.read()
+    except OSError:
+        return None
+    try:
+        result = pickle.loads(zlib.decompress(data))
+    except Exception:  # damaged or from an incompatible build: drop it
+        _remove(path)
+        return None
+    if not isinstance(result, RunResult):
+        return None
+    try:
+        os.utime(path)  # recently used: kept by _prune
+    except OSError:
+        pass
+    return result
+
+
+def store(key: str, result: RunResult) -> None:
+    """Store ``result`` under ``key`` atomically; failures are ignored (the cache is optional)."""
+    folder = directory()
+    # The raw bytes only serve writes, which are never cached.
+    light = replace(result, changes=tuple(_without_raw(c) for c in result.changes))
+    data = zlib.compress(pickle.dumps(light, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".entry.", dir=folder)  # mode 0600
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, folder / f"{key}.pickle")
+    except OSError:
+        _remove(Path(tmp))
+        return
+    _prune(folder)
+
+
+def _without_raw(change: FileChange) -> FileChange:
+    return replace(change, source=replace(change.source, raw=None))
+
+
+def _prune(folder: Path, keep: int = KEEP) -> None:
+    entries = []
+    for path in folder.glob("*.pickle"):
+        try:
+            entries.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    for _, path in sorted(entries, reverse=True)[keep:]:
+        _remove(path)
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def cached_run(
+    tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool, compute: Callable[[], RunResult]
+) -> RunResult:
+    """``compute()``, or its stored result when nothing it depends on changed since."""
+    if mode not in CACHEABLE or not enabled():
+        return compute()
+    key = run_key(tree, mode, names, runner)
+    if key is not None:
+        hit = load(key)
+        if hit is not None:
+            return hit
+    result = compute()
+    if key is not None and run_key(tree, mode, names, runner) == key:
+        store(key, result)
+    return result
+
