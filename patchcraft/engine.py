@@ -278,10 +278,11 @@ def _gc_paused(func: Callable[..., RunResult]) -> Callable[..., RunResult]:
 def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = True, jobs: int = 1) -> RunResult:
     """Plan, transform and judge every selected model; no file is written here.
 
-    With ``runner`` (the default), a whole-tree run also checks that CUDA
-    graphs are captured with the configured ids (one extra row, ``runner``).
-    ``--model runner`` selects that row alone; other ``--model`` names and
-    single-file targets leave it out.
+    With ``runner`` (the default), a run over a tree also checks that CUDA
+    graphs are captured with the configured ids (one extra row, ``runner``),
+    with or without ``--model`` names: a model patched for -1 still decodes
+    with the default layers when the runner resets them. ``--model runner``
+    selects that row alone; single-file targets leave it out.
 
     ``jobs`` > 1 patches that many files at once in worker processes; the
     result is the same as with ``jobs=1``, in the same order.
@@ -291,7 +292,7 @@ def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = 
         result = RunResult(mode=mode, tree=tree, version=tree.version, models=(), changes=())
     else:
         result = _run_models(tree, mode, model_names, jobs=jobs)
-    if runner and not tree.only_files and (not names or len(model_names) < len(names)):
+    if runner and not tree.only_files:
         row, changes = _runner_results(tree, mode)
         if row is not None:
             result = replace(result, models=result.models + (row,), changes=result.changes + changes)
