@@ -98,11 +98,17 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run)
 @cli.command()
 @_common
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="cpu: the patched methods on stand-ins (needs patchcraft[smoke]); cuda: the GPU smoke test.")
-def smoke(targets, models, output_format, color, release, no_runner, device) -> None:
+@click.option("--tp", type=click.IntRange(1, 8), default=None, help="cuda: tensor-parallel size (default: all visible GPUs).")
+@click.option("--model-path", type=click.Path(exists=True, file_okay=False), help="cuda: target checkpoint (default: a tiny random DeepSeek-V3).")
+@click.option("--draft-path", type=click.Path(exists=True, file_okay=False), help="cuda: EAGLE-3 draft (default: a tiny random one).")
+@click.option("--layer-ids", metavar="IDS", help="cuda: aux layer ids for the tiny draft, e.g. -1,1,2.")
+def smoke(targets, models, output_format, color, release, no_runner, device, tp, model_path, draft_path, layer_ids) -> None:
     """Run the real patched methods on tiny tensors; check they capture the right states."""
     from patchcraft.commands.smoke import smoke as run
 
-    sys.exit(run(_options(targets, models, output_format, color, release=release, no_runner=no_runner), device=device))
+    options = _options(targets, models, output_format, color, release=release, no_runner=no_runner)
+    cuda = dict(tp=tp, model_path=model_path, draft_path=draft_path, layer_ids=layer_ids)
+    sys.exit(run(options, device=device, cuda=cuda))
 
 
 @cli.command()

@@ -11,10 +11,10 @@ from patchcraft.errors import PatchcraftError
 from patchcraft.harness import require_torch
 
 
-def smoke(options: Options, device: str = "cpu") -> int:
+def smoke(options: Options, device: str = "cpu", cuda: dict | None = None) -> int:
     """The CPU harness on every patched model class (``cuda``: the GPU smoke test instead)."""
     if device == "cuda":
-        return _cuda(options)
+        return _cuda(options, **(cuda or {}))
     return _verify_and_smoke(options, show_verify=False)
 
 
@@ -50,12 +50,22 @@ def _verify_and_smoke(options: Options, show_verify: bool) -> int:
     return code
 
 
-def _cuda(options: Options) -> int:
+def _cuda(options: Options, tp: int | None = None, model_path: str | None = None, draft_path: str | None = None, layer_ids: str | None = None) -> int:
     if options.targets:
         raise PatchcraftError("--device cuda tests the installed sglang; it takes no TARGET")
     try:
-        from patchcraft.gpu_smoke.run import run_cuda_smoke
+        from patchcraft.gpu_smoke.run import parse_layer_ids, run_cuda_smoke
     except ImportError as exc:
         raise PatchcraftError(f"the CUDA smoke test is not available in this patchcraft ({exc})") from None
+    try:
+        ids = parse_layer_ids(layer_ids) if layer_ids else None
+    except ValueError as exc:
+        raise PatchcraftError(f"--layer-ids {layer_ids!r}: {exc}") from None
     fmt: Sequence[str] = ("text", "json")
-    return run_cuda_smoke(output_format=options.output_format if options.output_format in fmt else "text")
+    return run_cuda_smoke(
+        tp=tp,
+        model_path=model_path,
+        draft_path=draft_path,
+        layer_ids=ids,
+        output_format=options.output_format if options.output_format in fmt else "text",
+    )
