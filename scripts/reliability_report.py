@@ -47,6 +47,11 @@ def _counts(mapping: dict) -> str:
     return ", ".join(f"{key}: {value}" for key, value in sorted(mapping.items(), key=lambda kv: -kv[1])) or "-"
 
 
+def code(text: str) -> str:
+    """``text`` as a Markdown code span (longer fences when it holds backticks)."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def table(rows: list[list], header: list[str]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |" for row in rows]
@@ -177,7 +182,7 @@ def _refusals(f: dict) -> list[str]:
     refusals = f.get("refusals")
     if not refusals:
         return []
-    rows = [[name, v["exit"], v.get("files_changed", 0), f"`{v['message']}`" if "message" in v else ""] for name, v in sorted(refusals.items())]
+    rows = [[name, v["exit"], v.get("files_changed", 0), code(v["message"]) if "message" in v else ""] for name, v in sorted(refusals.items())]
     return ["## Refusals", "", "Each case: exit 2, one line giving the reason, and every file of the tree byte-identical afterwards.", "See docs/troubleshooting.md for what to do about each.", ""] + table(rows, ["input", "exit", "files changed", "message"])
 
 
@@ -190,10 +195,10 @@ def _hand(f: dict) -> list[str]:
         if "outcome" in value:
             edits = value.get("edits", {})
             statuses = ", ".join(f"{k} {edits[k]}" for k in ("init", "setter", "forward") if k in edits)
-            rows.append([name, value["outcome"], value["exit"], statuses or f"`{value.get('message', '')}`"])
+            rows.append([name, value["outcome"], value["exit"], statuses or code(value.get("message", ""))])
         else:
             for kind, entry in sorted(value.items()):
-                rows.append([f"{name}: {kind}", entry["outcome"], entry["exit"], f"`{entry['message']}`"])
+                rows.append([f"{name}: {kind}", entry["outcome"], entry["exit"], code(entry["message"])])
     return [
         "## Hand-edited files",
         "",
