@@ -337,11 +337,23 @@ class RemoveMarked(cst.CSTTransformer):
 
 
 def line_of(module: cst.Module, node: cst.CSTNode) -> int:
-    """1-based line of ``node``'s code in ``module`` (first match), for messages."""
-    text = code_of(module, node).strip("\r\n")
-    first = text.splitlines()[0] if text else ""
-    at = module.code.find(first)
-    return module.code.count("\n", 0, at) + 1 if at >= 0 else 0
+    """1-based line of ``node``'s first own line in ``module``, for messages.
+
+    Leading comment lines are not the statement, and every line of the
+    statement must match (ignoring indentation, which ``code_for_node``
+    does not reproduce for nested code), so an identical earlier line is not
+    named instead.
+    """
+    if hasattr(node, "leading_lines"):
+        node = node.with_changes(leading_lines=())  # type: ignore[attr-defined]
+    wanted = [line.strip() for line in code_of(module, node).splitlines() if line.strip()]
+    if not wanted:
+        return 0
+    lines = [line.strip() for line in module.code.splitlines()]
+    for index, line in enumerate(lines):
+        if line == wanted[0] and [l for l in lines[index : index + len(wanted) * 2] if l][: len(wanted)] == wanted:
+            return index + 1
+    return 0
 
 
 def self_attr_name(node: cst.BaseExpression) -> Optional[str]:
