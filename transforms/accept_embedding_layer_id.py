@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import libcst as cst
-import libcst.matchers as m
 
 from patchcraft.graph import EditSite
 from patchcraft.transforms._base import (
@@ -68,12 +67,30 @@ def _sets_flag(stmt: cst.BaseStatement) -> bool:
 
 def _filters_ids(func: cst.FunctionDef) -> bool:
     """A hand edit must also drop -1 from the ids (a comprehension with an ``if``)."""
-    return bool(m.findall(func, m.CompFor(ifs=[m.AtLeastN(n=1)])))
+    finder = _FilteredComprehension()
+    func.visit(finder)
+    return finder.found
+
+
+class _FilteredComprehension(cst.CSTVisitor):
+    """Finds a ``for`` clause with an ``if`` (plain visitor: ``libcst.matchers`` costs ~0.17 s to import)."""
+
+    found = False
+
+    def visit_CompFor(self, node: cst.CompFor) -> bool:
+        self.found = self.found or bool(node.ifs)
+        return not self.found
 
 
 def _insertion_index(func: cst.FunctionDef) -> int:
     body = body_of(func)
-    if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString() | m.ConcatenatedString())])):
+    first = body[0] if body else None
+    if (
+        isinstance(first, cst.SimpleStatementLine)
+        and len(first.body) == 1
+        and isinstance(first.body[0], cst.Expr)
+        and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    ):
         return 1  # keep the docstring first
     return 0
 
