@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite, ModelPlan
-from patchcraft.plan import plan_models, scan
+from patchcraft.plan import plan_models, plan_reaching, scan
 from patchcraft.sources import Source, check_writable, read_source, write_all
 from patchcraft.tree import SglangTree
 
@@ -243,7 +243,11 @@ def _touching(plans: Sequence[ModelPlan], files: set[Path]) -> list[ModelPlan]:
 def plan_tree(tree: SglangTree, names: Sequence[str] = ()) -> list[ModelPlan]:
     if not tree.models_dir.is_dir():
         raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
-    plans = select(plan_models(scan(tree.models_dir)), tree, names)
+    scoped = None
+    if tree.only_files:
+        # Plan only what can reach the files named (the pre-commit case); same plans as the whole tree's.
+        scoped = plan_reaching(tree.models_dir, tree.only_files, lambda plans, files: select(plans, replace(tree, only_files=tuple(sorted(files))), names))
+    plans = scoped if scoped is not None else select(plan_models(scan(tree.models_dir)), tree, names)
     if names and not plans:
         raise PatchcraftError(
             f"{tree.models_dir}: no model matches --model {', '.join(names)} "

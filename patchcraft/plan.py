@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from patchcraft.graph import (
     RELEVANT,
@@ -48,12 +48,7 @@ def scan(models_dir: Path) -> ModelGraph:
     files are loaded when the graph resolves them.
     """
     graph = ModelGraph(models_dir=models_dir)
-    data: dict[str, bytes] = {}
-    for path in sorted(models_dir.glob("*.py")):
-        try:
-            data[path.stem] = path.read_bytes()
-        except OSError:
-            continue
+    data = read_models(models_dir)
     pending = [stem for stem, text in data.items() if any(token in text for token in RELEVANT)]
     bases = {stem: _base_lists(text) for stem, text in data.items()}
     searched: set[str] = set()
@@ -69,6 +64,128 @@ def scan(models_dir: Path) -> ModelGraph:
             if stem not in graph.loaded and any(name in text and _subclasses_in(text, bases[stem], name) for name in wanted)
         ]
     return graph
+
+
+def plan_reaching(
+    models_dir: Path,
+    files: Iterable[Path],
+    choose: Callable[[list[ModelPlan], set[Path]], list[ModelPlan]],
+) -> list[ModelPlan] | None:
+    """``choose(plan_models(scan(models_dir)), files)`` without planning the whole tree.
+
+    ``choose`` picks the plans that meet ``files``, closed over the files
+    they share (engine.select). A plan's sites are found by following
+    imports from its class's file, so only the classes of ``files`` and of
+    the files importing them (transitively) can meet ``files``; when the
+    plans chosen reach further, the scope grows and planning runs again.
+    None when a file lies outside ``models_dir`` (plan the whole tree then).
+    """
+    models = models_dir.resolve()
+    wanted = {path.resolve() for path in files}
+    if not wanted or any(path.parent != models for path in wanted):
+        return None
+    data = read_models(models_dir)
+    imports = import_map(data)
+    candidates = candidate_files(data)
+    graph = ModelGraph(models_dir=models_dir)
+    while True:
+        load_scope(graph, importers(imports, {path.stem for path in wanted}) & candidates, data)
+        chosen = choose(plan_models(graph), wanted)
+        touched = wanted | {path.resolve() for plan in chosen for path in (*plan.files, plan.path)}
+        if touched <= wanted:
+            return chosen
+        wanted = touched
+
+
+def read_models(models_dir: Path) -> dict[str, bytes]:
+    """The bytes of every ``<models_dir>/*.py``, by stem, in name order (unreadable files left out)."""
+    data: dict[str, bytes] = {}
+    for path in sorted(models_dir.glob("*.py")):
+        try:
+            data[path.stem] = path.read_bytes()
+        except OSError:
+            continue
+    return data
+
+
+def load_scope(graph: ModelGraph, scope: set[str], data: dict[str, bytes]) -> None:
+    """Load the model files of ``scope`` into ``graph``, as :func:`scan` would have.
+
+    ``scope`` holds only files :func:`scan` may load (:func:`candidate_files`).
+    Then every class's setter is looked up, which loads the files its bases
+    come from: so a class of ``scope`` that inherits a setter from outside
+    ``scope`` is a model class here as in the whole graph. Plans of classes
+    in ``scope`` are the whole graph's plans (resolution only follows imports).
+    """
+    for stem in sorted(scope):
+        if stem in data:
+            graph.load(stem, data[stem])
+    for cls in list(graph.classes.values()):
+        graph.find_method(cls, SETTER)
+
+
+def import_map(data: dict[str, bytes]) -> dict[str, set[str]]:
+    """Per model file, the words of its import statements that may name a sibling model file.
+
+    Every word of an import statement that names the models package (or is
+    relative) counts: this over-approximates the imports :class:`ModelGraph`
+    follows, so a file found needlessly only costs a parse, and none that
+    matters is missed.
+    """
+    return {stem: _imported_words(text) for stem, text in data.items()}
+
+
+def importers(imports: dict[str, set[str]], stems: set[str]) -> set[str]:
+    """``stems`` and the model files that import any of them, transitively (see :func:`import_map`)."""
+    found = set(stems)
+    frontier = set(stems)
+    while frontier:
+        frontier = {stem for stem, words in imports.items() if stem not in found and not words.isdisjoint(frontier)}
+        found |= frontier
+    return found
+
+
+#: An import statement: one line, its parenthesised names, or its backslash continuations.
+_IMPORT = re.compile(rb"^[ \t]*(?:from|import)[ \t](?:[^\n(\\]|\\\r?\n)*(?:\([^)]*\))?", re.M)
+
+
+def _imported_words(text: bytes) -> set[str]:
+    words: set[str] = set()
+    for statement in _IMPORT.findall(text):
+        parts = statement.split(None, 2)
+        if b"models" in statement or (len(parts) > 1 and parts[1].startswith(b".")):
+            words.update(word.decode() for word in re.findall(rb"\w+", statement))
+    return words
+
+
+def candidate_files(data: dict[str, bytes]) -> set[str]:
+    """The files :func:`scan` may load up front, from text alone (a superset).
+
+    The files that mention the setter, then those whose class bases (or
+    ``import ... as`` names) name a class of a file found so far, until
+    nothing new turns up.
+    """
+    found = {stem for stem, text in data.items() if any(token in text for token in RELEVANT)}
+    mentions = {stem: _base_words(text) for stem, text in data.items() if stem not in found}
+    names: set[bytes] = set()
+    frontier = set(found)
+    while frontier:
+        names |= {name for stem in frontier for name in _CLASS_NAME.findall(data[stem])}
+        frontier = {stem for stem, words in mentions.items() if stem not in found and not words.isdisjoint(names)}
+        found |= frontier
+    return found
+
+
+_CLASS_NAME = re.compile(rb"^class\s+(\w+)", re.M)
+_ALIASED = re.compile(rb"(\w+)\s+as\s+\w+")
+
+
+def _base_words(text: bytes) -> set[bytes]:
+    # ``import ... as`` in import statements only: a regex over the whole text costs more than the rest.
+    words = {w for statement in _IMPORT.findall(text) if b" as " in statement for w in _ALIASED.findall(statement)}
+    for bases in _base_lists(text):
+        words.update(re.findall(rb"\w+", bases))
+    return words
 
 
 #: ``class Name(<bases>):`` at the top level; the bases may span lines and hold one level of calls.
