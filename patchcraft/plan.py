@@ -149,8 +149,13 @@ def importers(imports: dict[str, set[str]], stems: set[str]) -> set[str]:
 _IMPORT = re.compile(rb"^[ \t]*(?:from|import)[ \t](?:[^\n(\\]|\\\r?\n)*(?:\([^)]*\))?", re.M)
 
 
+_RELATIVE = re.compile(rb"from\s+\.")
+
+
 def _imported_words(text: bytes) -> set[str]:
     words: set[str] = set()
+    if b"models" not in text and _RELATIVE.search(text) is None:
+        return words  # no import that can name a sibling model file (most files): skip the regex
     for statement in _IMPORT.findall(text):
         parts = statement.split(None, 2)
         if b"models" in statement or (len(parts) > 1 and parts[1].startswith(b".")):
@@ -182,7 +187,9 @@ _ALIASED = re.compile(rb"(\w+)\s+as\s+\w+")
 
 def _base_words(text: bytes) -> set[bytes]:
     # ``import ... as`` in import statements only: a regex over the whole text costs more than the rest.
-    words = {w for statement in _IMPORT.findall(text) if b" as " in statement for w in _ALIASED.findall(statement)}
+    words: set[bytes] = set()
+    if b" as " in text or b"\tas" in text or b"as\t" in text:
+        words = {w for statement in _IMPORT.findall(text) if b"as" in statement for w in _ALIASED.findall(statement)}
     for bases in _base_lists(text):
         words.update(re.findall(rb"\w+", bases))
     return words
