@@ -683,4 +683,4 @@ def test_messages_name_the_line_in_the_file_not_in_the_class() -> None:
     at = next(i for i, line in enumerate(lines) if "-1 in layer_ids" in line)
     lines[at] = lines[at].replace("-1 in layer_ids", "-1 in list(layer_ids)")  # a hand edit of our block
     [error] = patch_text("\r\n".join(lines), Path("m.py"), [site]).errors.values()
-    assert f"line {at}:" in error  # the marker comment's line (1-based), just above the edited one
+    assert f"line {at + 1}:" in error  # the block's own first line (1-based): here the edited one
