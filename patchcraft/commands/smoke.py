@@ -54,13 +54,17 @@ def _cuda(options: Options, tp: int | None = None, model_path: str | None = None
     if options.targets:
         raise PatchcraftError("--device cuda tests the installed sglang; it takes no TARGET")
     try:
-        from patchcraft.gpu_smoke.run import parse_layer_ids, run_cuda_smoke
+        from patchcraft.gpu_smoke.run import run_cuda_smoke
     except ImportError as exc:
         raise PatchcraftError(f"the CUDA smoke test is not available in this patchcraft ({exc})") from None
-    try:
-        ids = parse_layer_ids(layer_ids) if layer_ids else None
-    except ValueError as exc:
-        raise PatchcraftError(f"--layer-ids {layer_ids!r}: {exc}") from None
+    ids = None
+    if layer_ids:
+        from patchcraft.gpu_smoke.run import parse_layer_ids
+
+        try:
+            ids = parse_layer_ids(layer_ids)
+        except ValueError as exc:
+            raise PatchcraftError(f"--layer-ids {layer_ids!r}: {exc}") from None
     fmt: Sequence[str] = ("text", "json")
     return run_cuda_smoke(
         tp=tp,
