@@ -156,7 +156,7 @@ def test_cuda_device_calls_the_gpu_smoke_test(monkeypatch: pytest.MonkeyPatch) -
     fake.run_cuda_smoke = lambda **kwargs: calls.append(kwargs) or 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "patchcraft.gpu_smoke.run", fake)
     assert _run(["smoke", "--device", "cuda", "--format", "json"]) == 0
-    assert calls == [{"output_format": "json"}]
+    assert calls == [{"tp": None, "model_path": None, "draft_path": None, "layer_ids": None, "output_format": "json"}]
 
 
 def test_cuda_device_takes_no_target(capsys: pytest.CaptureFixture) -> None:
