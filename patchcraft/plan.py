@@ -30,7 +30,6 @@ from patchcraft.graph import (
     read_setter,
     references_self_attr,
 )
-from patchcraft.sources import read_source
 
 
 #: Start of the reason given for an inner model's helper setter that nothing calls.
@@ -456,7 +455,3 @@ def _unique(sites: Iterable[EditSite]) -> list[EditSite]:
     for site in sites:
         seen.setdefault(site.key, site)
     return list(seen.values())
-
-
-def load_source_text(path: Path) -> str:
-    return read_source(path).text

@@ -203,11 +203,6 @@ def discard(pending: Pending) -> None:
     _remove_quietly(pending.tmp)
 
 
-def write_atomic(source: Source, text: str) -> None:
-    """Replace ``source.path`` with ``text`` atomically, keeping its mode."""
-    write_all([(source, text)])
-
-
 def write_all(items: Sequence[tuple[Source, str]]) -> None:
     """Write every ``(source, new text)`` pair, or none of them.
 

@@ -147,11 +147,6 @@ def edit_method(module: cst.Module, site: EditSite, edit: MethodEdit) -> tuple[c
     return new, editor.outcome
 
 
-def remove_marked(func: cst.FunctionDef) -> cst.FunctionDef:
-    """Drop every marked statement from ``func``'s top-level body."""
-    return with_body(func, [s for s in body_of(func) if not is_marked(s)])
-
-
 def _walk_blocks(node: cst.CSTNode, found: list, predicate: Callable[[cst.BaseStatement], bool]) -> None:
     """Collect statements matching ``predicate`` in nested blocks, not in nested defs."""
     for stmt in getattr(node, "body", ()):
@@ -372,11 +367,6 @@ def assign_targets(stmt: cst.BaseStatement) -> list:
             elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
                 targets.append(small.target)
     return targets
-
-
-def mentions(node: cst.CSTNode, dotted: str) -> bool:
-    """Whether the code of ``node`` contains the attribute chain ``dotted``."""
-    return dotted in cst.Module(body=()).code_for_node(node)
 
 
 # -- class slices: libcst parses only the classes it edits ----------------------
