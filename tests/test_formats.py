@@ -6,38 +6,23 @@ the fork root, as a CI step would.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shlex
 import shutil
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
+from conftest import copy_release
 from patchcraft import report
 from patchcraft.cli import main
 from patchcraft.engine import EditResult, Mode, ModelResult, RunResult, revert_text
 from patchcraft.tree import SglangTree
 
 
-def _tests_conftest() -> ModuleType:
-    """tests/conftest.py, loaded by path.
-
-    tests/gpu_smoke has a conftest.py too, and ``import conftest`` gets
-    whichever of the two pytest imported last.
-    """
-    spec = importlib.util.spec_from_file_location("patchcraft_tests_conftest", Path(__file__).with_name("conftest.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 ROOT = Path(__file__).resolve().parent.parent
-copy_release = _tests_conftest().copy_release
 
 RELEASE = "0.5.10"
 MODELS = "python/sglang/srt/models"

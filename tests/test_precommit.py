@@ -12,7 +12,6 @@ runs and by CI reruns that keep ~/.cache.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -23,29 +22,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
+from conftest import copy_release
 from patchcraft.commands._pipeline import resolve_targets
 
 
-def _tests_conftest() -> ModuleType:
-    """tests/conftest.py, loaded by path.
-
-    tests/gpu_smoke has a conftest.py too, and ``import conftest`` gets
-    whichever of the two pytest imported last.
-    """
-    spec = importlib.util.spec_from_file_location("patchcraft_tests_conftest", Path(__file__).with_name("conftest.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 ROOT = Path(__file__).resolve().parent.parent
-copy_release = _tests_conftest().copy_release
 
 RELEASE = "0.5.10"
 MODELS = "python/sglang/srt/models"

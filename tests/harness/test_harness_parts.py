@@ -23,7 +23,7 @@ from patchcraft.harness.standins import (  # noqa: E402
 MODEL = '''\
 import torch
 from sglang.srt.distributed import get_pp_group
-from sglang.srt.layers.layernorm import RMSNorm
+from sglang.srt.utils import RMSNorm  # any name imported from sglang: a stand-in
 
 _FLAG_DEFAULT = False
 
