@@ -183,6 +183,8 @@ def check_draft(draft_dir, target, target_model, trained_on, model, num_layers, 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point with the error policy."""
+    if argv is None:
+        _skip_final_collection()
     try:
         code = cli.main(args=argv, prog_name="patchcraft", standalone_mode=False)
     except PatchcraftError as exc:
@@ -206,3 +208,20 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write("patchcraft: internal error (a bug); please report it with the traceback above\n")
         sys.exit(3)
     sys.exit(code or 0)
+
+
+def _skip_final_collection() -> None:
+    """Spare a command's last moments the garbage collector's full scans.
+
+    A run leaves millions of long-lived objects (``ast`` and libcst trees)
+    that the process keeps to its end; the full collections that Python runs
+    after the work and at interpreter exit would rescan all of them for
+    cycles there are none of (~0.2 s of a single-file verify). Objects
+    alive when the process exits are frozen out of those scans; they are
+    still freed as usual. Only for the process entry point (``argv`` None),
+    never for in-process callers that run on afterwards.
+    """
+    import atexit
+    import gc
+
+    atexit.register(gc.freeze)

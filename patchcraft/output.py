@@ -76,45 +76,98 @@ def print_line(message: str) -> None:
 
 
 def print_results(results: Sequence[RunResult], color: str = "auto") -> None:
-    """The human summary on stderr: a table for verify, one line per model otherwise."""
+    """The human summary on stderr: a table for verify, one line per model otherwise.
+
+    Without colour (a pipe, a hook, a CI log) it is plain text written
+    directly: rich is imported only to style a terminal (docs/performance.md).
+    """
     stream = sys.stderr
-    colored = use_color(color, stream)
-    console = _console(stream, colored)
+    if not use_color(color, stream):
+        stream.write("".join(line + "\n" for line in plain_lines(results)))
+        stream.flush()
+        return
+    console = _console(stream, True)
     for result in results:
-        header = f"sglang {result.version} at {result.tree.package}"
-        console.print(header, markup=False)
+        console.print(_header(result), markup=False)
         if not result.models:
-            console.print("  no model class with set_eagle3_layers_to_capture in this target", markup=False)
+            console.print(_NO_MODELS, markup=False)
             continue
         if result.mode is Mode.VERIFY:
             _verify_table(console, result)
             continue
         for model in result.models:
             style = _STYLE.get(model.status, "")
-            console.print(f"  [{style}]{model.status:<16}[/] {model.model}  {model.message}" if colored else f"  {model.status:<16} {model.model}  {model.message}", markup=colored, highlight=False)
-        for change in result.changes:
-            verb = {Mode.APPLY: "Rewriting", Mode.REVERT: "Reverted"}.get(result.mode, "Would rewrite")
-            console.print(f"{verb} {change.rel}", markup=False)
+            console.print(f"  [{style}]{model.status:<16}[/] {model.model}  {model.message}", markup=True, highlight=False)
+        for line in _change_lines(result):
+            console.print(line, markup=False)
+
+
+_NO_MODELS = "  no model class with set_eagle3_layers_to_capture in this target"
+_COLUMNS = ("model", "status", "init", "setter", "forward", "compiles", "idempotent", "message")
+
+
+def _header(result: RunResult) -> str:
+    return f"sglang {result.version} at {result.tree.package}"
+
+
+def _change_lines(result: RunResult) -> list[str]:
+    verb = {Mode.APPLY: "Rewriting", Mode.REVERT: "Reverted"}.get(result.mode, "Would rewrite")
+    return [f"{verb} {change.rel}" for change in result.changes]
+
+
+def _verify_cells(model) -> list[str]:
+    """One verify table row, unstyled: model, status, the three edits, compiles, idempotent, message."""
+    edits = {e.kind: e for e in model.edits}
+    cells = [edits[k].status if k in edits else "-" for k in ("init", "setter", "forward")]
+    return [
+        model.model,
+        "verified" if model.status == ALREADY else model.status,
+        *[c if c != "applied" else "missing" for c in cells],
+        _yes_plain(model.compiles),
+        _yes_plain(model.idempotent),
+        model.message,
+    ]
+
+
+def plain_lines(results: Sequence[RunResult]) -> list[str]:
+    """The summary as plain lines: the verify table's columns padded to their widest cell, never wrapped."""
+    lines: list[str] = []
+    for result in results:
+        lines.append(_header(result))
+        if not result.models:
+            lines.append(_NO_MODELS)
+            continue
+        if result.mode is Mode.VERIFY:
+            rows = [list(_COLUMNS)] + [_verify_cells(model) for model in result.models]
+            widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+            lines.extend("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+            continue
+        lines.extend(f"  {model.status:<16} {model.model}  {model.message}" for model in result.models)
+        lines.extend(_change_lines(result))
+    return lines
 
 
 def _verify_table(console, result: RunResult) -> None:
     from rich.table import Table
 
-    table = Table(show_lines=False, pad_edge=False, box=None if not console.is_terminal else None)
-    for column in ("model", "status", "init", "setter", "forward", "compiles", "idempotent", "message"):
+    table = Table(show_lines=False, pad_edge=False, box=None)
+    for column in _COLUMNS:
         table.add_column(column, overflow="fold")
     for model in result.models:
-        edits = {e.kind: e for e in model.edits}
-        cells = [edits[k].status if k in edits else "-" for k in ("init", "setter", "forward")]
+        cells = _verify_cells(model)
         table.add_row(
-            model.model,
-            f"[{_STYLE.get(model.status, '')}]{'verified' if model.status == ALREADY else model.status}[/]",
-            *[f"[{_EDIT_STYLE.get(c, 'yellow')}]{c if c != 'applied' else 'missing'}[/]" for c in cells],
+            cells[0],
+            f"[{_STYLE.get(model.status, '')}]{cells[1]}[/]",
+            *[f"[{_EDIT_STYLE.get(c, 'yellow')}]{c}[/]" for c in cells[2:5]],  # "missing": yellow
             _yes(model.compiles),
             _yes(model.idempotent),
-            model.message,
+            cells[7],
         )
     console.print(table)
+
+
+def _yes_plain(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "no")
 
 
 def _yes(value: bool | None) -> str:

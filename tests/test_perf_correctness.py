@@ -238,6 +238,34 @@ def test_a_warm_verify_does_not_import_libcst(package: Path, tmp_path: Path) -> 
     assert (warm.returncode, warm.stdout, shown + "\n") == (cold.returncode, cold.stdout, cold.stderr)
 
 
+def test_plain_output_never_imports_rich_and_colour_does(package: Path, tmp_path: Path) -> None:
+    """A hook's or CI log's table is written as plain text; rich only styles a terminal."""
+    env = {**os.environ, "PATCHCRAFT_NO_CACHE": "1"}
+    env.pop("NO_COLOR", None)
+
+    def imported(*options: str) -> set:
+        run = subprocess.run([sys.executable, "-X", "importtime", "-m", "patchcraft", "verify", *options, str(package)], capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 1, run.stderr[-2000:]  # an unpatched release
+        return {line.split("|")[-1].strip().split(".")[0] for line in run.stderr.splitlines() if line.startswith("import time:")}
+
+    assert "rich" not in imported("--color", "never")
+    assert "rich" in imported("--color", "always")
+
+
+def test_plain_table_columns_line_up_and_long_cells_never_wrap(package: Path, capsys) -> None:
+    code, _, err = cli(capsys, "verify", "--color", "never", str(package))
+    lines = err.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("model "))
+    table = lines[header:]
+    assert len(table) == 1 + len(engine.run(resolve_target(str(package)), Mode.VERIFY).models)
+    for column in ("status", "init", "setter", "forward", "compiles", "idempotent", "message"):
+        at = table[0].index(column)
+        assert all(row[at - 2 : at] == "  " and row[at] != " " for row in table[1:]), (column, table)
+    assert all(line == line.rstrip() for line in table)
+    # One line per model however long its message: an unsupported model's reason stays whole.
+    assert any(len(row) > 120 for row in table[1:]), "0.5.2 has long unsupported reasons"
+
+
 # -- --jobs ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", [Mode.VERIFY, Mode.DIFF, Mode.APPLY, Mode.REVERT])
