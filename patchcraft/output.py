@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from patchcraft.engine import ALREADY, ERROR, PATCHED, REVERTED, UNSUPPORTED, WOULD, Mode, RunResult
 from patchcraft.engine import CLEAN, NOT_NEEDED
@@ -54,6 +54,16 @@ def print_diff(text: str, color: str = "auto") -> None:
 def print_json(document: dict) -> None:
     sys.stdout.write(json.dumps(document, indent=2) + "\n")
     sys.stdout.flush()
+
+
+def print_report(output_format: str, code: int, as_json: Callable[[], dict], as_text: Callable[[], str]) -> int:
+    """A report command's output on stdout: its JSON document or its text; returns ``code``."""
+    if output_format == "json":
+        print_json(as_json())
+    else:
+        sys.stdout.write(as_text())
+        sys.stdout.flush()
+    return code
 
 
 def print_github(lines: Sequence[str]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,11 +40,7 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     model = load_model(tree, name)
     report = check_draft(model, draft, target, training, num_layers, cuda_graph=options.cuda_graph)
     code = OK if report.ok else CHANGED
-    if options.output_format == "json":
-        output.print_json(report_json(report, code))
-    else:
-        sys.stdout.write(report_text(report))
-    return code
+    return output.print_report(options.output_format, code, lambda: report_json(report, code), lambda: report_text(report))
 
 
 def report_text(report: DraftReport) -> str:

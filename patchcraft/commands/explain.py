@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,11 +51,7 @@ def explain_command(options: ExplainOptions) -> int:
     model = load_model(tree, options.model)
     result = explain(model, parse_ids(options.layer_ids), options.num_layers)
     code = CHANGED if result.warnings else OK
-    if options.output_format == "json":
-        output.print_json(explanation_json(result, code))
-    else:
-        sys.stdout.write(explanation_text(result))
-    return code
+    return output.print_report(options.output_format, code, lambda: explanation_json(result, code), lambda: explanation_text(result))
 
 
 def explanation_text(result: Explanation) -> str:
