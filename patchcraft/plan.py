@@ -126,10 +126,10 @@ def load_scope(graph: ModelGraph, scope: set[str], data: dict[str, bytes]) -> No
 def import_map(data: dict[str, bytes]) -> dict[str, set[str]]:
     """Per model file, the words of its import statements that may name a sibling model file.
 
-    Every word of an import statement that names the models package (or is
-    relative) counts: this over-approximates the imports :class:`ModelGraph`
-    follows, so a file found needlessly only costs a parse, and none that
-    matters is missed.
+    Every word of an import statement whose head names the models package
+    (or is relative) counts: this over-approximates the imports
+    :class:`ModelGraph` follows, so a file found needlessly only costs a
+    parse, and none that matters is missed (see :func:`_sibling_imports`).
     """
     return {stem: _imported_words(text) for stem, text in data.items()}
 
@@ -144,22 +144,86 @@ def importers(imports: dict[str, set[str]], stems: set[str]) -> set[str]:
     return found
 
 
-#: An import statement: one line, its parenthesised names, or its backslash continuations.
-_IMPORT = re.compile(rb"^[ \t]*(?:from|import)[ \t](?:[^\n(\\]|\\\r?\n)*(?:\([^)]*\))?", re.M)
+#: Where an import the graph follows may start: ``from .x``/``from . import x`` (also split by a backslash).
+_RELATIVE = re.compile(rb"from(?:[ \t]|\\\r?\n)+\.")
+#: A parenthesised list of imported names; comments in it may hold parentheses of their own.
+_NAME_LIST = re.compile(rb"\((?:[^()#]|#[^\n]*)*\)")
+_WORD = re.compile(rb"\w+")
 
 
-_RELATIVE = re.compile(rb"from\s+\.")
+def _sibling_imports(text: bytes) -> list[bytes]:
+    """The logical lines of ``text`` that may import a sibling model file (a superset).
+
+    :class:`ModelGraph` follows ``from sglang.srt.models[.x] import ...``,
+    ``import sglang.srt.models.x as y`` and level-1 relative imports. The
+    head of each (up to ``import``) holds the token ``models`` or
+    ``from .``, and can only span physical lines joined by backslashes;
+    the names may continue in one parenthesised group. So the logical line
+    around every ``models`` and ``from .`` in the text, wherever it stands
+    (a one-line ``if ...: from .x import y`` too), holds each such
+    statement whole. Hits in comments or strings only add words.
+    """
+    hits: list[int] = []
+    at = text.find(b"models")
+    while at >= 0:
+        hits.append(at)
+        at = text.find(b"models", at + 6)
+    if b"from" in text:
+        hits.extend(m.start() for m in _RELATIVE.finditer(text))
+    regions: dict[int, bytes] = {}
+    for hit in hits:
+        if _in_comment(text, hit):
+            continue  # "Adapted from .../models/llama.py" would make every such file an importer of llama
+        start = _logical_line_start(text, hit)
+        if start not in regions:
+            regions[start] = text[start:_logical_line_end(text, start)]
+    return list(regions.values())
+
+
+def _in_comment(text: bytes, at: int) -> bool:
+    """Whether ``at`` certainly lies in a comment or a string, never in code.
+
+    A ``#`` before ``at`` on its physical line, with no quote before it
+    there, starts a comment; or the line began inside a string that is
+    still open at ``at`` (closing it would take a quote).
+    """
+    prefix = text[text.rfind(b"\n", 0, at) + 1 : at]
+    return b"#" in prefix and b'"' not in prefix and b"'" not in prefix
+
+
+def _logical_line_start(text: bytes, at: int) -> int:
+    start = text.rfind(b"\n", 0, at) + 1
+    while start >= 2 and _continued(text, start):
+        start = text.rfind(b"\n", 0, start - 1) + 1
+    return start
+
+
+def _continued(text: bytes, line_start: int) -> bool:
+    """Whether the physical line ending just before ``line_start`` ends in a backslash."""
+    end = line_start - 1  # the newline
+    if end >= 1 and text[end - 1 : end] == b"\r":
+        end -= 1
+    return end >= 1 and text[end - 1 : end] == b"\\"
+
+
+def _logical_line_end(text: bytes, start: int) -> int:
+    end = text.find(b"\n", start)
+    while end >= 0 and _continued(text, end + 1):
+        end = text.find(b"\n", end + 1)
+    end = len(text) if end < 0 else end
+    # Any parenthesis may open the list of names (``if f(x): from .y import (a,`` too).
+    paren = text.find(b"(", start, end)
+    while paren >= 0:
+        group = _NAME_LIST.match(text, paren)
+        if group is None:
+            return len(text)  # unclosed: the rest of the file (more words, never fewer)
+        end = max(end, group.end())
+        paren = text.find(b"(", group.end(), end)
+    return end
 
 
 def _imported_words(text: bytes) -> set[str]:
-    words: set[str] = set()
-    if b"models" not in text and _RELATIVE.search(text) is None:
-        return words  # no import that can name a sibling model file (most files): skip the regex
-    for statement in _IMPORT.findall(text):
-        parts = statement.split(None, 2)
-        if b"models" in statement or (len(parts) > 1 and parts[1].startswith(b".")):
-            words.update(word.decode() for word in re.findall(rb"\w+", statement))
-    return words
+    return {word.decode() for region in _sibling_imports(text) for word in _WORD.findall(region)}
 
 
 def candidate_files(data: dict[str, bytes]) -> set[str]:
@@ -174,32 +238,41 @@ def candidate_files(data: dict[str, bytes]) -> set[str]:
     names: set[bytes] = set()
     frontier = set(found)
     while frontier:
-        names |= {name for stem in frontier for name in _CLASS_NAME.findall(data[stem])}
+        names |= {name for stem in frontier for name in _class_names(data[stem])}
         frontier = {stem for stem, words in mentions.items() if stem not in found and not words.isdisjoint(names)}
         found |= frontier
     return found
 
 
-_CLASS_NAME = re.compile(rb"^class\s+(\w+)", re.M)
+# The patterns below start with a newline, a literal the regex engine searches
+# for quickly; ``^`` with re.M tries every position (5x slower). They run on
+# the text after a newline put in front, so a match on the first line counts.
+_CLASS_NAME = re.compile(rb"\nclass\s+(\w+)")
 _ALIASED = re.compile(rb"(\w+)\s+as\s+\w+")
 
 
+def _class_names(text: bytes) -> list[bytes]:
+    """Names of the classes at column 0 (every top-level class; a few in strings too)."""
+    return _CLASS_NAME.findall(b"\n" + text) if b"class" in text else []
+
+
 def _base_words(text: bytes) -> set[bytes]:
-    # ``import ... as`` in import statements only: a regex over the whole text costs more than the rest.
+    # ``X as Y`` only in sibling imports: the graph resolves no other alias.
     words: set[bytes] = set()
-    if b" as " in text or b"\tas" in text or b"as\t" in text:
-        words = {w for statement in _IMPORT.findall(text) if b"as" in statement for w in _ALIASED.findall(statement)}
+    for region in _sibling_imports(text) if b"as" in text else ():
+        if b"as" in region:
+            words.update(_ALIASED.findall(region))
     for bases in _base_lists(text):
-        words.update(re.findall(rb"\w+", bases))
+        words.update(_WORD.findall(bases))
     return words
 
 
 #: ``class Name(<bases>):`` at the top level; the bases may span lines and hold one level of calls.
-_CLASS_BASES = re.compile(rb"^class\s+\w+\s*\(((?:[^()]|\([^()]*\))*)\)\s*:", re.M)
+_CLASS_BASES = re.compile(rb"\nclass\s+\w+\s*\(((?:[^()]|\([^()]*\))*)\)\s*:")
 
 
 def _base_lists(text: bytes) -> list[bytes]:
-    return _CLASS_BASES.findall(text) if b"class" in text else []
+    return _CLASS_BASES.findall(b"\n" + text) if b"class" in text else []
 
 
 def _subclasses_in(text: bytes, bases: list[bytes], name: bytes) -> bool:

@@ -85,5 +85,17 @@ def test_importers_follow_every_import_form() -> None:
     assert importers(import_map(data), {"a"}) == {"a", "b", "c", "d", "e"}
 
 
+def test_importers_see_imports_anywhere_on_a_line_and_skip_comments() -> None:
+    data = {
+        "base": b"class Base: pass\n",
+        "inline": b"if TYPE_CHECKING: from sglang.srt.models.base import Base\n",
+        "relative": b"try: from \\\n    .base import Base\nexcept ImportError: pass\n",
+        "late_names": b"if f(x): from sglang.srt.models import (  # (see\n    base,\n)\n",
+        "comment": b"# Adapted from vllm/model_executor/models/base.py\nimport torch\n",
+        "trailing": b"import torch  # like sglang.srt.models.base\n",
+    }
+    assert importers(import_map(data), {"base"}) == {"base", "inline", "relative", "late_names"}
+
+
 def test_a_file_outside_the_models_dir_plans_the_whole_tree(tmp_path: Path) -> None:
     assert plan.plan_reaching(tmp_path / "models", [tmp_path / "x.py"], lambda plans, files: plans) is None
