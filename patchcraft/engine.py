@@ -134,7 +134,7 @@ def parse(text: str, path: Path) -> cst.Module:
 
 
 def parse_class(text: str, path: Path, first_line: int) -> cst.Module:
-    """Parse one top-level class cut out of ``path``, padded to its place (line numbers are the file's)."""
+    """Parse one class or method cut out of ``path``, padded to its place (line numbers are the file's)."""
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
@@ -143,9 +143,16 @@ def parse_class(text: str, path: Path, first_line: int) -> cst.Module:
         ) from None
 
 
-def _slices(text: str, path: Path, names: Iterable[str]) -> ClassSlices | None:
+def _slices(text: str, path: Path, names: Iterable[str], sites: Sequence[EditSite] = ()) -> ClassSlices | None:
+    """Class slices for ``names`` or, given ``sites``, method slices for the sites' methods."""
+
+    def parse_slice(segment: str, first: int) -> cst.Module:
+        return parse_class(segment, path, first)
+
     try:
-        return ClassSlices.of(text, names, lambda segment, first: parse_class(segment, path, first))
+        if sites:
+            return ClassSlices.of_methods(text, [(site.cls, site.method) for site in sites], parse_slice)
+        return ClassSlices.of(text, names, parse_slice)
     except SyntaxError as exc:
         raise PatchcraftError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}; nothing was changed") from None
 
@@ -153,15 +160,17 @@ def _slices(text: str, path: Path, names: Iterable[str]) -> ClassSlices | None:
 def patch_text(text: str, path: Path, sites: Sequence[EditSite]) -> FilePatch:
     """Apply the transform of each site to ``text``. Errors are recorded per site.
 
-    Only the top-level classes holding the sites are parsed (big files are
-    slow in libcst); when a class is missing or defined twice, the whole
-    module is, so that the transform reports the anchor problem itself.
+    Only the methods holding the sites are parsed, each with its class
+    header (big files are slow in libcst); when a method is missing, defined
+    twice or nested in a statement, its whole class is, and when a class is
+    missing or defined twice, the whole module is, so that the transform
+    reports the anchor problem itself.
     """
-    slices = _slices(text, path, {site.cls for site in sites})
+    slices = _slices(text, path, {site.cls for site in sites}, sites)
     modules = slices.modules if slices is not None else {None: parse(text, path)}
     patch = FilePatch(after=text)
     for site in sites:
-        key = site.cls if slices is not None else None
+        key = slices.key(site.cls, site.method) if slices is not None else None
         try:
             modules[key], outcome = BY_KIND[site.kind].apply(modules[key], site)
         except PatchcraftError as exc:
