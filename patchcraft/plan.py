@@ -10,6 +10,7 @@ or the precise reason it cannot be supported. None is skipped silently.
 from __future__ import annotations
 
 import ast
+import codecs
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -47,21 +48,17 @@ def scan(models_dir: Path) -> ModelGraph:
     files are loaded when the graph resolves them.
     """
     graph = ModelGraph(models_dir=models_dir)
-    data = read_models(models_dir)
-    pending = [stem for stem, text in data.items() if any(token in text for token in RELEVANT)]
-    bases = {stem: _base_lists(text) for stem, text in data.items()}
-    searched: set[str] = set()
+    texts = ModelTexts(read_models(models_dir))
+    # ``m.K``, with ``K`` only imported by ``m``, resolves to a class of a third file,
+    # whose name need not be ``K``: such files are loaded up front (a few, if any).
+    pending = [stem for stem in texts.data if texts.has_setter(stem) or texts.may_derive_through_imports(stem)]
+    searched: set[bytes] = set()
     while pending:
         for stem in pending:
-            graph.load(stem, data[stem])
-        names = {c.name for c in list(graph.classes.values()) if graph.find_method(c, SETTER)} - searched
+            graph.load(stem, texts.data[stem])
+        names = {c.name.encode() for c in list(graph.classes.values()) if graph.find_method(c, SETTER)} - searched
         searched |= names
-        wanted = [name.encode() for name in names]
-        pending = [
-            stem
-            for stem, text in data.items()
-            if stem not in graph.loaded and any(name in text and _subclasses_in(text, bases[stem], name) for name in wanted)
-        ]
+        pending = [stem for stem in texts.data if stem not in graph.loaded and texts.mentions_any(stem, names)] if names else []
     return graph
 
 
@@ -75,21 +72,22 @@ def plan_reaching(
     ``choose`` picks the plans that meet ``files``, closed over the files
     they share (engine.select). A plan's sites are found by following
     imports from its class's file, so only the classes of ``files`` and of
-    the files importing them (transitively) can meet ``files``; when the
-    plans chosen reach further, the scope grows and planning runs again.
-    None when a file lies outside ``models_dir`` (plan the whole tree then).
+    the files importing them (transitively) can meet ``files``; of those
+    files only the ones that may hold a class with the setter are parsed
+    (:class:`Reach`). When the plans chosen reach further, the scope grows
+    and planning runs again. None when a file lies outside ``models_dir``
+    (plan the whole tree then).
     """
     models = models_dir.resolve()
     wanted = {path.resolve() for path in files}
     if not wanted or any(path.parent != models for path in wanted):
         return None
-    data = read_models(models_dir)
-    imports = import_map(data)
-    candidates = candidate_files(data)
-    graph = ModelGraph(models_dir=models_dir)
+    texts = ModelTexts(read_models(models_dir))
+    imports = {stem: texts.imported_words(stem) for stem in texts.data}
+    reach = Reach(ModelGraph(models_dir=models_dir), texts)
     while True:
-        load_scope(graph, importers(imports, {path.stem for path in wanted}) & candidates, data)
-        chosen = choose(plan_models(graph), wanted)
+        reach.load(importers(imports, {path.stem for path in wanted}))
+        chosen = choose(plan_models(reach.graph), wanted)
         touched = wanted | {path.resolve() for plan in chosen for path in (*plan.files, plan.path)}
         if touched <= wanted:
             return chosen
@@ -107,20 +105,184 @@ def read_models(models_dir: Path) -> dict[str, bytes]:
     return data
 
 
-def load_scope(graph: ModelGraph, scope: set[str], data: dict[str, bytes]) -> None:
-    """Load the model files of ``scope`` into ``graph``, as :func:`scan` would have.
+class Reach:
+    """Loads, of the files in a scope, those that may hold a class with the setter.
 
-    ``scope`` holds only files :func:`scan` may load (:func:`candidate_files`).
-    Then every class's setter is looked up, which loads the files its bases
-    come from: so a class of ``scope`` that inherits a setter from outside
-    ``scope`` is a model class here as in the whole graph. Plans of classes
-    in ``scope`` are the whole graph's plans (resolution only follows imports).
+    Why that is enough: a model class has the setter, its own or inherited.
+    Its own: the file mentions the setter. Inherited: follow its bases
+    until one leaves the file; :class:`ModelGraph` resolves that base
+    through an import from a sibling file C (``from C import K``, ``K as
+    N``, ``C.K``), and K has the setter. So the file's base lists or
+    ``import ... as`` names hold the word K (:meth:`ModelTexts.mentions`),
+    C is among the files its imports may name, and K is one of
+    :meth:`setter_classes` of C: exactly those of the parsed graph when C
+    is loaded (the whole graph resolves the same names to the same
+    classes), else every class name of C unless C cannot hold one either,
+    decided the same way. A file left out holds no model class, so the
+    plans of the others are the whole graph's (resolution only follows
+    imports, and loads what it needs on its own).
     """
-    for stem in sorted(scope):
-        if stem in data:
-            graph.load(stem, data[stem])
-    for cls in list(graph.classes.values()):
-        graph.find_method(cls, SETTER)
+
+    def __init__(self, graph: ModelGraph, texts: ModelTexts) -> None:
+        self.graph = graph
+        self.texts = texts
+        self.scope: set[str] = set()
+        self.decided: dict[str, bool] = {}
+        self.pending: set[str] = set()
+        self.names: dict[str, set[bytes] | None] = {}
+
+    def load(self, scope: set[str]) -> None:
+        """Load the files of ``scope`` that may hold a class with the setter, and their bases."""
+        self.scope |= scope
+        for stem in sorted(scope):
+            if stem in self.texts.data and stem not in self.graph.loaded:
+                self._decide(stem)
+        # Looking every setter up loads the files the bases come from, as scan does.
+        for cls in list(self.graph.classes.values()):
+            self.graph.find_method(cls, SETTER)
+
+    def setter_classes(self, stem: str) -> set[bytes] | None:
+        """Names of the classes of ``stem`` that may have the setter (None: any name)."""
+        if stem not in self.graph.loaded and stem not in self.pending:
+            self._decide(stem)  # loads it when in scope: then the names are exact
+        if self.graph.loaded.get(stem):
+            if stem not in self.names:
+                classes = [c for c in list(self.graph.classes.values()) if c.module == stem]
+                self.names[stem] = {c.name.encode() for c in classes if self.graph.find_method(c, SETTER)}
+            return self.names[stem]
+        if stem in self.pending or self.decided.get(stem, True):
+            return self.texts.class_names(stem)  # undecided (an import cycle) or maybe: any of its classes
+        return set()
+
+    def exported_setter_classes(self, stem: str) -> set[bytes] | None:
+        """What ``m.K`` may name with the setter, ``m`` being ``stem``: the graph also resolves
+        ``K`` through the imports of ``m`` (one step: to a class defined where it points)."""
+        own = self.setter_classes(stem)
+        if own is None:
+            return None
+        if not self.graph.loaded.get(stem):
+            return own | self.texts.imported_names(stem)
+        names = set(own)
+        for alias, (other, name) in self.graph.imports.get(stem, {}).items():
+            found = self.setter_classes(other) if other != stem else own
+            if found is None or name.encode() in found:
+                names.add(alias.encode())
+        return names
+
+    def _decide(self, stem: str) -> bool:
+        """Whether ``stem`` may hold a class with the setter; loaded if so and in scope.
+
+        Files out of scope are only judged, never parsed here: their class
+        names stand in for the classes with the setter.
+        """
+        if stem not in self.decided:
+            self.pending.add(stem)
+            try:
+                self.decided[stem] = self._may_hold_setter_class(stem)
+            finally:
+                self.pending.discard(stem)
+        if self.decided[stem] and stem in self.scope and stem not in self.graph.loaded:
+            self.graph.load(stem, self.texts.data[stem])
+        return self.decided[stem]
+
+    def _may_hold_setter_class(self, stem: str) -> bool:
+        texts = self.texts
+        if texts.has_setter(stem):
+            return True
+        words = texts.mentions(stem)
+        if words is None:
+            return True
+        dotted = texts.dotted_bases(stem)
+        for sibling in sorted(texts.siblings(stem)) if words else ():
+            names = self.setter_classes(sibling)
+            if names is None or not words.isdisjoint(names):
+                return True
+            names = self.exported_setter_classes(sibling) if dotted else set()
+            if names is None or not dotted.isdisjoint(names):
+                return True
+        return False
+
+
+class ModelTexts:
+    """The bytes of the model files, and what their text says: each fact computed once, on first use.
+
+    Every fact over-approximates what :class:`ModelGraph` finds once the
+    file is parsed: a fact that says too much costs a parse, one that says
+    too little would lose a model, so none may. When the text is not plain
+    enough to be sure (a class line the patterns cannot read), the fact
+    says "anything" (None).
+    """
+
+    def __init__(self, data: dict[str, bytes]) -> None:
+        self.data = data
+        self._imports: dict[str, list[bytes]] = {}
+        self._headers: dict[str, tuple[set[bytes], list[bytes]] | None] = {}
+        self._mentions: dict[str, set[bytes] | None] = {}
+        self._imported_names: dict[str, set[bytes]] = {}
+
+    def has_setter(self, stem: str) -> bool:
+        return any(token in self.data[stem] for token in RELEVANT)
+
+    def imported_words(self, stem: str) -> set[str]:
+        """The words of the imports of ``stem`` that may name a sibling model file (:func:`_sibling_imports`)."""
+        return {word.decode() for region in self._regions(stem) for word in _WORD.findall(region)}
+
+    def imported_names(self, stem: str) -> set[bytes]:
+        """Every word of the sibling imports of ``stem``: the names they bind among them."""
+        if stem not in self._imported_names:
+            self._imported_names[stem] = {word for region in self._regions(stem) for word in _WORD.findall(region)}
+        return self._imported_names[stem]
+
+    def siblings(self, stem: str) -> set[str]:
+        """The other model files the imports of ``stem`` may name."""
+        return {word for word in self.imported_words(stem) if word in self.data and word != stem}
+
+    def class_names(self, stem: str) -> set[bytes] | None:
+        """Names of the top-level classes of ``stem`` (a few in strings too); None: unreadable."""
+        headers = self._header(stem)
+        return None if headers is None else headers[0]
+
+    def mentions(self, stem: str) -> set[bytes] | None:
+        """Every name a top-level class of ``stem`` may derive from; None: any name.
+
+        The words of its base lists (``mod.K`` gives ``K``), and the names
+        its sibling imports rename (``K`` of ``from .m import K as N``).
+        """
+        if stem not in self._mentions:
+            headers = self._header(stem)
+            words = None if headers is None else _aliased(self._regions(stem)) if b"as" in self.data[stem] else set()
+            if headers is not None and words is not None:
+                for bases in headers[1]:
+                    words.update(_WORD.findall(bases))
+            self._mentions[stem] = words
+        return self._mentions[stem]
+
+    def dotted_bases(self, stem: str) -> set[bytes]:
+        """``K`` of every base ``m.K`` (also ``m.K[T]``) of ``stem``'s classes, ``m`` bound by a sibling import."""
+        headers = self._header(stem)
+        if not headers:
+            return set()
+        modules = self.imported_names(stem)
+        return {name for bases in headers[1] for module, name in _DOTTED.findall(bases) if module in modules}
+
+    def may_derive_through_imports(self, stem: str) -> bool:
+        """Whether a base ``m.K`` of ``stem`` may name what a sibling ``m`` only imports (``K`` of another file)."""
+        dotted = self.dotted_bases(stem)
+        return bool(dotted) and any(not dotted.isdisjoint(self.imported_names(s)) for s in self.siblings(stem))
+
+    def mentions_any(self, stem: str, names: set[bytes]) -> bool:
+        words = self.mentions(stem)
+        return words is None or not words.isdisjoint(names)
+
+    def _regions(self, stem: str) -> list[bytes]:
+        if stem not in self._imports:
+            self._imports[stem] = _sibling_imports(self.data[stem])
+        return self._imports[stem]
+
+    def _header(self, stem: str) -> tuple[set[bytes], list[bytes]] | None:
+        if stem not in self._headers:
+            self._headers[stem] = _class_headers(self.data[stem])
+        return self._headers[stem]
 
 
 def import_map(data: dict[str, bytes]) -> dict[str, set[str]]:
@@ -131,7 +293,8 @@ def import_map(data: dict[str, bytes]) -> dict[str, set[str]]:
     :class:`ModelGraph` follows, so a file found needlessly only costs a
     parse, and none that matters is missed (see :func:`_sibling_imports`).
     """
-    return {stem: _imported_words(text) for stem, text in data.items()}
+    texts = ModelTexts(data)
+    return {stem: texts.imported_words(stem) for stem in data}
 
 
 def importers(imports: dict[str, set[str]], stems: set[str]) -> set[str]:
@@ -222,63 +385,51 @@ def _logical_line_end(text: bytes, start: int) -> int:
     return end
 
 
-def _imported_words(text: bytes) -> set[str]:
-    return {word.decode() for region in _sibling_imports(text) for word in _WORD.findall(region)}
-
-
-def candidate_files(data: dict[str, bytes]) -> set[str]:
-    """The files :func:`scan` may load up front, from text alone (a superset).
-
-    The files that mention the setter, then those whose class bases (or
-    ``import ... as`` names) name a class of a file found so far, until
-    nothing new turns up.
-    """
-    found = {stem for stem, text in data.items() if any(token in text for token in RELEVANT)}
-    mentions = {stem: _base_words(text) for stem, text in data.items() if stem not in found}
-    names: set[bytes] = set()
-    frontier = set(found)
-    while frontier:
-        names |= {name for stem in frontier for name in _class_names(data[stem])}
-        frontier = {stem for stem, words in mentions.items() if stem not in found and not words.isdisjoint(names)}
-        found |= frontier
-    return found
-
-
-# The patterns below start with a newline, a literal the regex engine searches
-# for quickly; ``^`` with re.M tries every position (5x slower). They run on
-# the text after a newline put in front, so a match on the first line counts.
-_CLASS_NAME = re.compile(rb"\nclass\s+(\w+)")
-_ALIASED = re.compile(rb"(\w+)\s+as\s+\w+")
-
-
-def _class_names(text: bytes) -> list[bytes]:
-    """Names of the classes at column 0 (every top-level class; a few in strings too)."""
-    return _CLASS_NAME.findall(b"\n" + text) if b"class" in text else []
-
-
-def _base_words(text: bytes) -> set[bytes]:
-    # ``X as Y`` only in sibling imports: the graph resolves no other alias.
+def _aliased(regions: list[bytes]) -> set[bytes]:
+    """``K`` of every ``K as N`` in ``regions``; all their words where a comment or a backslash may split one."""
     words: set[bytes] = set()
-    for region in _sibling_imports(text) if b"as" in text else ():
-        if b"as" in region:
+    for region in regions:
+        if b"as" not in region:
+            continue
+        if b"#" in region or b"\\" in region:
+            words.update(_WORD.findall(region))
+        else:
             words.update(_ALIASED.findall(region))
-    for bases in _base_lists(text):
-        words.update(_WORD.findall(bases))
     return words
 
 
-#: ``class Name(<bases>):`` at the top level; the bases may span lines and hold one level of calls.
+# The class patterns start with a newline, a literal the regex engine searches
+# for quickly (``^`` with re.M tries every position: 5x slower). They run on
+# the text after a newline put in front, so a class on the first line counts.
+_CLASS_LINE = re.compile(rb"\nclass\b")
+_CLASS_NAME = re.compile(rb"\nclass\s+(\w+)")
+#: ``class Name(<bases>):``; the bases may span lines and hold one level of calls.
 _CLASS_BASES = re.compile(rb"\nclass\s+\w+\s*\(((?:[^()]|\([^()]*\))*)\)\s*:")
+_CLASS_PLAIN = re.compile(rb"\nclass\s+\w+\s*:")
+#: In a base list read by _CLASS_BASES, what may hide a parenthesis or a class line from it.
+_UNREADABLE_BASES = re.compile(rb"[#'\"\\]|\nclass\b")
+_ALIASED = re.compile(rb"(\w+)\s+as\s+\w+")
+_DOTTED = re.compile(rb"(\w+)\s*\.\s*(\w+)")
 
 
-def _base_lists(text: bytes) -> list[bytes]:
-    return _CLASS_BASES.findall(b"\n" + text) if b"class" in text else []
+def _class_headers(text: bytes) -> tuple[set[bytes], list[bytes]] | None:
+    """Names and base lists of the classes at column 0 (every top-level class; a few in strings too).
 
-
-def _subclasses_in(text: bytes, bases: list[bytes], name: bytes) -> bool:
-    """Whether a top-level class of ``text`` may derive from ``name`` (also through ``import ... as``)."""
-    word = re.compile(rb"\b" + re.escape(name) + rb"\b")
-    return any(word.search(b) for b in bases) or re.search(word.pattern + rb"\s+as\s+\w+", text) is not None
+    None unless every line starting with ``class`` reads as ``class Name:``
+    or ``class Name(<bases>):`` with bases free of comments, strings and
+    backslashes: then each real header is read whole (no base is missed).
+    """
+    if b"class" not in text:
+        return set(), []
+    text = b"\n" + text.removeprefix(codecs.BOM_UTF8)
+    lines = len(_CLASS_LINE.findall(text))
+    names = _CLASS_NAME.findall(text)
+    bases = _CLASS_BASES.findall(text)
+    if len(names) != lines or len(bases) + len(_CLASS_PLAIN.findall(text)) != lines:
+        return None
+    if any(_UNREADABLE_BASES.search(b) for b in bases):
+        return None
+    return set(names), bases
 
 
 def plan_models(graph: ModelGraph) -> list[ModelPlan]:

@@ -1,0 +1,185 @@
+"""Single-file planning parses only the files that may hold a model, and loses none.
+
+``plan.Reach`` leaves out the importers of a staged file whose classes
+cannot have the setter (their bases name no class with it), which is most
+of what a single-file run used to parse. These tests build small model
+trees around a real ``llama.py``, with subclasses reached through every
+form of base the graph resolves, and traps the text filters must not fall
+into: each single-file plan must equal the whole tree's, filtered. Then a
+sample of real files of five releases (the check over every file of those
+releases runs with ``PATCHCRAFT_EVERY_FILE=1``, ~25 s). ~6 s of CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import release_package
+from patchcraft import plan
+from patchcraft.engine import plan_tree, select
+from patchcraft.plan import ModelTexts, plan_models, scan
+from patchcraft.tree import SglangTree, resolve_target
+
+LLAMA_IMPORT = "from sglang.srt.models.llama import LlamaForCausalLM as Base, LlamaModel\n"
+#: An inner model of its own, so that the subclass needs other sites than Llama (and is a plan of its own).
+SUB_MODEL = '''
+class SubModel(LlamaModel):
+    def forward(self, input_ids, positions, forward_batch):
+        aux_hidden_states = []
+        hidden_states, residual = self.embed_tokens(input_ids), None
+        for i in range(len(self.layers)):
+            if i in self.layers_to_capture:
+                aux_hidden_states.append(hidden_states + residual)
+            hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
+        return hidden_states, aux_hidden_states
+
+'''
+INIT = '''
+    def __init__(self, config, quant_config=None, prefix=""):
+        super().__init__(config, quant_config, prefix)
+        self.model = SubModel(config, quant_config, prefix)
+'''
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> SglangTree:
+    """A tree of the 0.5.23 ``llama.py`` and ``files`` (model file stem -> source)."""
+    models = tmp_path / "sglang" / "srt" / "models"
+    models.mkdir(parents=True)
+    shutil.copy(release_package("0.5.23") / "srt" / "models" / "llama.py", models / "llama.py")
+    for stem, source in files.items():
+        (models / f"{stem}.py").write_text(source)
+    return SglangTree(package=tmp_path / "sglang", root=tmp_path)
+
+
+def _single(tree: SglangTree, stem: str) -> SglangTree:
+    return replace(tree, only_files=((tree.models_dir / f"{stem}.py").resolve(),))
+
+
+def _labels(tree: SglangTree, stem: str) -> list[str]:
+    """The single-file plans of ``stem``, checked equal to the whole tree's filtered."""
+    single = _single(tree, stem)
+    plans = plan_tree(single)
+    assert plans == select(plan_models(scan(tree.models_dir)), single, ())
+    return [p.label for p in plans]
+
+
+SUBCLASSES = {
+    "alias": LLAMA_IMPORT + SUB_MODEL + "class AliasForCausalLM(Base):" + INIT,
+    "module_attr": "from sglang.srt.models import llama as L\nfrom sglang.srt.models.llama import LlamaModel\n"
+    + SUB_MODEL + "class AttrForCausalLM(L.LlamaForCausalLM):" + INIT,
+    "relative": "from .llama import LlamaForCausalLM, LlamaModel\n" + SUB_MODEL + "class RelForCausalLM(LlamaForCausalLM):" + INIT,
+    # Through a class of the same file, which derives from Llama.
+    "same_file": LLAMA_IMPORT + SUB_MODEL + "class Mid(Base):\n    pass\n\n\nclass SameForCausalLM(Mid):" + INIT,
+    # Through another importer: chain.py's class derives from alias.py's.
+    "chain": "from sglang.srt.models.alias import AliasForCausalLM, SubModel\n\n\nclass ChainForCausalLM(AliasForCausalLM):\n    pass\n",
+    # A base list with a comment that hides a parenthesis: unreadable, so the file is loaded.
+    "comment": "from .llama import LlamaForCausalLM, LlamaModel\n" + SUB_MODEL
+    + "class CommentForCausalLM(LlamaModel  # not it ) :\n    , LlamaForCausalLM):" + INIT,
+}
+
+
+@pytest.mark.parametrize("stem", sorted(SUBCLASSES))
+def test_a_subclass_in_an_importer_is_planned_from_the_base_file(tmp_path: Path, stem: str) -> None:
+    tree = _tree(tmp_path, {"alias": SUBCLASSES["alias"], stem: SUBCLASSES[stem]})
+    labels = _labels(tree, "llama")
+    assert f"{stem}.{SUBCLASSES[stem].split('class ')[-1].split('(')[0]}" in labels
+    assert "llama.LlamaForCausalLM" in labels
+
+
+@pytest.mark.parametrize("renamed", [False, True], ids=["same-name", "renamed"])
+def test_a_base_reached_through_a_module_that_imports_it(tmp_path: Path, renamed: bool) -> None:
+    """``m.K`` with ``m`` a model file that only imports ``K``: the graph follows that import."""
+    outer, inner = ("Outer", "Inner") if renamed else ("LlamaForCausalLM", "LlamaModel")
+    names = "LlamaForCausalLM as Outer, LlamaModel as Inner" if renamed else "LlamaForCausalLM, LlamaModel"
+    tree = _tree(
+        tmp_path,
+        {
+            "reexport": f"from sglang.srt.models.llama import {names}\n",
+            "user": "from sglang.srt.models import reexport as m\n"
+            + SUB_MODEL.replace("(LlamaModel)", f"(m.{inner})") + f"class UserForCausalLM(m.{outer}):" + INIT,
+        },
+    )
+    assert _labels(tree, "llama") == ["llama.LlamaForCausalLM", "user.UserForCausalLM"]
+
+
+def test_an_import_cycle_leaves_no_subclass_out(tmp_path: Path) -> None:
+    """b.py derives from a.py, which imports b.py back: a is undecided while b is judged."""
+    tree = _tree(
+        tmp_path,
+        {
+            "a": "from .llama import LlamaForCausalLM, LlamaModel\n" + SUB_MODEL
+            + "class AForCausalLM(LlamaForCausalLM):" + INIT + "\n    def later(self):\n        from .b import helper\n",
+            "b": "from .a import AForCausalLM, SubModel as Base\n\n\nclass SubModel(Base):\n    pass\n\n\n"
+            "class BForCausalLM(AForCausalLM):" + INIT + "\n\ndef helper():\n    pass\n",
+        },
+    )
+    assert _labels(tree, "llama") == ["a.AForCausalLM", "b.BForCausalLM", "llama.LlamaForCausalLM"]
+
+
+def test_importers_that_only_use_layers_are_not_parsed(tmp_path: Path) -> None:
+    tree = _tree(
+        tmp_path,
+        {
+            "alias": SUBCLASSES["alias"],
+            "layers": "from sglang.srt.models.llama import LlamaDecoderLayer as Layer, LlamaMLP\n\n\n"
+            "class MyLayer(LlamaDecoderLayer):\n    pass\n\n\nclass MyMLP(LlamaMLP):\n    pass\n",
+            "broken": "from sglang.srt.models.llama import LlamaMLP\n\n\nclass Fine(LlamaMLP):\n    pass\n\n\ndef broken(:\n",
+        },
+    )
+    assert _labels(tree, "llama") == ["alias.AliasForCausalLM", "llama.LlamaForCausalLM"]
+    texts = ModelTexts(plan.read_models(tree.models_dir))
+    reach = plan.Reach(plan.ModelGraph(models_dir=tree.models_dir), texts)
+    reach.load({"llama", "alias", "layers", "broken"})
+    assert set(reach.graph.loaded) == {"llama", "alias"}, "files whose bases name no class with the setter need no parse"
+
+
+def test_classes_in_strings_are_no_classes(tmp_path: Path) -> None:
+    fake = (
+        LLAMA_IMPORT
+        + 'EXAMPLE = """\nclass FakeForCausalLM(Base):\n    def set_eagle3_layers_to_capture(self, layer_ids):\n        pass\n"""\n'
+        + 'OTHER = """\nclass Fake2(Base):\n    x = 1\n"""\n'
+    )
+    tree = _tree(tmp_path, {"fake": fake})
+    assert _labels(tree, "llama") == ["llama.LlamaForCausalLM"]
+    assert _labels(tree, "fake") == []
+
+
+def test_unreadable_class_lines_mean_any_name() -> None:
+    assert plan._class_headers(b"class A(B, C):\n    pass\nclass D:\n    pass\n") == ({b"A", b"D"}, [b"B, C"])
+    assert plan._class_headers(b"\xef\xbb\xbfclass A(B):\n    pass\n") == ({b"A"}, [b"B"])
+    for text in (
+        b"class A(B  # see ) :\n    , C):\n    pass\n",  # a comment stops the base list early
+        b"class A(f(g(x))):\n    pass\n",  # two levels of calls
+        b"class A \\\n    (B):\n    pass\n",  # a backslash before the bases
+        b'x = """\nclass of models\n"""\n',  # prose at column 0 in a string
+    ):
+        assert plan._class_headers(text) is None, text
+    assert ModelTexts({"a": b"class A(B  # ) :\n , C):\n    pass\n"}).mentions("a") is None
+    assert ModelTexts({"a": b"class \\\n    A(B):\n    pass\n"}).class_names("a") is None
+
+
+def _stride(items: list[Path], count: int) -> list[Path]:
+    step = max(1, len(items) // count)
+    return items[::step][:count]
+
+
+SAMPLED = ("0.4.10", "0.5.2", "0.5.10", "0.5.15", "0.5.23")
+
+
+@pytest.mark.parametrize("version", SAMPLED)
+def test_sampled_real_files_plan_as_in_the_whole_tree(version: str) -> None:
+    """Every ``PATCHCRAFT_EVERY_FILE=1``: all model files; else 12 by stride and those with a plan's site."""
+    tree = resolve_target(str(release_package(version)))
+    whole = plan_models(scan(tree.models_dir))
+    files = sorted(tree.models_dir.glob("*.py"))
+    if not os.environ.get("PATCHCRAFT_EVERY_FILE"):
+        sites = sorted({site.path for p in whole for site in p.sites} - {tree.models_dir / "deepseek_v2.py"})
+        files = sorted(set(_stride(files, 12)) | set(_stride(sites, 8)))
+    for path in files:
+        single = replace(tree, only_files=(path.resolve(),))
+        assert plan_tree(single) == select(whole, single, ()), path.name
