@@ -264,6 +264,18 @@ def _imports_of(tree: ast.Module) -> tuple[dict[str, tuple[str, str]], dict[str,
 
 # -- small structural queries ------------------------------------------------
 
+@functools.lru_cache(maxsize=8192)
+def nodes_of(node: ast.AST) -> tuple[ast.AST, ...]:
+    """Every node under ``node``, in ``ast.walk`` order, walked once.
+
+    Planning asks many questions of the same methods (does ``__init__`` set
+    this attribute, does ``forward`` name that one): walking the tree anew
+    for each was most of the time :func:`plan.plan_models` took. Nobody
+    modifies these trees (see :func:`parse_python`).
+    """
+    return tuple(ast.walk(node))
+
+
 def _is_self_attr(node: ast.AST, attr: str | None = None) -> bool:
     return (
         isinstance(node, ast.Attribute)
@@ -274,7 +286,7 @@ def _is_self_attr(node: ast.AST, attr: str | None = None) -> bool:
 
 
 def _assigned_targets(func: FunctionNode) -> Iterator[tuple[ast.expr, Optional[ast.expr]]]:
-    for node in ast.walk(func):
+    for node in nodes_of(func):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, (ast.Tuple, ast.List)):
@@ -300,7 +312,7 @@ def class_assigns(graph: ModelGraph, cls: ClassNode, attr: str) -> bool:
 
 
 def references_self_attr(func: FunctionNode, attr: str) -> bool:
-    return any(_is_self_attr(n, attr) for n in ast.walk(func))
+    return any(_is_self_attr(n, attr) for n in nodes_of(func))
 
 
 @dataclass(frozen=True)
@@ -327,7 +339,7 @@ def read_setter(func: FunctionNode) -> SetterShape:
             and _is_self_attr(target.value)
         ):
             inner_attr = target.value.attr  # type: ignore[attr-defined]
-    for node in ast.walk(func):
+    for node in nodes_of(func):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -343,7 +355,7 @@ def read_setter(func: FunctionNode) -> SetterShape:
         own = assigns_self_attr(func, "layers_to_capture")
         return SetterShape(param=param, variant="own-helper" if own else "unknown")
     variant = "plain"
-    nodes = list(ast.walk(func))
+    nodes = nodes_of(func)
     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "max" for n in nodes):
         variant = "max-heuristic"
     elif any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id == param for n in nodes):
@@ -353,7 +365,7 @@ def read_setter(func: FunctionNode) -> SetterShape:
 
 def group_of(func: FunctionNode, rank_attr: str) -> str:
     """The pipeline group a method tests, e.g. ``get_pp_group()`` in ``get_pp_group().is_last_rank``."""
-    for node in ast.walk(func):
+    for node in nodes_of(func):
         if isinstance(node, ast.Attribute) and node.attr == rank_attr:
             return ast.unparse(node.value)
     return ""
@@ -395,11 +407,11 @@ def read_forward(func: FunctionNode) -> ForwardShape:
     styles: list[str] = []
     names: set[str] = set()
     for loop in capture_loops:
-        for node in ast.walk(loop):
+        for node in nodes_of(loop):
             if isinstance(node, ast.keyword) and node.arg in _CAPTURE_KEYWORDS:
                 gate = "flag-gated" if "_is_layer_to_capture" in words_of(node.value) else "id-gated"
                 styles.append(f"collector into layers ({node.arg}=, {gate})")
-                names.update(n.id for n in ast.walk(node.value) if isinstance(n, ast.Name))
+                names.update(n.id for n in nodes_of(node.value) if isinstance(n, ast.Name))
             elif isinstance(node, ast.Attribute) and node.attr in ("append", "capture") and isinstance(node.value, ast.Name):
                 names.add(node.value.id)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
@@ -416,11 +428,11 @@ def read_forward(func: FunctionNode) -> ForwardShape:
             if isinstance(value, ast.Call):
                 collector = _dotted(value.func).split(".")[0] or "call"
                 break
-    nodes = list(ast.walk(func))
+    nodes = nodes_of(func)
     ifs = [n for n in nodes if isinstance(n, ast.If)]
     # patchcraft's own capture (``if self.capture_embedding_for_eagle3 ...``) is no shape of the release
-    inside = {id(n) for block in capture_loops for n in ast.walk(block)}
-    inside |= {id(n) for block in ifs if "capture_embedding_for_eagle3" in words_of(block.test) for n in ast.walk(block)}
+    inside = {id(n) for block in capture_loops for n in nodes_of(block)}
+    inside |= {id(n) for block in ifs if "capture_embedding_for_eagle3" in words_of(block.test) for n in nodes_of(block)}
     post_loop = any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "capture")
         and isinstance(n.func.value, ast.Name) and n.func.value.id in names and id(n) not in inside
@@ -442,7 +454,7 @@ def read_forward(func: FunctionNode) -> ForwardShape:
 def words_of(node: ast.AST) -> set[str]:
     """Names, attribute names and string constants under ``node`` (cheaper than ``ast.dump``)."""
     found: set[str] = set()
-    for child in ast.walk(node):
+    for child in nodes_of(node):
         if isinstance(child, ast.Name):
             found.add(child.id)
         elif isinstance(child, ast.Attribute):
@@ -528,7 +540,7 @@ def _constructed(graph: ModelGraph, outer: ClassNode, owner: ClassNode, call: as
         # self._init_model(...): the factory method that runs for ``outer``.
         factory_owner, factory = found
         result = []
-        for node in ast.walk(factory):
+        for node in nodes_of(factory):
             if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
                 cls = graph.resolve(factory_owner.module, _dotted(node.value.func))
                 if cls is not None:

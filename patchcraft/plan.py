@@ -27,6 +27,7 @@ from patchcraft.graph import (
     constructors_of,
     group_of,
     read_forward,
+    nodes_of,
     words_of,
     read_setter,
     references_self_attr,
@@ -661,7 +662,7 @@ def _capturing_forward(graph: ModelGraph, inner: ClassNode):
 
 
 def _calls_super_forward(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    for node in ast.walk(func):
+    for node in nodes_of(func):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
