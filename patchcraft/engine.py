@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS
     from patchcraft.transforms import configure_ids_before_graphs as runner_transform
-    from patchcraft.transforms._base import ClassSlices, Outcome, RemoveMarked, marked_classes
+    from patchcraft.transforms._base import ClassSlices, Outcome, RemoveMarked, code_with_ending, marked_classes
 else:
     # libcst and the transforms load on first use: a run answered from the
     # result cache (patchcraft.cache) needs neither (docs/performance.md).
@@ -42,6 +42,7 @@ else:
     Outcome = Deferred("patchcraft.transforms._base", "Outcome")
     RemoveMarked = Deferred("patchcraft.transforms._base", "RemoveMarked")
     marked_classes = Deferred("patchcraft.transforms._base", "marked_classes")
+    code_with_ending = Deferred("patchcraft.transforms._base", "code_with_ending")
 
 
 class Mode(enum.Enum):
@@ -185,7 +186,7 @@ def patch_text(text: str, path: Path, sites: Sequence[EditSite]) -> FilePatch:
     if not patch.errors and all(o.status in ("present", "hand-applied") for o in patch.outcomes.values()):
         patch.after = text  # nothing was edited: libcst would print the same text back, slowly
     else:
-        patch.after = slices.text() if slices is not None else modules[None].code
+        patch.after = slices.text() if slices is not None else code_with_ending(modules[None], text)
     return patch
 
 
@@ -199,7 +200,7 @@ def revert_text(text: str, path: Path) -> str:
         return text  # no patchcraft text at all
     slices = _slices(text, path, names) if names else None
     if slices is None:
-        return _revert_module(parse(text, path), text).code
+        return code_with_ending(_revert_module(parse(text, path), text), text)
     for name, module in slices.modules.items():
         slices.modules[name] = _revert_module(module, slices.segment(name))
     return slices.text()
@@ -439,9 +440,11 @@ def _map_files(func: Callable[[Any], Any], items: Sequence[tuple[Path, Sequence[
     come last and leave the other workers idle. Without ``fork`` (not Linux)
     the files are patched here, one after the other.
     """
-    import multiprocessing
+    if jobs <= 1 or len(items) < 2:
+        return [func(item) for item in items]
+    import multiprocessing  # only now: a one-file run (pre-commit) does without it
 
-    if jobs <= 1 or len(items) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if "fork" not in multiprocessing.get_all_start_methods():
         return [func(item) for item in items]
     from concurrent.futures import ProcessPoolExecutor
 
@@ -581,7 +584,7 @@ def _runner_results(tree: SglangTree, mode: Mode) -> tuple[ModelResult | None, t
                 edits.append(EditResult(site.kind, runner_transform.NAME, tree.relative(path), site.cls, site.method, outcome.status, outcome.detail))
                 if outcome.status == "modified":
                     errors.append(f"{path}: {site.cls}.{site.method}: {outcome.detail}; fix or remove it by hand, then re-run (runner files left untouched)")
-            afters[path] = module.code
+            afters[path] = code_with_ending(module, sources[path].text)
         except PatchcraftError as exc:
             errors.append(str(exc))
     files = tuple(tree.relative(f) for f in plan.files)

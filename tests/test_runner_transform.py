@@ -162,6 +162,23 @@ def test_revert_through_the_pipeline_is_byte_identical(tmp_path: Path) -> None:
     assert row(run(tree, Mode.REVERT, ("runner",))).status == CLEAN
 
 
+def test_bare_cr_runner_files_keep_their_last_line_ending(tmp_path: Path) -> None:
+    """libcst prints a module ending in a bare CR back without it: the file's last byte must survive."""
+    package = runner_tree("0.5.6", tmp_path)
+    directory = package / "srt" / "model_executor"
+    for path in directory.rglob("*.py"):
+        path.write_bytes(path.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r"))
+    pristine = executor_texts(package)
+    tree = resolve_target(str(package))
+    changes = run(tree, Mode.APPLY, ("runner",)).changes
+    assert changes
+    for change in changes:
+        assert change.after.endswith("\r") and "\n" not in change.after, change.rel
+    write_changes(changes)
+    write_changes(run(tree, Mode.REVERT, ("runner",)).changes)
+    assert executor_texts(package) == pristine
+
+
 @pytest.mark.parametrize("version", UNAFFECTED)
 def test_not_needed_where_the_defect_is_absent(version: str, patched) -> None:
     state = patched(version)

@@ -63,6 +63,24 @@ def test_crlf_file_stays_crlf(tmp_path: Path) -> None:
     _note("crlf", file="0.5.10/apertus.py", lines_after=after.count(b"\r\n"), bare_lf=0)
 
 
+def test_bare_cr_file_keeps_its_last_line_ending_on_the_whole_module_path(tmp_path: Path) -> None:
+    """Old-Mac line endings (bare CR): libcst prints a module back without its final CR.
+
+    A revert with patchcraft text outside every class goes through the whole
+    module (not class slices); the file must still end as it did.
+    """
+    package = reduced_release("0.5.10", tmp_path, ["llama"], executor=False)
+    model = package / MODEL_DIR / "llama.py"
+    original = model.read_text().replace("\n", "\r")
+    model.write_text(original, newline="")
+    _apply(package)
+    patched = model.read_bytes().decode()
+    assert patched != original and "\n" not in patched
+    stray = f"{MARKER} a note outside every class\r"  # kept: patchcraft never inserts at module level
+    assert revert_text(patched + stray, model) == original + stray
+    assert revert_text(patched, model) == original  # the class-slice path
+
+
 def test_real_bom_file_in_a_whole_tree_scan(tmp_path: Path) -> None:
     """qwen2_classification.py (0.5.6-0.5.10) starts with a BOM and has no setter."""
     package = reduced_release("0.5.10", tmp_path, ["qwen2", "qwen2_classification"], executor=False)
