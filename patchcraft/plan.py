@@ -119,9 +119,12 @@ class Reach:
     :meth:`setter_classes` of C: exactly those of the parsed graph when C
     is loaded (the whole graph resolves the same names to the same
     classes), else every class name of C unless C cannot hold one either,
-    decided the same way. A file left out holds no model class, so the
-    plans of the others are the whole graph's (resolution only follows
-    imports, and loads what it needs on its own).
+    decided the same way. ``C.K`` may also be a name C imports from a
+    third file (:meth:`exported_setter_classes`). A file left out holds no
+    model class, so the plans of the others are the whole graph's
+    (resolution only follows imports, and loads what it needs on its own).
+    Files are decided in name order, each after the siblings it needs;
+    an import cycle back to an undecided file counts it as "maybe".
     """
 
     def __init__(self, graph: ModelGraph, texts: ModelTexts) -> None:
@@ -211,7 +214,8 @@ class ModelTexts:
     file is parsed: a fact that says too much costs a parse, one that says
     too little would lose a model, so none may. When the text is not plain
     enough to be sure (a class line the patterns cannot read), the fact
-    says "anything" (None).
+    says "anything" (None). The bytes are searched as ASCII: an encoding
+    that is no superset of ASCII (EBCDIC, UTF-16) is not supported.
     """
 
     def __init__(self, data: dict[str, bytes]) -> None:
@@ -347,11 +351,12 @@ def _sibling_imports(text: bytes) -> list[bytes]:
 def _in_comment(text: bytes, at: int) -> bool:
     """Whether ``at`` certainly lies in a comment or a string, never in code.
 
-    A ``#`` before ``at`` on its physical line, with no quote before it
-    there, starts a comment; or the line began inside a string that is
-    still open at ``at`` (closing it would take a quote).
+    A ``#`` before ``at`` on its physical line, with no quote anywhere
+    before ``at`` there, starts a comment; or the line began inside a
+    string that is still open at ``at`` (closing it would take a quote).
     """
-    prefix = text[text.rfind(b"\n", 0, at) + 1 : at]
+    # A lone carriage return ends a line too (old Mac files; Python accepts them).
+    prefix = text[max(text.rfind(b"\n", 0, at), text.rfind(b"\r", 0, at)) + 1 : at]
     return b"#" in prefix and b'"' not in prefix and b"'" not in prefix
 
 
@@ -422,6 +427,8 @@ def _class_headers(text: bytes) -> tuple[set[bytes], list[bytes]] | None:
     """
     if b"class" not in text:
         return set(), []
+    if b"\x0c" in text or (b"\r" in text and text.count(b"\r") != text.count(b"\r\n")):
+        return None  # a form feed may indent a class line, a lone carriage return end the line before it
     text = b"\n" + text.removeprefix(codecs.BOM_UTF8)
     lines = len(_CLASS_LINE.findall(text))
     names = _CLASS_NAME.findall(text)

@@ -93,8 +93,9 @@ def test_importers_see_imports_anywhere_on_a_line_and_skip_comments() -> None:
         "late_names": b"if f(x): from sglang.srt.models import (  # (see\n    base,\n)\n",
         "comment": b"# Adapted from vllm/model_executor/models/base.py\nimport torch\n",
         "trailing": b"import torch  # like sglang.srt.models.base\n",
+        "old_mac": b"# header\rfrom sglang.srt.models.base import Base\r",
     }
-    assert importers(import_map(data), {"base"}) == {"base", "inline", "relative", "late_names"}
+    assert importers(import_map(data), {"base"}) == {"base", "inline", "relative", "late_names", "old_mac"}
 
 
 def test_a_file_outside_the_models_dir_plans_the_whole_tree(tmp_path: Path) -> None:

@@ -138,6 +138,17 @@ def test_importers_that_only_use_layers_are_not_parsed(tmp_path: Path) -> None:
     assert set(reach.graph.loaded) == {"llama", "alias"}, "files whose bases name no class with the setter need no parse"
 
 
+def test_real_importers_that_reuse_only_layers_are_left_out() -> None:
+    """0.5.23: deepseek_v2.py's scope parsed 26 files before plan.Reach, llama.py's 17."""
+    models = release_package("0.5.23") / "srt" / "models"
+    texts = ModelTexts(plan.read_models(models))
+    imports = {stem: texts.imported_words(stem) for stem in texts.data}
+    for stem, most in (("deepseek_v2", 19), ("llama", 13)):
+        reach = plan.Reach(plan.ModelGraph(models_dir=models), texts)
+        reach.load(plan.importers(imports, {stem}))
+        assert sum(reach.graph.loaded.values()) <= most, stem
+
+
 def test_classes_in_strings_are_no_classes(tmp_path: Path) -> None:
     fake = (
         LLAMA_IMPORT
@@ -157,6 +168,8 @@ def test_unreadable_class_lines_mean_any_name() -> None:
         b"class A(f(g(x))):\n    pass\n",  # two levels of calls
         b"class A \\\n    (B):\n    pass\n",  # a backslash before the bases
         b'x = """\nclass of models\n"""\n',  # prose at column 0 in a string
+        b"import torch\rclass A(B):\r    pass\r",  # lone carriage returns end lines too
+        b"import torch\n\x0cclass A(B):\n    pass\n",  # a form feed before a top-level class
     ):
         assert plan._class_headers(text) is None, text
     assert ModelTexts({"a": b"class A(B  # ) :\n , C):\n    pass\n"}).mentions("a") is None
