@@ -315,6 +315,24 @@ def test_apply_with_jobs_writes_what_one_job_writes(pristine: Path, tmp_path: Pa
     assert all((trees[0] / f).read_bytes() == (trees[1] / f).read_bytes() for f in files)
 
 
+def _pid(item: tuple) -> int:
+    return os.getpid()
+
+
+def _name(item: tuple) -> str:
+    return item[0].name
+
+
+def test_workers_start_only_when_each_gets_enough_files() -> None:
+    """A two-file pre-commit run stays in process; a whole tree's files go to the workers, in order."""
+    few = [(Path(f"f{i}.py"), ()) for i in range(2)]
+    many = [(Path(f"f{i}.py"), ()) for i in range(2 * engine.FILES_PER_WORKER)]
+    assert set(engine._map_files(_pid, few, 2)) == {os.getpid()}
+    assert os.getpid() not in engine._map_files(_pid, many, 2)
+    assert set(engine._map_files(_pid, many, 1)) == {os.getpid()}
+    assert engine._map_files(_name, many, 2) == [p.name for p, _ in many]
+
+
 def test_jobs_must_be_positive(capsys) -> None:
     code, _, err = cli(capsys, "verify", "--jobs", "0", ".")
     assert code == 2 and "--jobs" in err
@@ -352,7 +370,8 @@ def test_workers_die_with_a_killed_parent_and_never_hold_the_lock(tmp_path: Path
         try:
             os.close(read_end)
             with lock.hold([models], on_wait=lambda message: None):
-                engine._map_files(_report_and_block, [(Path(str(write_end)), ()), (Path(str(write_end)), ())], 2)
+                items = [(Path(str(write_end)), ())] * (2 * engine.FILES_PER_WORKER)
+                engine._map_files(_report_and_block, items, 2)
         finally:
             os._exit(0)
     os.close(write_end)
