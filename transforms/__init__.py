@@ -8,13 +8,9 @@ and docs), and ``apply(module, site) -> (module, Outcome)``.
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
-from patchcraft.transforms import (
-    accept_embedding_layer_id,
-    capture_embedding_output,
-    configure_ids_before_graphs,
-    init_capture_flag,
-)
+from patchcraft.transforms import accept_embedding_layer_id, capture_embedding_output, init_capture_flag
 
 #: Model-file transforms, in report order: init, setter, forward.
 MODEL_TRANSFORMS: tuple[ModuleType, ...] = (
@@ -25,6 +21,16 @@ MODEL_TRANSFORMS: tuple[ModuleType, ...] = (
 
 BY_KIND: dict[str, ModuleType] = {t.KIND: t for t in MODEL_TRANSFORMS}
 
-#: Transforms of ``srt/model_executor/`` (not of a model class): run once per
-#: tree, reported as their own row, skipped with ``--no-runner``.
-RUNNER_TRANSFORMS: tuple[ModuleType, ...] = (configure_ids_before_graphs,)
+
+def __getattr__(name: str) -> Any:
+    """``RUNNER_TRANSFORMS``: the transforms of ``srt/model_executor/`` (not of a model class).
+
+    They run once per tree, are reported as their own row and are skipped
+    with ``--no-runner``. Imported on first use: a pre-commit run on model
+    files never needs them.
+    """
+    if name == "RUNNER_TRANSFORMS":
+        from patchcraft.transforms import configure_ids_before_graphs
+
+        return (configure_ids_before_graphs,)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
