@@ -349,11 +349,12 @@ def _sibling_imports(text: bytes) -> list[bytes]:
 
 
 def _in_comment(text: bytes, at: int) -> bool:
-    """Whether ``at`` certainly lies in a comment or a string, never in code.
+    """Whether ``at`` certainly lies in a comment, never in code.
 
-    A ``#`` before ``at`` on its physical line, with no quote anywhere
-    before ``at`` there, starts a comment; or the line began inside a
-    string that is still open at ``at`` (closing it would take a quote).
+    Only the plain case is recognised: a ``#`` before ``at`` on its
+    physical line, with no quote anywhere before ``at`` there. Anything
+    else (a ``#`` inside a string, a hit inside a multi-line string) counts
+    as code, which only adds words (a needless parse, never a lost import).
     """
     # A lone carriage return ends a line too (old Mac files; Python accepts them).
     prefix = text[max(text.rfind(b"\n", 0, at), text.rfind(b"\r", 0, at)) + 1 : at]
