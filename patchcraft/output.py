@@ -96,6 +96,8 @@ def print_results(results: Sequence[RunResult], color: str = "auto") -> None:
         stream.write("".join(line + "\n" for line in plain_lines(results)))
         stream.flush()
         return
+    from rich.markup import escape
+
     console = _console(stream, True)
     for result in results:
         console.print(_header(result), markup=False)
@@ -107,7 +109,7 @@ def print_results(results: Sequence[RunResult], color: str = "auto") -> None:
             continue
         for model in result.models:
             style = _STYLE.get(model.status, "")
-            console.print(f"  [{style}]{model.status:<16}[/] {model.model}  {model.message}", markup=True, highlight=False)
+            console.print(f"  [{style}]{model.status:<16}[/] {escape(model.model)}  {escape(model.message)}", markup=True, highlight=False)
         for line in _change_lines(result):
             console.print(line, markup=False)
 
@@ -158,6 +160,7 @@ def plain_lines(results: Sequence[RunResult]) -> list[str]:
 
 
 def _verify_table(console, result: RunResult) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(show_lines=False, pad_edge=False, box=None)
@@ -166,12 +169,12 @@ def _verify_table(console, result: RunResult) -> None:
     for model in result.models:
         cells = _verify_cells(model)
         table.add_row(
-            cells[0],
+            escape(cells[0]),
             f"[{_STYLE.get(model.status, '')}]{cells[1]}[/]",
             *[f"[{_EDIT_STYLE.get(c, 'yellow')}]{c}[/]" for c in cells[2:5]],  # "missing": yellow
             _yes(model.compiles),
             _yes(model.idempotent),
-            cells[7],
+            escape(cells[7]),  # a message may hold "[...]", which is not markup
         )
     console.print(table)
 
