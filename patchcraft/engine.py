@@ -126,6 +126,8 @@ class FilePatch:
 # -- str -> str ----------------------------------------------------------------
 
 def parse(text: str, path: Path) -> cst.Module:
+    """Parse a whole file, or a class or method cut out of it and padded to its place
+    (line numbers, in the message of a syntax error too, are then the file's)."""
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
@@ -134,26 +136,10 @@ def parse(text: str, path: Path) -> cst.Module:
         ) from None
 
 
-def parse_class(text: str, path: Path, first_line: int) -> cst.Module:
-    """Parse one class or method cut out of ``path``, padded to its place (line numbers are the file's)."""
+def _slices(text: str, path: Path, cut: Callable[..., ClassSlices | None], wanted: Iterable) -> ClassSlices | None:
+    """``cut(text, wanted, parse)``: ClassSlices.of (class names) or .of_methods ((class, method) pairs)."""
     try:
-        return cst.parse_module(text)
-    except cst.ParserSyntaxError as exc:
-        raise PatchcraftError(
-            f"{path}: syntax error at line {exc.raw_line}: {exc.message}; nothing was changed"
-        ) from None
-
-
-def _slices(text: str, path: Path, names: Iterable[str], sites: Sequence[EditSite] = ()) -> ClassSlices | None:
-    """Class slices for ``names`` or, given ``sites``, method slices for the sites' methods."""
-
-    def parse_slice(segment: str, first: int) -> cst.Module:
-        return parse_class(segment, path, first)
-
-    try:
-        if sites:
-            return ClassSlices.of_methods(text, [(site.cls, site.method) for site in sites], parse_slice)
-        return ClassSlices.of(text, names, parse_slice)
+        return cut(text, wanted, lambda segment, first: parse(segment, path))
     except SyntaxError as exc:
         raise PatchcraftError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}; nothing was changed") from None
 
@@ -167,7 +153,7 @@ def patch_text(text: str, path: Path, sites: Sequence[EditSite]) -> FilePatch:
     missing or defined twice, the whole module is, so that the transform
     reports the anchor problem itself.
     """
-    slices = _slices(text, path, {site.cls for site in sites}, sites)
+    slices = _slices(text, path, ClassSlices.of_methods, [(site.cls, site.method) for site in sites])
     modules = slices.modules if slices is not None else {None: parse(text, path)}
     patch = FilePatch(after=text)
     for site in sites:
@@ -198,7 +184,7 @@ def revert_text(text: str, path: Path) -> str:
         names = None  # parse() below reports it
     if names == []:
         return text  # no patchcraft text at all
-    slices = _slices(text, path, names) if names else None
+    slices = _slices(text, path, ClassSlices.of, names) if names else None
     if slices is None:
         return code_with_ending(_revert_module(parse(text, path), text), text)
     for name, module in slices.modules.items():
