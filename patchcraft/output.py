@@ -73,14 +73,6 @@ def print_github(lines: Sequence[str]) -> None:
     sys.stdout.flush()
 
 
-def print_error(message: str, color: str = "auto") -> None:
-    stream = sys.stderr
-    if use_color(color, stream):
-        _console(stream, True).print(f"[bold red]patchcraft: error:[/] {message}", markup=True, highlight=False)
-    else:
-        stream.write(f"patchcraft: error: {message}\n")
-
-
 def print_line(message: str) -> None:
     sys.stderr.write(message + "\n")
 

@@ -77,10 +77,6 @@ def body_of(func: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
     return body.body  # type: ignore[return-value]
 
 
-def with_body(func: cst.FunctionDef, body: Sequence[cst.BaseStatement]) -> cst.FunctionDef:
-    return func.with_changes(body=func.body.with_changes(body=tuple(body)))
-
-
 def code_of(module: cst.Module, node: cst.CSTNode) -> str:
     return module.code_for_node(node)
 
@@ -169,9 +165,6 @@ def _walk_blocks_child(node: cst.CSTNode, found: list, predicate: Callable[[cst.
     for child in node.children:
         if isinstance(child, (cst.IndentedBlock, cst.Else, cst.If, cst.ExceptHandler, cst.Finally)):
             _walk_blocks_child(child, found, predicate)
-
-
-Chain = tuple  # ((IndentedBlock, index), ...) from the function body down
 
 
 def walk_statements(func: cst.FunctionDef) -> list:
@@ -297,7 +290,6 @@ class RemoveMarked(cst.CSTTransformer):
 
     def __init__(self) -> None:
         super().__init__()
-        self.removed = 0
         #: How many marker comments the removed statements held (the rest is elsewhere).
         self.removed_markers = 0
         self._flag_lines: set = set()
@@ -320,14 +312,12 @@ class RemoveMarked(cst.CSTTransformer):
         kept = [s for s in updated.body if not is_marked(s)]
         if len(kept) == len(updated.body):
             return updated
-        self.removed += len(updated.body) - len(kept)
         self.removed_markers += sum(code_of(_EMPTY_MODULE, s).count(MARKER) for s in updated.body if is_marked(s))
         return updated.with_changes(body=tuple(kept))
 
     def leave_BinaryOperation(self, original: cst.BinaryOperation, updated: cst.BaseExpression) -> cst.BaseExpression:
         # The count was ``left`` before; ``left`` kept its own whitespace and parentheses.
         if is_flag_count(updated):
-            self.removed += 1
             return updated.left  # type: ignore[attr-defined]
         return updated
 

@@ -275,7 +275,6 @@ def load_hf_reference_model(model_dir: PathLike):
     same weights as SGLang, in higher precision.  ``strict=True``: any name or
     shape the checkpoint gets wrong fails here.
     """
-    import torch
     from transformers import DeepseekV3ForCausalLM
 
     cfg = read_config(model_dir)
@@ -320,18 +319,3 @@ def hf_reference_hidden_states(model_or_dir: Any, token_ids: Sequence[int]) -> L
         raise RuntimeError(f"expected {len(layers) + 1} hidden states, got {len(hs)}")
     hs[-1] = last["h"][0].float().cpu().clone()
     return hs
-
-
-def hf_greedy_tokens(model: Any, token_ids: Sequence[int], max_new_tokens: int) -> List[int]:
-    """Greedy continuation with the reference model (no KV cache; tiny models only)."""
-    import torch
-
-    seq = list(token_ids)
-    out: List[int] = []
-    with torch.no_grad():
-        for _ in range(max_new_tokens):
-            logits = model(input_ids=torch.as_tensor([seq]), use_cache=False).logits[0, -1]
-            nxt = int(logits.argmax())
-            out.append(nxt)
-            seq.append(nxt)
-    return out

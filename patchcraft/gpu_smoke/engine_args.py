@@ -10,7 +10,7 @@ both layouts are parsed with :mod:`ast`.
 from __future__ import annotations
 
 import ast
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 Reader = Callable[[str], Optional[str]]
 
@@ -176,8 +176,3 @@ def check_engine_kwargs(kwargs: Dict[str, Any], read: Reader) -> List[str]:
     if algo and not speculative_algorithm_known(read, algo):
         problems.append(f"speculative algorithm {algo!r} is unknown to this release")
     return problems
-
-
-def required_for_smoke() -> Sequence[str]:
-    """Fields the smoke run cannot do without (alternatives are adapted)."""
-    return tuple(k for k in build_engine_kwargs("m", "d") if k not in CUDA_GRAPH_BS_KEYS)

@@ -105,10 +105,6 @@ class ModelSource:
         found = [f for f in (node.body if node else []) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name]
         return found[-1] if found else None
 
-    def method_names(self, cls: str) -> list[str]:
-        node = self._class_node(cls)
-        return [f.name for f in (node.body if node else []) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
-
     def method(self, cls: str, name: str) -> Optional[MethodCode]:
         """Method ``name`` of top-level class ``cls``, its text taken with libcst.
 
