@@ -15,7 +15,7 @@ from typing import Any, Callable
 import click
 
 from patchcraft import __version__
-from patchcraft.errors import PatchcraftError
+from patchcraft.errors import BUG, INTERRUPTED, USAGE, PatchcraftError
 
 FORMATS = click.Choice(["text", "json"])
 #: apply/verify/diff/revert also speak GitHub annotations (docs/json.md).
@@ -189,24 +189,24 @@ def main(argv: list[str] | None = None) -> None:
         code = cli.main(args=argv, prog_name="patchcraft", standalone_mode=False)
     except PatchcraftError as exc:
         sys.stderr.write(f"patchcraft: error: {exc}\n")
-        sys.exit(2)
+        sys.exit(USAGE)
     except click.exceptions.Abort:
         sys.stderr.write("patchcraft: interrupted\n")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except KeyboardInterrupt:
         sys.stderr.write("patchcraft: interrupted\n")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(2 if exc.exit_code == 2 else exc.exit_code)
-    except BrokenPipeError:
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:  # the reader of our output went away (`| head`)
         sys.exit(1)
     except SystemExit:
         raise
     except Exception:  # a bug: keep the traceback, distinct exit code
         traceback.print_exc()
         sys.stderr.write("patchcraft: internal error (a bug); please report it with the traceback above\n")
-        sys.exit(3)
+        sys.exit(BUG)
     sys.exit(code or 0)
 
 

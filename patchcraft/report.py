@@ -16,7 +16,7 @@ from patchcraft.engine import ALREADY, ERROR, PATCHED, REVERTED, UNSUPPORTED, WO
 
 from patchcraft.engine import NOT_NEEDED  # noqa: E402  (the runner row on a release without the defect)
 
-OK, CHANGED, USAGE, BUG, INTERRUPTED = 0, 1, 2, 3, 130
+from patchcraft.errors import CHANGED, OK, USAGE
 SCHEMA_VERSION = 1
 
 
