@@ -24,6 +24,12 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
 
 
+@pytest.fixture(scope="session")
+def session_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One directory for the whole session: the applied release copies that tests share."""
+    return tmp_path_factory.mktemp("golden")
+
+
 def release_package(version: str) -> Path:
     """The cached, pristine package root of a release (downloaded on first use).
 
@@ -55,3 +61,14 @@ def release_copy(tmp_path: Path):
         return copy_release(version, tmp_path / version)
 
     return make
+
+
+def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    """``patchcraft ARGV`` in process: (exit code, stdout, stderr) of that run alone."""
+    from patchcraft.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return int(exit_info.value.code or 0), out, err

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_release, release_package
-from patchcraft.cli import main
+from conftest import copy_release, release_package, run_cli as cli
 from patchcraft.draft import Training, check_draft, parse_training, read_draft, read_target
 from patchcraft.engine import Mode, run, write_changes
 from patchcraft.errors import PatchcraftError
@@ -251,11 +250,6 @@ def test_truncated_safetensors_header_is_a_clear_error(tmp_path):
         read_draft(draft)
 
 
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out, captured.err
 
 
 def test_cli_kimi_mismatch_exits_1_and_suggests(tmp_path, capsys):

@@ -25,7 +25,7 @@ from patchcraft.graph import ModelGraph
 from patchcraft.plan import plan_models, scan
 
 from conftest import release_package
-from test_golden import BETWEEN, COVERAGE, MATRIX, applied, session_tmp  # noqa: F401  (fixture)
+from test_golden import BETWEEN, COVERAGE, MATRIX, applied
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTER = "set_eagle3_layers_to_capture"

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft.cli import main
 from patchcraft.engine import Mode, patch_text, run, write_changes
 from patchcraft.errors import PatchcraftError
 from patchcraft.explain import Model, explain, load_model, reachable, runner_resets
 from patchcraft.tree import resolve_target
-from conftest import release_package
+from conftest import release_package, run_cli as cli
 
 KIMI_LAYERS = 61
 RUNNER = importlib.util.find_spec("patchcraft.transforms.configure_ids_before_graphs")
@@ -236,11 +235,6 @@ def test_a_setter_outside_the_model_graph_is_a_clear_error():
 
 # -- the command -------------------------------------------------------------------
 
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out, captured.err
 
 
 def test_cli_explains_and_exits_1_on_a_warning(capsys):

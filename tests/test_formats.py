@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_release
+from conftest import copy_release, run_cli as cli
 from patchcraft import report
-from patchcraft.cli import main
 from patchcraft.engine import EditResult, Mode, ModelResult, RunResult, revert_text
 from patchcraft.tree import SglangTree
 
@@ -50,12 +49,6 @@ def fork(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     return root
 
 
-def cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exit_info.value.code or 0), out, err
 
 
 # -- the documented schema, read from docs/json.md --------------------------------

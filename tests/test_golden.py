@@ -99,11 +99,6 @@ def applied(version: str, tmp_root: Path) -> Applied:
     return state
 
 
-@pytest.fixture(scope="session")
-def session_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("golden")
-
-
 def check_release(state: Applied) -> None:
     """No error; every supported model patched, then verified; nothing left to do."""
     assert not state.errors, state.errors

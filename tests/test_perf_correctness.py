@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_release
+from conftest import copy_release, run_cli as cli
 from patchcraft import cache, engine
-from patchcraft.cli import main
 from patchcraft.commands import _pipeline
 from patchcraft.engine import Mode
 from patchcraft.tree import resolve_target
@@ -57,12 +56,6 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
     return calls
 
 
-def cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exit_info.value.code or 0), out, err
 
 
 def flip_one_byte(path: Path, old: bytes, new: bytes) -> None:

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import libcst as cst
 import pytest
 
-from patchcraft.engine import ALREADY, PATCHED, UNSUPPORTED, Mode, patch_text, plan_tree, revert_text, run, write_changes
+from patchcraft.engine import PATCHED, UNSUPPORTED, Mode, patch_text, plan_tree, revert_text, run
 from patchcraft.graph import EditSite
 from patchcraft.transforms import accept_embedding_layer_id, capture_embedding_output
 from patchcraft.transforms._base import FLAG, ClassSlices, RemoveMarked
