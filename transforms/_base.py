@@ -57,6 +57,11 @@ class Example:
     after: str
     site: EditSite
 
+    @classmethod
+    def unchanged(cls, title: str, site: EditSite, text: str) -> "Example":
+        """A case the transform must leave exactly as it is (already patched, or patched by hand)."""
+        return cls(title=title, before=text, after=text, site=site)
+
 
 def is_marked(stmt: cst.CSTNode) -> bool:
     lines = getattr(stmt, "leading_lines", ())

@@ -335,19 +335,10 @@ class Gemma3ForCausalLM(nn.Module):
             self.model.layers_to_capture = [val + 1 for val in layer_ids]
 ''',
     ),
-    Example(
+    Example.unchanged(
         title="the sed fix from the field is recognised as hand-applied",
         site=_SITE,
-        before='''\
-class DeepseekV2ForCausalLM(nn.Module):
-    def set_eagle3_layers_to_capture(self, layer_ids=None):
-        if layer_ids is None:
-            self.model.layers_to_capture = [2, 30, 58]
-        else:
-            self.model.capture_embedding_for_eagle3 = (-1 in layer_ids)
-            self.model.layers_to_capture = [val + 1 for val in layer_ids if val >= 0]
-''',
-        after='''\
+        text='''\
 class DeepseekV2ForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         if layer_ids is None:

@@ -634,26 +634,10 @@ class Qwen2Model(nn.Module):
         return hidden_states, aux_hidden_states
 ''',
     ),
-    Example(
+    Example.unchanged(
         title="the sed fix from the field is recognised as hand-applied",
         site=_site("DeepseekV2Model"),
-        before='''\
-class DeepseekV2Model(nn.Module):
-    def forward(self, input_ids, positions, forward_batch):
-        hidden_states = self.embed_tokens(input_ids)
-        residual = None
-        aux_hidden_states = []
-        # Capture embedding output for EAGLE3 if requested (layer_id=-1)
-        if self.capture_embedding_for_eagle3:
-            # At this point hidden_states = embed_output, residual = None
-            aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)
-        for i in range(self.start_layer, self.end_layer):
-            if i in self.layers_to_capture:
-                aux_hidden_states.append(hidden_states + residual)
-            hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
-        return hidden_states, aux_hidden_states
-''',
-        after='''\
+        text='''\
 class DeepseekV2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
 
 from patchcraft.graph import EditSite
@@ -59,7 +61,7 @@ def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
     return edit_method(module, site, edit)
 
 
-_SITE = EditSite(kind=KIND, path=__import__("pathlib").Path("example.py"), module="example", cls="DeepseekV2Model", method="__init__")
+_SITE = EditSite(kind=KIND, path=Path("example.py"), module="example", cls="DeepseekV2Model", method="__init__")
 
 EXAMPLES = [
     Example(
@@ -84,16 +86,10 @@ class DeepseekV2Model(nn.Module):
             self.enable_a2a_moe = True
 ''',
     ),
-    Example(
+    Example.unchanged(
         title="a hand-applied flag (sed) is recognised, not doubled",
         site=_SITE,
-        before='''\
-class DeepseekV2Model(nn.Module):
-    def __init__(self, config):
-        self.layers_to_capture = []
-        self.capture_embedding_for_eagle3 = False
-''',
-        after='''\
+        text='''\
 class DeepseekV2Model(nn.Module):
     def __init__(self, config):
         self.layers_to_capture = []

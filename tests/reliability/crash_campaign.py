@@ -316,6 +316,17 @@ def campaign(lanes: list[Lane], runs: int, rng: random.Random, sabotage: Sabotag
     return figures
 
 
+def _outcome(killed: bool, done: set, changed) -> str:
+    """Where a run stood when it ended: the four cases the figures count."""
+    if not killed:
+        return "exited before the kill"
+    if not done:
+        return "killed before any file was replaced"
+    if len(done) < len(changed):
+        return "killed between two file replacements"
+    return "killed after every file was replaced"
+
+
 def classify(lane: Lane, killed: bool, figures: CrashFigures):
     state = compare(lane.package, lane.original, lane.patched)
     figures.runs += 1
@@ -325,16 +336,7 @@ def classify(lane: Lane, killed: bool, figures: CrashFigures):
     if state.lost:
         figures.lost += state.lost
         figures.lost_files.append((figures.runs, state.neither, state.missing))
-    done = set(state.patched) & set(lane.changed)
-    if not killed:
-        outcome = "exited before the kill"
-    elif not done:
-        outcome = "killed before any file was replaced"
-    elif len(done) < len(lane.changed):
-        outcome = "killed between two file replacements"
-    else:
-        outcome = "killed after every file was replaced"
-    figures.outcomes[outcome] += 1
+    figures.outcomes[_outcome(killed, set(state.patched) & set(lane.changed), lane.changed)] += 1
     return state
 
 
@@ -402,16 +404,7 @@ def subprocess_runs(lane: Lane, kills: int, rng: random.Random) -> dict:
             time.sleep(POLL)
         state = compare(lane.package, lane.original, lane.patched)
         lost += state.lost
-        done = set(state.patched)
-        if process.returncode >= 0:
-            outcome = "exited before the kill"
-        elif not done:
-            outcome = "killed before any file was replaced"
-        elif len(done) < len(lane.changed):
-            outcome = "killed between two file replacements"
-        else:
-            outcome = "killed after every file was replaced"
-        outcomes[outcome] += 1
+        outcomes[_outcome(process.returncode < 0, set(state.patched), lane.changed)] += 1
         rerun = subprocess.run(command, env=env, capture_output=True, timeout=300)
         after = compare(lane.package, lane.original, lane.patched)
         assert rerun.returncode == lane.exit_code, (rerun.returncode, rerun.stderr)
