@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
-from patchcraft.graph import EditSite, ModelPlan
+from patchcraft.graph import EditSite, ModelPlan, parse_python
 from patchcraft.plan import plan_models, plan_reaching, scan
 from patchcraft.sources import Source, check_writable, read_source, write_all
 from patchcraft.tree import SglangTree
@@ -517,8 +517,9 @@ def _size(path: Path) -> int:
 
 @functools.lru_cache(maxsize=64)  # a file shared by several models is compiled once
 def _compiles(source: Source) -> bool:
+    """Whether the file compiles: its ``ast`` tree, parsed once for planning, is compiled."""
     try:
-        compile(source.text, str(source.path), "exec", dont_inherit=True)
+        compile(parse_python(source.text), str(source.path), "exec", dont_inherit=True)
         return True
     except (SyntaxError, ValueError):
         return False

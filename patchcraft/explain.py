@@ -34,7 +34,7 @@ from patchcraft.engine import patch_text, select
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import SETTER, ClassNode, EditSite, ModelGraph, ModelPlan, read_setter
 from patchcraft.plan import plan_model, plan_models, scan
-from patchcraft.sources import read_source
+from patchcraft.sources import decode, read_source
 from patchcraft.standins import Config, Layer, NotEvaluable, Pipeline, SetterRun, run_setter
 from patchcraft.tree import SglangTree
 
@@ -272,7 +272,7 @@ def runner_resets(tree: SglangTree) -> tuple[RunnerReset, ...]:
         if SETTER.encode() not in data:
             continue
         try:
-            module = ast.parse(read_source(path).text)
+            module = ast.parse(decode(path, data).text)
         except SyntaxError:
             continue
         for function, call in _no_id_calls(module):

@@ -295,3 +295,16 @@ def test_drop_stale_bytecode_covers_every_cache_entry(tmp_path: Path) -> None:
         (cache / name).write_bytes(b"")
     drop_stale_bytecode(source)
     assert sorted(p.name for p in cache.iterdir()) == ["llama4.cpython-311.pyc", "llama_x.cpython-311.pyc"]
+
+
+@pytest.mark.parametrize("bad", ["break\n", "def helper(a, a):\n    pass\n"])
+def test_a_file_that_parses_but_does_not_compile_is_reported(tmp_path: Path, bad: str) -> None:
+    """``compiles`` is the compiler's verdict, not the parser's: errors only the compiler sees count."""
+    package = reduced_release("0.5.10", tmp_path, ["llama"], executor=False)
+    _apply(package)
+    assert _verified(package)
+    model = package / MODEL_DIR / "llama.py"
+    model.write_text(model.read_text() + bad)
+    result = run(resolve_target(str(package)), Mode.VERIFY)
+    assert [m.compiles for m in result.models] == [False]
+    assert result.models[0].status == ALREADY  # the edits are all there; the file is broken elsewhere
