@@ -111,7 +111,6 @@ class RunResult:
     version: str
     models: tuple[ModelResult, ...]
     changes: tuple[FileChange, ...]
-    errors: tuple[str, ...] = ()
 
 
 @dataclass

@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 def exit_code(results: Sequence[RunResult], explicit: bool = False) -> int:
     """The exit code for one command over all its targets."""
     models = [m for r in results for m in r.models]
-    if any(m.status == ERROR for m in models) or any(r.errors for r in results):
+    if any(m.status == ERROR for m in models):
         return USAGE
     mode = results[0].mode if results else Mode.VERIFY
     if mode is Mode.CHECK and any(m.status == WOULD for m in models):
@@ -140,7 +140,7 @@ def github_lines(results: Sequence[RunResult], code: int = OK, base: Path | None
     run's exit code) is taken for symmetry with :func:`to_json`; each
     model's level follows from its own status.
     """
-    lines = [_command("error", None, None, "patchcraft", message) for r in results for message in r.errors]
+    lines: list[str] = []
     for result in results:
         locator = Locator(result.tree.root)
         for model in result.models:

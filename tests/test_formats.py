@@ -241,9 +241,9 @@ def test_github_paths_outside_the_working_directory_are_absolute(fork: Path, cap
 
 # -- levels and escaping, on records built by hand ---------------------------------
 
-def _result(mode: Mode, *models: ModelResult, errors: tuple[str, ...] = ()) -> RunResult:
+def _result(mode: Mode, *models: ModelResult) -> RunResult:
     tree = SglangTree(package=Path("/nowhere/sglang"), root=Path("/nowhere"))
-    return RunResult(mode=mode, tree=tree, version="x", models=models, changes=(), errors=errors)
+    return RunResult(mode=mode, tree=tree, version="x", models=models, changes=())
 
 
 def _model(status: str, message: str = "m", edits: tuple[EditResult, ...] = ()) -> ModelResult:
@@ -273,9 +273,9 @@ def test_github_levels(mode: Mode, status: str, level: str | None) -> None:
 
 
 def test_github_escapes_data_and_properties() -> None:
-    lines = report.github_lines([_result(Mode.VERIFY, _model("unsupported", "50% a:b,c\r\nd"), errors=("bad: x\ny",))], 2)
-    assert lines[0] == "::error title=patchcraft::bad: x%0Ay"
-    assert lines[1] == "::error file=/nowhere/sglang/srt/models/mod.py,title=patchcraft verify::mod.Cls: unsupported: 50%25 a:b,c%0D%0Ad"
+    lines = report.github_lines([_result(Mode.VERIFY, _model("unsupported", "50% a:b,c\r\nd"))], 2)
+    assert report._command("error", None, None, "patchcraft", "bad: x\ny") == "::error title=patchcraft::bad: x%0Ay"
+    assert lines[0] == "::error file=/nowhere/sglang/srt/models/mod.py,title=patchcraft verify::mod.Cls: unsupported: 50%25 a:b,c%0D%0Ad"
     assert report._command("error", "a,b:c.py", 3, "t:1,2", "m") == "::error file=a%2Cb%3Ac.py,line=3,title=t%3A1%2C2::m"
 
 
