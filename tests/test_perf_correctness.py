@@ -245,6 +245,31 @@ def test_plain_output_never_imports_rich_and_colour_does(package: Path, tmp_path
     assert "rich" in imported("--color", "always")
 
 
+def test_a_single_file_run_loads_only_what_it_uses(package: Path) -> None:
+    """One staged model file: no runner transform (no runner row), no worker pool, no rich."""
+    env = {**os.environ, "PATCHCRAFT_NO_CACHE": "1", "NO_COLOR": "1"}
+    target = package / "srt" / "models" / "llama.py"
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "patchcraft", "verify", str(target)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 1, run.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "patchcraft.transforms.capture_embedding_output" in imported  # the trace works
+    assert not {"patchcraft.transforms.configure_ids_before_graphs", "multiprocessing", "rich"} & imported
+
+
+def test_the_collector_is_off_only_for_the_process_entry_point() -> None:
+    """``patchcraft`` as a process runs without the cyclic GC; an in-process caller keeps it."""
+    code = (
+        "import gc, sys\n"
+        "from patchcraft.cli import main\n"
+        "sys.argv = ['patchcraft', '--version']\n"
+        "try:\n    main({argv})\nexcept SystemExit:\n    pass\n"
+        "print(gc.isenabled())\n"
+    )
+    for argv, enabled in (("", "False"), ("['--version']", "True")):
+        run = subprocess.run([sys.executable, "-c", code.format(argv=argv)], capture_output=True, text=True, timeout=60)
+        assert run.stdout.split()[-1] == enabled, (argv, run.stdout, run.stderr)
+
+
 def test_plain_table_columns_line_up_and_long_cells_never_wrap(package: Path, capsys) -> None:
     code, _, err = cli(capsys, "verify", "--color", "never", str(package))
     lines = err.splitlines()
