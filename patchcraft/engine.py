@@ -143,8 +143,9 @@ def _slices(text: str, path: Path, cut: Callable[..., ClassSlices | None], wante
         raise PatchcraftError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}; nothing was changed") from None
 
 
-def patch_text(text: str, path: Path, sites: Sequence[EditSite]) -> FilePatch:
-    """Apply the transform of each site to ``text``. Errors are recorded per site.
+def patch_text(text: str, path: Path, sites: Sequence[EditSite], transforms: Mapping[str, Any] | None = None) -> FilePatch:
+    """Apply the transform of each site (``transforms[site.kind]``, the model transforms
+    by default) to ``text``. Errors are recorded per site.
 
     Only the methods holding the sites are parsed, each with its class
     header (big files are slow in libcst); when a method is missing, defined
@@ -152,13 +153,14 @@ def patch_text(text: str, path: Path, sites: Sequence[EditSite]) -> FilePatch:
     missing or defined twice, the whole module is, so that the transform
     reports the anchor problem itself.
     """
+    transforms = BY_KIND if transforms is None else transforms
     slices = _slices(text, path, ClassSlices.of_methods, [(site.cls, site.method) for site in sites])
     modules = slices.modules if slices is not None else {None: parse(text, path)}
     patch = FilePatch(after=text)
     for site in sites:
         key = slices.key(site.cls, site.method) if slices is not None else None
         try:
-            modules[key], outcome = BY_KIND[site.kind].apply(modules[key], site)
+            modules[key], outcome = transforms[site.kind].apply(modules[key], site)
         except PatchcraftError as exc:
             patch.errors[site.key] = str(exc)
             continue
@@ -572,15 +574,17 @@ def _runner_results(tree: SglangTree, mode: Mode) -> tuple[ModelResult | None, t
     for path in plan.files:
         try:
             sources[path] = read_source(path)
-            module = parse(sources[path].text, path)
-            for site in (s for s in plan.sites if s.path == path):
-                module, outcome = runner_transform.apply(module, site)
-                edits.append(EditResult(site.kind, runner_transform.NAME, tree.relative(path), site.cls, site.method, outcome.status, outcome.detail))
-                if outcome.status == "modified":
-                    errors.append(f"{path}: {site.cls}.{site.method}: {outcome.detail}; fix or remove it by hand, then re-run (runner files left untouched)")
-            afters[path] = code_with_ending(module, sources[path].text)
+            sites = [s for s in plan.sites if s.path == path]
+            patch = patch_text(sources[path].text, path, sites, {runner_transform.KIND: runner_transform})
         except PatchcraftError as exc:
             errors.append(str(exc))
+            continue
+        for site in sites:
+            outcome = patch.outcomes.get(site.key)
+            if outcome is not None:
+                edits.append(EditResult(site.kind, runner_transform.NAME, tree.relative(path), site.cls, site.method, outcome.status, outcome.detail))
+        errors.extend(patch.errors.values())
+        afters[path] = patch.after
     files = tuple(tree.relative(f) for f in plan.files)
     notes = tuple(f"{e.file}: {e.cls}.{e.method}" for e in edits)
     common = dict(row, edits=tuple(edits), files=files, notes=notes)
