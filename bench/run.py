@@ -431,12 +431,15 @@ around planning, slicing, transforms, `compile`, printing), on 0.5.23:
   194 ms to 45 ms in `patch_text`; whole-tree apply from 2.6 s to 1.5 s. The line
   padding is one string token, not thousands of blank lines libcst would parse and
   visit. The result is byte-identical to parsing whole classes on every planned file
-  of 8 releases (13,142 cases compared once, outside the suite).
+  of 8 releases (13,142 cases compared once, outside the suite). The runner files
+  go the same way (`model_runner.py` has over 2,000 lines): on 0.4.10-0.5.10, where
+  the runner row has edits to check, it went from 0.49 s to 0.17 s (0.5.10).
 - **`ast` planning.** A cheap text filter leaves ~60 files of 255 for a whole tree, all
   parsed because the class graph crosses files; each method's tree is now walked once
   (`graph.nodes_of`), halving `plan_models`.
 - **`compile()` for the `compiles` column** ran once per model, not once per file:
-  a file shared by ten models was compiled ten times (0.27 s); now once (memoised).
+  a file shared by ten models was compiled ten times (0.27 s); now once (memoised),
+  and from the `ast` tree planning already parsed, not from the text again.
 - **Diffs were computed for every command**, also when not shown (difflib over a
   whole unpatched tree); now only when printed.
 - **Code generation of unchanged code.** On an already patched tree every site is
