@@ -84,7 +84,7 @@ def plan_reaching(
     if not wanted or any(path.parent != models for path in wanted):
         return None
     texts = ModelTexts(read_models(models_dir))
-    imports = {stem: texts.imported_words(stem) for stem in texts.data}
+    imports = import_map(texts)
     reach = Reach(ModelGraph(models_dir=models_dir), texts)
     while True:
         reach.load(importers(imports, {path.stem for path in wanted}))
@@ -290,7 +290,7 @@ class ModelTexts:
         return self._headers[stem]
 
 
-def import_map(data: dict[str, bytes]) -> dict[str, set[str]]:
+def import_map(texts: ModelTexts) -> dict[str, set[str]]:
     """Per model file, the words of its import statements that may name a sibling model file.
 
     Every word of an import statement whose head names the models package
@@ -298,8 +298,7 @@ def import_map(data: dict[str, bytes]) -> dict[str, set[str]]:
     :class:`ModelGraph` follows, so a file found needlessly only costs a
     parse, and none that matters is missed (see :func:`_sibling_imports`).
     """
-    texts = ModelTexts(data)
-    return {stem: texts.imported_words(stem) for stem in data}
+    return {stem: texts.imported_words(stem) for stem in texts.data}
 
 
 def importers(imports: dict[str, set[str]], stems: set[str]) -> set[str]:

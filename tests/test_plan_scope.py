@@ -19,7 +19,7 @@ import pytest
 from conftest import release_package
 from patchcraft import plan
 from patchcraft.engine import plan_tree, select
-from patchcraft.plan import import_map, importers, plan_models, scan
+from patchcraft.plan import ModelTexts, import_map, importers, plan_models, scan
 from patchcraft.tree import SglangTree, resolve_target
 
 FILES = {
@@ -81,8 +81,8 @@ def test_importers_follow_every_import_form() -> None:
         "g": b"from torch import base\nimport base\n",
     }
     # Over-approximating is allowed (a needless parse); missing an importer is not.
-    assert importers(import_map(data), {"base"}) == {"base", "a", "b", "c", "d", "e"}
-    assert importers(import_map(data), {"a"}) == {"a", "b", "c", "d", "e"}
+    assert importers(import_map(ModelTexts(data)), {"base"}) == {"base", "a", "b", "c", "d", "e"}
+    assert importers(import_map(ModelTexts(data)), {"a"}) == {"a", "b", "c", "d", "e"}
 
 
 def test_importers_see_imports_anywhere_on_a_line_and_skip_comments() -> None:
@@ -95,7 +95,7 @@ def test_importers_see_imports_anywhere_on_a_line_and_skip_comments() -> None:
         "trailing": b"import torch  # like sglang.srt.models.base\n",
         "old_mac": b"# header\rfrom sglang.srt.models.base import Base\r",
     }
-    assert importers(import_map(data), {"base"}) == {"base", "inline", "relative", "late_names", "old_mac"}
+    assert importers(import_map(ModelTexts(data)), {"base"}) == {"base", "inline", "relative", "late_names", "old_mac"}
 
 
 def test_a_file_outside_the_models_dir_plans_the_whole_tree(tmp_path: Path) -> None:

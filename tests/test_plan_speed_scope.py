@@ -142,7 +142,7 @@ def test_real_importers_that_reuse_only_layers_are_left_out() -> None:
     """0.5.23: deepseek_v2.py's scope parsed 26 files before plan.Reach, llama.py's 17."""
     models = release_package("0.5.23") / "srt" / "models"
     texts = ModelTexts(plan.read_models(models))
-    imports = {stem: texts.imported_words(stem) for stem in texts.data}
+    imports = plan.import_map(texts)
     for stem, most in (("deepseek_v2", 19), ("llama", 13)):
         reach = plan.Reach(plan.ModelGraph(models_dir=models), texts)
         reach.load(plan.importers(imports, {stem}))

@@ -9,6 +9,7 @@ import libcst as cst
 from patchcraft.graph import EditSite
 from patchcraft.transforms._base import (
     FLAG,
+    AnchorError,
     Example,
     Outcome,
     assign_targets,
@@ -113,8 +114,6 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
         )
     body = body_of(func)
     if not body:
-        from patchcraft.transforms._base import AnchorError
-
         raise AnchorError(site, "an indented setter body")
     index = _insertion_index(func)
     if index < len(body):
