@@ -45,7 +45,7 @@ from patchcraft.tree import resolve_target
 from conftest import GOLDEN, release_package
 
 FIXED = ("0.4.10", "0.5.2", "0.5.6", "0.5.10")
-MATRIX = ("0.4.6", "0.4.10", "0.5.2", "0.5.6", "0.5.10", "0.5.15", "0.5.20", "0.5.23")
+from patchcraft.releases import MATRIX  # noqa: E402  (the one list: patchcraft/releases.py)
 UNAFFECTED = tuple(v for v in MATRIX if v not in FIXED)
 RUNNER_FILES = ("model_runner", "cuda_graph_runner")
 SETTER = "set_eagle3_layers_to_capture"

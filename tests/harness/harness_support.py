@@ -18,7 +18,7 @@ from patchcraft.engine import Mode, RunResult, run
 from patchcraft.tree import SglangTree, resolve_target
 
 #: The coverage matrix of CI.
-MATRIX = ("0.4.6", "0.4.10", "0.5.2", "0.5.6", "0.5.10", "0.5.15", "0.5.20", "0.5.23")
+from patchcraft.releases import MATRIX  # noqa: E402  (the one list: patchcraft/releases.py)
 
 
 def root_conftest() -> ModuleType:

@@ -51,7 +51,7 @@ def record(name: str, values: Mapping) -> None:
         (Path(directory) / f"{name}.json").write_text(json.dumps(values, indent=2, sort_keys=True, default=str) + "\n")
 
 #: The release matrix the project supports.
-MATRIX = ("0.4.6", "0.4.10", "0.5.2", "0.5.6", "0.5.10", "0.5.15", "0.5.20", "0.5.23")
+from patchcraft.releases import MATRIX  # noqa: E402  (the one list: patchcraft/releases.py)
 MODEL_DIR = Path("srt") / "models"
 #: Root ignores file modes; without these capabilities it obeys them like any other user.
 NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner,-linux_immutable", "--"]
