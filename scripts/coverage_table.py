@@ -10,7 +10,9 @@ and the forward shapes met, and the reason for each unsupported model.
     python scripts/coverage_table.py           # rewrite docs/coverage.md
     python scripts/coverage_table.py --check   # exit 1 if it is out of date
 
-tests/test_coverage.py fails while the page is out of date.
+tests/test_coverage.py fails while the page is out of date. The page's last
+section, the release history between its markers, is written by
+``scripts/sweep.py --write-docs``; this script keeps it as it is.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+#: The coverage matrix (golden files for each), then releases in between (no golden files):
+#: defined once, in patchcraft/releases.py (re-exported here for tests/test_golden.py).
+from patchcraft.releases import BETWEEN, MATRIX
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "coverage.md"
-
-#: The coverage matrix (golden files for each), then releases in between (no golden files).
-MATRIX = ("0.4.6", "0.4.10", "0.5.2", "0.5.6", "0.5.10", "0.5.15", "0.5.20", "0.5.23")
-BETWEEN = ("0.5.13", "0.5.18")
 
 #: Why each kind of unsupported model is truly impossible, keyed by a phrase of the reason patchcraft gives.
 JUSTIFICATIONS = {
@@ -248,7 +250,18 @@ def render_release(cov: ReleaseCoverage, note: str = "") -> str:
     return "".join(lines)
 
 
-def render(matrix: Sequence[ReleaseCoverage], between: Sequence[ReleaseCoverage] = ()) -> str:
+def history(page: Path = OUT) -> str:
+    """The release-history section of ``page`` as it is (scripts/sweep.py --write-docs writes it), or ''."""
+    from patchcraft.sweep import split_page
+
+    if not page.is_file():
+        return ""
+    _, section, _ = split_page(page.read_text(encoding="utf-8"))
+    return section or ""
+
+
+def render(matrix: Sequence[ReleaseCoverage], between: Sequence[ReleaseCoverage] = (), history_section: str | None = None) -> str:
+    """The page; ``history_section`` (default: the one in docs/coverage.md now) is kept at its end."""
     parts = [HEADER, SHAPES]
     parts.append("\n## Summary\n\n| release | models | patched | already patched at verify | unsupported | errors |\n|---|---|---|---|---|---|\n")
     for cov in [*matrix, *between]:
@@ -264,6 +277,9 @@ def render(matrix: Sequence[ReleaseCoverage], between: Sequence[ReleaseCoverage]
     parts.extend(render_release(cov) for cov in matrix)
     parts.append("\n## Releases in between (no golden files)\n")
     parts.extend(render_release(cov, " (between)") for cov in between)
+    section = history() if history_section is None else history_section
+    if section:
+        parts.append("\n" + section)
     return "".join(parts)
 
 

@@ -154,3 +154,28 @@ def test_coverage_page_is_generated(session_tmp: Path) -> None:
     text = COVERAGE.render([cov(v) for v in MATRIX], [cov(v) for v in BETWEEN])
     page = ROOT / "docs" / "coverage.md"
     assert page.read_text(encoding="utf-8") == text, "docs/coverage.md is stale: run python scripts/coverage_table.py"
+
+
+def test_both_generators_keep_each_others_part(tmp_path: Path) -> None:
+    """scripts/coverage_table.py keeps the release history scripts/sweep.py writes, and the other way round."""
+    from patchcraft.sweep import END, START, history_rows, split_page, write_history
+
+    page = (ROOT / "docs" / "coverage.md").read_text(encoding="utf-8")
+    _, section, after = split_page(page)
+    assert section and section.startswith(START) and section.rstrip().endswith(END) and after == ""
+    assert page.count(START) == 1 and COVERAGE.history() == section
+    # coverage_table.render puts the section it is given at the end, the one on the page by default
+    assert COVERAGE.render([], [], history_section=section).endswith("\n" + section)
+    assert COVERAGE.render([], []) == COVERAGE.render([], [], history_section=section)
+    # the sweep rewrites the section and nothing else; rewriting with no new rows changes nothing
+    copy = tmp_path / "coverage.md"
+    copy.write_text(page, encoding="utf-8")
+    write_history(copy, [])
+    assert copy.read_text(encoding="utf-8") == page
+    # a page without the section (as coverage_table wrote it before any sweep) gets it appended
+    bare = COVERAGE.render([], [], history_section="")
+    copy.write_text(bare, encoding="utf-8")
+    write_history(copy, [])
+    written = copy.read_text(encoding="utf-8")
+    assert written.startswith(bare) and history_rows(written) == {}
+    assert COVERAGE.render([], [], history_section=split_page(written)[1]) == written
