@@ -38,7 +38,7 @@ from patchcraft.harness.extract import (
     literal_init,
     top_level_literals,
 )
-from patchcraft.harness.standins import HELPERS, Nothing
+from patchcraft.harness.standins import HELPERS, Nothing, standin_import
 
 #: Imports bound to the real module: plain Python and torch, nothing of SGLang.
 REAL_MODULES = frozenset(
@@ -128,6 +128,9 @@ class Program:
             return HELPERS[name]()
         if binding is not None:
             module, attr = binding
+            standin = standin_import(module, attr)
+            if standin is not None:
+                return standin
             if module == AUX_MODULE:
                 aux = self.sources.aux
                 return getattr(aux, attr or "", Nothing(name)) if aux is not None else Nothing(name)

@@ -5,7 +5,8 @@ release's own ``sglang/srt/layers/aux_hidden_states.py``. Stand-ins: the
 decoder layers (deterministic math with SGLang's calling convention and
 its in-place residual add), the final norm, the parallel groups (one rank,
 or a second pipeline stage), the forward batch, the layer-boundary
-residual stream, and every other SGLang helper, which becomes
+residual stream (``layer_boundary.residual.batch`` and ``.access``, by
+module name: :data:`MODULES`), and every other SGLang helper, which becomes
 :class:`Nothing`: falsy, callable, a no-op context manager.
 """
 
@@ -222,7 +223,20 @@ def _stream(forward_batch: Any) -> ResidualStream:
 
 
 class ResidualBatch:
-    """``sglang.srt.layers.layer_boundary.residual.batch``: the residual kept on the batch."""
+    """``sglang.srt.layers.layer_boundary.residual.batch``: the residual kept on the batch.
+
+    The stand-in keeps one representation of the stream: ``residual`` is
+    the sum before the last layer's contribution, and the ``hidden_states``
+    a layer returns is that contribution (SGLang's *pending* state); a
+    stream whose residual is ``None`` holds its full value in
+    ``hidden_states`` (SGLang's initial and *written* states, which read
+    alike: the next layer takes it as its residual). So ``snapshot`` is
+    ``hidden + residual``, as in the release's own ``batch.py``. 0.5.21
+    names the final norm ``norm`` (its callback ``capture_output``), 0.5.22
+    on ``final_norm`` (``capture``); both are here. Any other function
+    raises :class:`HarnessError` (``fold``, ``set_written``,
+    ``read_output``: no patched forward the harness runs calls them).
+    """
 
     @staticmethod
     def start(forward_batch: Any) -> None:
@@ -230,6 +244,7 @@ class ResidualBatch:
 
     @staticmethod
     def complete_output(hidden_states: torch.Tensor, forward_batch: Any) -> torch.Tensor:
+        _stream(forward_batch)
         return hidden_states
 
     @staticmethod
@@ -238,16 +253,13 @@ class ResidualBatch:
 
     @staticmethod
     def final_norm(hidden_states: torch.Tensor, forward_batch: Any, layernorm: Any, capture: Any = None, **kwargs: Any) -> Any:
-        residual = _stream(forward_batch).residual
-        forward_batch.residual_stream = None
-        if residual is None:
-            if capture is not None:
-                capture(hidden_states)
-            return layernorm(hidden_states)
-        hidden_states, residual = layernorm(hidden_states, residual)
-        if capture is not None:
-            capture(residual)
-        return hidden_states
+        """0.5.22+: the final norm of the stream, ``capture`` getting the same updated residual."""
+        return _final_norm(hidden_states, forward_batch, layernorm, capture, kwargs)
+
+    @staticmethod
+    def norm(hidden_states: torch.Tensor, forward_batch: Any, layernorm: Any, capture_output: Any = None, **kwargs: Any) -> Any:
+        """0.5.21's name for :meth:`final_norm` (its callback is ``capture_output``)."""
+        return _final_norm(hidden_states, forward_batch, layernorm, capture_output, kwargs)
 
     @staticmethod
     def snapshot(hidden_states: torch.Tensor, forward_batch: Any) -> torch.Tensor:
@@ -260,6 +272,7 @@ class ResidualBatch:
 
     @staticmethod
     def take_output(hidden_states: torch.Tensor, forward_batch: Any) -> torch.Tensor:
+        _stream(forward_batch)
         forward_batch.residual_stream = None
         return hidden_states
 
@@ -268,11 +281,65 @@ class ResidualBatch:
         forward_batch.residual_stream = None
 
     @staticmethod
-    def to_pp(hidden_states: torch.Tensor, forward_batch: Any) -> "PPProxyTensors":
-        return PPProxyTensors({"hidden_states": hidden_states, "residual": _stream(forward_batch).residual})
+    def to_pp(hidden_states: torch.Tensor, forward_batch: Any, **kwargs: Any) -> "PPProxyTensors":
+        residual = _stream(forward_batch).residual
+        forward_batch.residual_stream = None
+        return PPProxyTensors({"hidden_states": hidden_states, "residual": residual})
 
     def __getattr__(self, name: str) -> Any:
         raise HarnessError(f"residual_batch.{name} has no stand-in")
+
+
+def _final_norm(hidden_states: torch.Tensor, forward_batch: Any, layernorm: Any, capture: Any, kwargs: dict) -> Any:
+    if kwargs.get("finalize_norm") is not None or kwargs.get("handoff_norm") is not None:
+        raise HarnessError("the final norm took a producer handoff (finalize_norm/handoff_norm), which has no stand-in")
+    residual = _stream(forward_batch).residual
+    forward_batch.residual_stream = None
+    if residual is None:
+        if capture is not None:
+            capture(hidden_states)
+        return layernorm(hidden_states)
+    hidden_states, residual = layernorm(hidden_states, residual)
+    if capture is not None:
+        capture(residual)
+    return hidden_states
+
+
+class ResidualAccess:
+    """``sglang.srt.layers.layer_boundary.residual.access`` (0.5.21+): a layer output and an explicit residual.
+
+    For forwards that carry ``residual`` as a local tensor (``hidden_states,
+    residual = layer(...)``); on plain tensors these are what the release's
+    functions compute: the pair passes through ``finish_layer_stack``,
+    ``snapshot`` copies ``hidden + residual``.
+    """
+
+    @staticmethod
+    def finish_layer_stack(hidden_states: Any, residual: Any, forward_batch: Any = None, **kwargs: Any) -> tuple:
+        if isinstance(residual, ResidualStream):
+            raise HarnessError("finish_layer_stack got a residual stream, which has no stand-in")
+        return hidden_states, residual
+
+    @staticmethod
+    def from_pp(tensors: Any, *, residual_in_hidden: bool = False, allow_missing_residual: bool = False) -> tuple:
+        if residual_in_hidden:
+            residual = None
+        elif allow_missing_residual:
+            residual = tensors.get("residual")
+        else:
+            residual = tensors["residual"]
+        return tensors["hidden_states"], residual
+
+    @staticmethod
+    def snapshot(hidden_states: torch.Tensor, residual: Optional[torch.Tensor], *, group: Any = None) -> torch.Tensor:
+        if isinstance(residual, ResidualStream):
+            raise HarnessError("residual_access.snapshot got a residual stream, which has no stand-in")
+        if group is not None:
+            hidden_states = group.all_reduce(hidden_states.clone())
+        return hidden_states.clone() if residual is None else hidden_states + residual
+
+    def __getattr__(self, name: str) -> Any:
+        raise HarnessError(f"residual_access.{name} has no stand-in")
 
 
 class PPProxyTensors:
@@ -319,11 +386,15 @@ class StandInNorm(nn.Module):
 
 
 class _AttnBoundary:
-    """``layer.attn_boundary.from_pp``: a later stage takes the received pair."""
+    """``layer.attn_boundary``: ``from_pp`` (a later stage takes the received pair), and
+    ``snapshot``, which copies the stream like ``residual_batch.snapshot`` (0.5.21's longcat_flash)."""
+
+    snapshot = staticmethod(ResidualBatch.snapshot)
 
     @staticmethod
-    def from_pp(proxy: Any, forward_batch: Any) -> torch.Tensor:
-        forward_batch.residual_stream = ResidualStream(residual=proxy["residual"])
+    def from_pp(proxy: Any, forward_batch: Any, *, allow_missing_residual: bool = False) -> torch.Tensor:
+        residual = proxy.get("residual") if allow_missing_residual else proxy["residual"]
+        forward_batch.residual_stream = ResidualStream(residual=residual)
         return proxy["hidden_states"]
 
 
@@ -426,10 +497,37 @@ HELPERS: dict[str, Callable[[], Any]] = {
     "attn_tp_all_gather": lambda: _identity,
     "model_forward_maybe_tbo": lambda: _tbo,
     "model_forward_stages": lambda: _tbo,
-    "residual_batch": ResidualBatch,
     "PPProxyTensors": lambda: PPProxyTensors,
     "ForwardBatch": lambda: ForwardBatch,
 }
+
+
+#: SGLang modules with a stand-in, by their dotted name: ``from M import f`` and
+#: ``from P import M as alias`` both find it, whatever local name the file gives it.
+MODULES: dict[str, Callable[[], Any]] = {
+    "sglang.srt.layers.layer_boundary.residual.batch": ResidualBatch,
+    "sglang.srt.layers.layer_boundary.residual.access": ResidualAccess,
+}
+
+
+def _no_standin(what: str) -> Callable[..., Any]:
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise HarnessError(f"{what} has no stand-in")
+
+    return missing
+
+
+def standin_import(module: str, attr: Optional[str]) -> Any:
+    """The stand-in for ``from module import attr`` (or ``import module``), or None when there is none."""
+    dotted = f"{module}.{attr}" if attr else module
+    if dotted in MODULES:
+        return MODULES[dotted]()
+    if attr and module in MODULES:
+        try:
+            return getattr(MODULES[module](), attr)
+        except HarnessError:
+            return _no_standin(f"{module.rsplit('.', 1)[-1]}.{attr}")
+    return None
 
 
 class StandInConfig:
