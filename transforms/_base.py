@@ -20,9 +20,18 @@ from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite, parse_python
 
 FLAG = "capture_embedding_for_eagle3"
+#: How inserted code in ``forward`` reads the flag: a class that runs a patched
+#: forward without the flag in its ``__init__`` (an out-of-tree subclass, one
+#: patchcraft cannot see) then captures no embedding instead of crashing; the
+#: setter refuses -1 for it (``hasattr``), so nothing is silent.
+FLAG_READ = f'getattr(self, "{FLAG}", False)'
 #: Added to a preallocated collector's capture count (``AuxHiddenStatePacker``):
 #: the one in-expression edit patchcraft makes, recognised by this exact shape.
-FLAG_COUNT = f"int(self.{FLAG})"
+FLAG_COUNT = f"int({FLAG_READ})"
+#: How an earlier patchcraft read the flag, and the count it wrote: still recognised,
+#: reverted, and brought up to date by ``apply``.
+LEGACY_FLAG_READS = (f"self.{FLAG}",)
+LEGACY_FLAG_COUNTS = tuple(f"int({read})" for read in LEGACY_FLAG_READS)
 _EMPTY_MODULE = cst.Module(body=())
 
 
@@ -221,9 +230,9 @@ _STATEMENT_NODES = (
 
 
 class _Inserter(cst.CSTTransformer):
-    def __init__(self, anchor: cst.CSTNode, new: cst.BaseStatement, after: bool) -> None:
+    def __init__(self, anchor: cst.CSTNode, new: cst.BaseStatement, after: bool, replace: bool = False) -> None:
         super().__init__()
-        self.anchor, self.new, self.after, self.done = anchor, new, after, False
+        self.anchor, self.new, self.after, self.replace, self.done = anchor, new, after, replace, False
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # The anchor is a statement of some indented block: expressions never hold one.
@@ -233,9 +242,11 @@ class _Inserter(cst.CSTTransformer):
         for index, stmt in enumerate(original.body):
             if stmt is self.anchor:
                 self.done = True
-                at = index + 1 if self.after else index
                 body = list(updated.body)
-                body.insert(at, self.new)
+                if self.replace:
+                    body[index] = self.new
+                else:
+                    body.insert(index + 1 if self.after else index, self.new)
                 return updated.with_changes(body=tuple(body))
         return updated
 
@@ -245,6 +256,14 @@ def insert_at(func: cst.FunctionDef, anchor: cst.CSTNode, new: cst.BaseStatement
     inserter = _Inserter(anchor, new, after)
     result = func.visit(inserter)
     assert inserter.done, "anchor statement not found in its own function"
+    return result  # type: ignore[return-value]
+
+
+def replace_statement(func: cst.FunctionDef, old: cst.CSTNode, new: cst.BaseStatement) -> cst.FunctionDef:
+    """Put ``new`` in place of the ``old`` statement of ``func``."""
+    inserter = _Inserter(old, new, after=False, replace=True)
+    result = func.visit(inserter)
+    assert inserter.done, "statement not found in its own function"
     return result  # type: ignore[return-value]
 
 
@@ -276,13 +295,19 @@ def _widens_a_count(line: cst.SimpleStatementLine) -> bool:
     return False
 
 
-def is_flag_count(node: cst.CSTNode) -> bool:
-    """``<count> + int(self.capture_embedding_for_eagle3)``: a widened capture count."""
+def is_flag_count(node: cst.CSTNode, current_only: bool = False) -> bool:
+    """``<count> + int(getattr(self, "capture_embedding_for_eagle3", False))``: a widened capture count
+    (or an earlier patchcraft's form of it, unless ``current_only``)."""
+    forms = (FLAG_COUNT,) if current_only else (FLAG_COUNT, *LEGACY_FLAG_COUNTS)
     return (
         isinstance(node, cst.BinaryOperation)
         and isinstance(node.operator, cst.Add)
-        and cst.Module(body=()).code_for_node(node.right) == FLAG_COUNT
+        and cst.Module(body=()).code_for_node(node.right) in forms
     )
+
+
+def _flag_counts(text: str) -> int:
+    return sum(text.count(form) for form in (FLAG_COUNT, *LEGACY_FLAG_COUNTS))
 
 
 class RemoveMarked(cst.CSTTransformer):
@@ -591,7 +616,7 @@ def marked_classes(text: str) -> Optional[list]:
     None when such text also lies outside every top-level class: the caller
     then reverts the whole module.
     """
-    if MARKER not in text and FLAG_COUNT not in text:
+    if MARKER not in text and not _flag_counts(text):
         return []
     tree = parse_python(text)
     lines = split_lines(text)
@@ -602,10 +627,10 @@ def marked_classes(text: str) -> Optional[list]:
             continue
         first = min([stmt.lineno] + [d.lineno for d in stmt.decorator_list]) - 1
         segment = "".join(lines[first : stmt.end_lineno])
-        count = segment.count(MARKER) + segment.count(FLAG_COUNT)
+        count = segment.count(MARKER) + _flag_counts(segment)
         if count:
             names.append(stmt.name)
             covered += count
-    if covered != text.count(MARKER) + text.count(FLAG_COUNT):
+    if covered != text.count(MARKER) + _flag_counts(text):
         return None
     return names

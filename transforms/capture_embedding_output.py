@@ -11,6 +11,7 @@ no embedding either.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -21,6 +22,8 @@ from patchcraft.graph import EditSite
 from patchcraft.transforms._base import (
     FLAG,
     FLAG_COUNT,
+    FLAG_READ,
+    LEGACY_FLAG_READS,
     AnchorError,
     Example,
     Outcome,
@@ -32,6 +35,7 @@ from patchcraft.transforms._base import (
     iter_nodes,
     line_of,
     marked_statement,
+    replace_statement,
     strip_marker_lines,
     walk_statements,
 )
@@ -47,6 +51,9 @@ DESCRIPTION = (
 #: layer 0's residual (this same tensor) in place.
 SEED_EXPRESSION = "hidden_states.clone() if residual is None else hidden_states + residual"
 NO_RESIDUAL_EXPRESSION = "hidden_states.clone()"
+#: The same, for a collector whose ``append`` copies (site parameter ``copies``): no second copy.
+COPIED_SEED_EXPRESSION = "hidden_states if residual is None else hidden_states + residual"
+COPIED_NO_RESIDUAL_EXPRESSION = "hidden_states"
 #: Keywords through which a forward hands its collector to the layers.
 CAPTURE_KEYWORDS = ("captured_last_layer_outputs", "capture_output")
 _EMPTY = cst.Module(body=())
@@ -56,14 +63,18 @@ def _code(node: cst.CSTNode) -> str:
     return _EMPTY.code_for_node(node)
 
 
-def block(site: EditSite, collector: str, expression: str, method: str = "append") -> str:
-    """The inserted capture block, for a collector and the release's capture call."""
+def block(site: EditSite, collector: str, expression: str, method: str = "append", flag: str = FLAG_READ) -> str:
+    """The inserted capture block, for a collector and the release's capture call.
+
+    ``flag`` is how the block reads the flag (:data:`FLAG_READ`; an earlier
+    patchcraft read ``self.<flag>``, see :data:`LEGACY_FLAG_READS`).
+    """
     gate = site.param("gate")
-    test = f"self.{FLAG} and {gate}" if gate else f"self.{FLAG}"
+    test = f"{flag} and {gate}" if gate else flag
     if method == "capture":
         # The release's own primitive (AuxHiddenStateList.capture) copies.
         call = f"    {collector}.capture(hidden_states)\n"
-    elif expression == NO_RESIDUAL_EXPRESSION:
+    elif expression in (NO_RESIDUAL_EXPRESSION, COPIED_NO_RESIDUAL_EXPRESSION):
         call = f"    {collector}.append({expression})\n"
     else:
         call = f"    {collector}.append(\n        {expression}\n    )\n"
@@ -84,6 +95,15 @@ class Capture:
     method: str  # "append" | "capture"
     expression: str
     count: Optional[cst.Arg]  # the preallocated capture count, if any
+    #: The block holding the anchor, the anchor's position in it, and where the collector must precede.
+    statements: Sequence[cst.BaseStatement] = ()
+    index: int = 0
+    chain: Sequence = ()
+    collector_chain: Sequence = ()
+
+    def precedes(self, position: int) -> bool:
+        """Whether the collector is created before statement ``position`` of the anchor's block."""
+        return _precedes(self.collector_chain, self.chain, position)
 
 
 _nodes = iter_nodes
@@ -174,22 +194,6 @@ def _common_block(chains: Sequence) -> tuple[int, int]:
     return depth, min(c[depth][1] for c in chains)
 
 
-def _has_local(func: cst.FunctionDef, name: str) -> bool:
-    params = [p.name.value for p in (*func.params.params, *func.params.kwonly_params)]
-    if name in params:
-        return True
-    for node in _nodes(func.body):
-        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.For)):
-            target = node.target
-            if isinstance(target, cst.Name) and target.value == name:
-                return True
-            if isinstance(target, (cst.Tuple, cst.List)) and any(
-                isinstance(e.value, cst.Name) and e.value.value == name for e in target.elements
-            ):
-                return True
-    return False
-
-
 def _count_arg(value: cst.BaseExpression) -> Optional[cst.Arg]:
     """The argument sizing a preallocated collector: one that mentions the capture ids."""
     if not isinstance(value, cst.Call):
@@ -222,13 +226,89 @@ def analyse(func: cst.FunctionDef, site: EditSite) -> Capture:
     # Captures right before the loop (a boundary-0 capture) come after ours.
     while index > 0 and statements[index - 1] is not collector_stmt and _captures_into(statements[index - 1], name):
         index -= 1
-    if not _precedes(collector_chain, loops[0][1][: depth + 1], index):
+    chain = loops[0][1][: depth + 1]
+    if not _precedes(collector_chain, chain, index):
         raise AnchorError(site, f"`{name} = ...` before the layer loop that captures into it")
-    if not _has_local(func, "hidden_states"):
-        raise AnchorError(site, "a local `hidden_states` (the embedding output at the loop top)")
+    point = (*chain[:-1], (block_node, index))
+    # ``hidden_states`` needs no proof: the loop reads it at this very point, before any rebinding.
+    if not bound_on_some_path(func, point, "hidden_states"):
+        raise AnchorError(site, "`hidden_states` bound before the capture loop (the embedding output at the loop top)")
     method = _method_of(func, name)
-    expression = SEED_EXPRESSION if _has_local(func, "residual") else NO_RESIDUAL_EXPRESSION
-    return Capture(name, collector_stmt, statements[index], method, expression, _count_arg(value))
+    # The residual is read only where every path has bound it (0.5.12 Gemma4 binds it inside the loop).
+    with_residual = bound_on_every_path(func, point, "residual")
+    if method == "append" and site.param("copies") == "append":
+        expression = COPIED_SEED_EXPRESSION if with_residual else COPIED_NO_RESIDUAL_EXPRESSION
+    else:
+        expression = SEED_EXPRESSION if with_residual else NO_RESIDUAL_EXPRESSION
+    return Capture(name, collector_stmt, statements[index], method, expression, _count_arg(value), statements, index, chain, collector_chain)
+
+
+def bound_on_every_path(func: cst.FunctionDef, point: Sequence, name: str) -> bool:
+    """Whether local ``name`` is bound on every path that reaches ``point`` (definite assignment).
+
+    ``point`` is a chain of ``(block, position)`` from the function body down
+    (see ``walk_statements``): the statements before ``position`` in each
+    block run before the point. Being assigned somewhere in the function is
+    not enough: a name bound only inside a loop, or in one branch of an
+    ``if``, may be unbound there.
+    """
+    params = [p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)]
+    if name in params:
+        return True
+    return any(_binds(stmt, name) for block_node, position in point for stmt in block_node.body[:position])
+
+
+def bound_on_some_path(func: cst.FunctionDef, point: Sequence, name: str) -> bool:
+    """Whether some statement before ``point`` (or a parameter) binds local ``name``."""
+    params = [p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)]
+    return name in params or any(
+        _targets_name(node, name)
+        for block_node, position in point
+        for stmt in block_node.body[:position]
+        for node in _nodes(stmt)
+        if isinstance(node, cst.BaseSmallStatement)
+    )
+
+
+def _binds(stmt: cst.CSTNode, name: str) -> bool:
+    """Whether running ``stmt`` to its end always binds ``name`` (loops may run zero times)."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return any(_targets_name(small, name) for small in stmt.body)
+    if isinstance(stmt, cst.If):
+        return _block_binds(stmt.body, name) and stmt.orelse is not None and (
+            _binds(stmt.orelse, name) if isinstance(stmt.orelse, cst.If) else _block_binds(stmt.orelse.body, name)
+        )
+    if isinstance(stmt, cst.With):
+        return _block_binds(stmt.body, name)
+    if isinstance(stmt, cst.Try):
+        if stmt.finalbody is not None and _block_binds(stmt.finalbody.body, name):
+            return True
+        return _block_binds(stmt.body, name) and all(_block_binds(h.body, name) for h in stmt.handlers)
+    return False
+
+
+def _block_binds(block_node: cst.BaseSuite, name: str) -> bool:
+    if isinstance(block_node, cst.IndentedBlock):
+        return any(_binds(stmt, name) for stmt in block_node.body)
+    return isinstance(block_node, cst.SimpleStatementSuite) and any(_targets_name(small, name) for small in block_node.body)
+
+
+def _targets_name(small: cst.BaseSmallStatement, name: str) -> bool:
+    if isinstance(small, cst.Assign):
+        return any(_names_in_target(t.target, name) for t in small.targets)
+    if isinstance(small, cst.AnnAssign):
+        return small.value is not None and _names_in_target(small.target, name)
+    return False
+
+
+def _names_in_target(target: cst.BaseExpression, name: str) -> bool:
+    if isinstance(target, cst.Name):
+        return target.value == name
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return any(_names_in_target(e.value, name) for e in target.elements)
+    if isinstance(target, cst.StarredElement):
+        return _names_in_target(target.value, name)
+    return False
 
 
 def _captures_into(stmt: cst.BaseStatement, name: str) -> bool:
@@ -249,7 +329,10 @@ def _precedes(collector_chain: Sequence, loop_chain: Sequence, index: int) -> bo
 
 
 class _WidenCount(cst.CSTTransformer):
-    """``NAME = Packer(len(self.layers_to_capture))`` -> ``Packer(len(...) + int(self.<flag>))``."""
+    """``NAME = Packer(len(self.layers_to_capture))`` -> ``Packer(len(...) + int(getattr(self, <flag>, False)))``.
+
+    An earlier patchcraft's widening (``+ int(self.<flag>)``) is brought to the current form.
+    """
 
     def __init__(self, collector: str) -> None:
         super().__init__()
@@ -263,11 +346,14 @@ class _WidenCount(cst.CSTTransformer):
         if not (isinstance(target, cst.Name) and target.value == self.collector and isinstance(updated.value, cst.Call)):
             return updated
         count = _count_arg(updated.value)
-        if count is None or is_flag_count(count.value):
+        if count is None or is_flag_count(count.value, current_only=True):
             return updated
-        widened = count.with_changes(
-            value=cst.BinaryOperation(left=count.value, operator=cst.Add(), right=cst.parse_expression(FLAG_COUNT))
-        )
+        if is_flag_count(count.value):
+            widened = count.with_changes(value=count.value.with_changes(right=cst.parse_expression(FLAG_COUNT)))
+        else:
+            widened = count.with_changes(
+                value=cst.BinaryOperation(left=count.value, operator=cst.Add(), right=cst.parse_expression(FLAG_COUNT))
+            )
         args = [widened if a is count else a for a in updated.value.args]
         return updated.with_changes(value=updated.value.with_changes(args=args))
 
@@ -276,18 +362,25 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
     capture = analyse(func, site)
     canonical = marked_statement(module, block(site, capture.collector, capture.expression, capture.method))
     marked = find_statements(func, is_marked)
-    needs_count = capture.count is not None and not is_flag_count(capture.count.value)
+    needs_count = capture.count is not None and not is_flag_count(capture.count.value, current_only=True)
     if marked:
-        if strip_marker_lines(module, marked[0]) != strip_marker_lines(module, canonical):
+        found = strip_marker_lines(module, marked[0])
+        if found == strip_marker_lines(module, canonical):
+            if not needs_count:
+                return func, Outcome("present")
+        elif found in _legacy_blocks(module, site, capture):
+            func = replace_statement(func, marked[0], canonical)  # an earlier patchcraft's block: brought up to date
+        else:
             return func, Outcome("modified", f"line {line_of(module, marked[0])}: the inserted capture block was changed by hand")
-        if not needs_count:
-            return func, Outcome("present")
-    hand = find_statements(func, lambda s: isinstance(s, cst.If) and FLAG in _idents(s.test) and not is_marked(s))
-    if hand and not marked:
-        if needs_count:
-            return func, Outcome("modified", "a hand-made embedding capture, but the collector's capture count does not include it")
-        return func, Outcome("hand-applied")
-    if not marked:
+    else:
+        hand = find_statements(func, lambda s: isinstance(s, cst.If) and FLAG in _idents(s.test))
+        if hand:
+            problem = judge_hand_fix(module, capture, hand)
+            if problem:
+                return func, Outcome("modified", problem)
+            if needs_count:
+                return func, Outcome("modified", "a hand-made embedding capture, but the collector's capture count does not include it")
+            return func, Outcome("hand-applied")
         func = insert_at(func, capture.anchor, canonical, after=False)
     if needs_count:
         assert capture.count is not None
@@ -295,12 +388,77 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
     return func, Outcome("applied")
 
 
+def _legacy_blocks(module: cst.Module, site: EditSite, capture: Capture) -> set[str]:
+    """The blocks an earlier patchcraft inserted here (``apply`` brings them up to date)."""
+    return {
+        strip_marker_lines(module, marked_statement(module, block(site, capture.collector, capture.expression, capture.method, flag)))
+        for flag in LEGACY_FLAG_READS
+    }
+
+
+def judge_hand_fix(module: cst.Module, capture: Capture, hand: Sequence[cst.If]) -> Optional[str]:
+    """Why a hand-made embedding capture does not do what patchcraft's block does, or None.
+
+    It counts only where patchcraft's block would sit (after the collector,
+    right before the capture loop, in the loop's branch, with nothing
+    rebinding ``hidden_states`` in between) and when it appends a copy of
+    the embedding output into the collector (or calls the release's own
+    copying ``capture``). A block elsewhere captures another tensor: the
+    seed's fix moved before ``return`` captures the last layer's output.
+    """
+    if len(hand) > 1:
+        return f"line {line_of(module, hand[1])}: {len(hand)} hand-made embedding captures; one is expected"
+    stmt = hand[0]
+    where = f"line {line_of(module, stmt)}"
+    position = next((i for i, s in enumerate(capture.statements) if s is stmt), None)
+    anchor = f"right before the capture loop (line {line_of(module, capture.anchor)}), after `{capture.collector} = ...`"
+    if position is None or position >= capture.index or not capture.precedes(position):
+        return f"{where}: the hand-made embedding capture is misplaced: it captures another tensor; it belongs {anchor}"
+    between = capture.statements[position + 1 : capture.index]
+    if any(_binds(s, "hidden_states") or _binds(s, "residual") for s in between):
+        return f"{where}: `hidden_states` changes between the hand-made capture and the loop: it belongs {anchor}"
+    if stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock) or len(stmt.body.body) != 1:
+        return f"{where}: the hand-made embedding capture should hold one `{capture.collector}.append(...)` and nothing else"
+    if _normal(module, stmt.body.body[0]) not in _accepted_captures(capture):
+        return (
+            f"{where}: the hand-made embedding capture does not append a copy of the embedding output "
+            f"(expected e.g. `{capture.collector}.append({NO_RESIDUAL_EXPRESSION})`"
+            + (f" or `{capture.collector}.capture(hidden_states)`" if capture.method == "capture" else "")
+            + "): an un-copied tensor is overwritten by layer 0's in-place residual add"
+        )
+    return None
+
+
+def _accepted_captures(capture: Capture) -> set[str]:
+    """Capture statements that append a copy of the embedding output (compared as ``ast`` dumps)."""
+    name = capture.collector
+    forms = [f"{name}.append({NO_RESIDUAL_EXPRESSION})", f"{name}.append(torch.clone(hidden_states))"]
+    if capture.expression in (COPIED_SEED_EXPRESSION, COPIED_NO_RESIDUAL_EXPRESSION):
+        forms += [f"{name}.append({capture.expression})"]  # the collector's append copies
+    if capture.expression in (SEED_EXPRESSION, COPIED_SEED_EXPRESSION):
+        forms += [
+            f"{name}.append({SEED_EXPRESSION})",
+            f"{name}.append(hidden_states + residual if residual is not None else hidden_states.clone())",
+        ]
+    if capture.method == "capture":
+        forms.append(f"{name}.capture(hidden_states)")
+    return {ast.dump(ast.parse(form)) for form in forms}
+
+
+def _normal(module: cst.Module, stmt: cst.BaseStatement) -> str:
+    try:
+        return ast.dump(ast.parse(strip_marker_lines(module, stmt).strip()))
+    except SyntaxError:
+        return ""
+
+
 def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
     return edit_method(module, site, edit)
 
 
-def _site(cls: str, gate: str = "self.pp_group.is_first_rank") -> EditSite:
-    return EditSite(kind=KIND, path=Path("example.py"), module="example", cls=cls, method="forward", params=(("gate", gate),))
+def _site(cls: str, gate: str = "self.pp_group.is_first_rank", copies: bool = False) -> EditSite:
+    params = (("gate", gate),) + ((("copies", "append"),) if copies else ())
+    return EditSite(kind=KIND, path=Path("example.py"), module="example", cls=cls, method="forward", params=params)
 
 
 EXAMPLES = [
@@ -313,6 +471,8 @@ class DeepseekV2Model(nn.Module):
         if self.pp_group.is_first_rank:
             hidden_states = self.embed_tokens(input_ids)
             residual = None
+        else:
+            hidden_states, residual = pp_proxy_tensors["hidden_states"], pp_proxy_tensors["residual"]
         aux_hidden_states = []
         for i in range(self.start_layer, self.end_layer):
             if i in self.layers_to_capture:
@@ -326,9 +486,11 @@ class DeepseekV2Model(nn.Module):
         if self.pp_group.is_first_rank:
             hidden_states = self.embed_tokens(input_ids)
             residual = None
+        else:
+            hidden_states, residual = pp_proxy_tensors["hidden_states"], pp_proxy_tensors["residual"]
         aux_hidden_states = []
         # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
-        if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:
+        if getattr(self, "capture_embedding_for_eagle3", False) and self.pp_group.is_first_rank:
             aux_hidden_states.append(
                 hidden_states.clone() if residual is None else hidden_states + residual
             )
@@ -361,7 +523,7 @@ class LlamaModel(nn.Module):
         hidden_states = self.embed_tokens(input_ids)
         residual = None
         # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
-        if self.capture_embedding_for_eagle3:
+        if getattr(self, "capture_embedding_for_eagle3", False):
             aux_hidden_states.append(
                 hidden_states.clone() if residual is None else hidden_states + residual
             )
@@ -381,6 +543,8 @@ class MiniMaxM2Model(nn.Module):
         if self.pp_group.is_first_rank:
             hidden_states = self.get_input_embeddings(input_ids)
             residual = None
+        else:
+            hidden_states, residual = pp_proxy_tensors["hidden_states"], pp_proxy_tensors["residual"]
         aux_hidden_states = []
         if forward_batch.can_run_tbo:
             hidden_states, residual = model_forward_maybe_tbo(layers=self.layers, hidden_states=hidden_states, residual=residual)
@@ -398,12 +562,14 @@ class MiniMaxM2Model(nn.Module):
         if self.pp_group.is_first_rank:
             hidden_states = self.get_input_embeddings(input_ids)
             residual = None
+        else:
+            hidden_states, residual = pp_proxy_tensors["hidden_states"], pp_proxy_tensors["residual"]
         aux_hidden_states = []
         if forward_batch.can_run_tbo:
             hidden_states, residual = model_forward_maybe_tbo(layers=self.layers, hidden_states=hidden_states, residual=residual)
         else:
             # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
-            if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:
+            if getattr(self, "capture_embedding_for_eagle3", False) and self.pp_group.is_first_rank:
                 aux_hidden_states.append(
                     hidden_states.clone() if residual is None else hidden_states + residual
                 )
@@ -442,7 +608,7 @@ class Qwen3NextModel(nn.Module):
         residual = None
         aux_hidden_states = []
         # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
-        if self.capture_embedding_for_eagle3:
+        if getattr(self, "capture_embedding_for_eagle3", False):
             aux_hidden_states.append(
                 hidden_states.clone() if residual is None else hidden_states + residual
             )
@@ -487,7 +653,7 @@ class Gemma3TextModel(nn.Module):
         hidden_states = self.embed_tokens(input_ids)
         aux_hidden_states = []
         # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
-        if self.capture_embedding_for_eagle3:
+        if getattr(self, "capture_embedding_for_eagle3", False):
             aux_hidden_states.append(hidden_states.clone())
         if _is_cpu:
             for i, layer in enumerate(self.layers):
@@ -529,7 +695,7 @@ class GptOssModel(nn.Module):
         residual = None
         aux_hidden_states = []
         # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
-        if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:
+        if getattr(self, "capture_embedding_for_eagle3", False) and self.pp_group.is_first_rank:
             aux_hidden_states.append(
                 hidden_states.clone() if residual is None else hidden_states + residual
             )
@@ -543,8 +709,8 @@ class GptOssModel(nn.Module):
 ''',
     ),
     Example(
-        title="AuxHiddenStatePacker: the preallocated capture count includes the embedding",
-        site=_site("DeepseekV2Model"),
+        title="AuxHiddenStatePacker: the count includes the embedding, and its `append` copies (no second copy)",
+        site=_site("DeepseekV2Model", copies=True),
         before='''\
 class DeepseekV2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
@@ -568,11 +734,11 @@ class DeepseekV2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
         residual = None
-        aux_hidden_states = AuxHiddenStatePacker(len(self.layers_to_capture) + int(self.capture_embedding_for_eagle3))
+        aux_hidden_states = AuxHiddenStatePacker(len(self.layers_to_capture) + int(getattr(self, "capture_embedding_for_eagle3", False)))
         # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
-        if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:
+        if getattr(self, "capture_embedding_for_eagle3", False) and self.pp_group.is_first_rank:
             aux_hidden_states.append(
-                hidden_states.clone() if residual is None else hidden_states + residual
+                hidden_states if residual is None else hidden_states + residual
             )
         for i in range(normal_start_layer, normal_end_layer):
             hidden_states, residual, topk_indices = self.layers[i](
@@ -620,7 +786,7 @@ class Qwen2Model(nn.Module):
             hidden_states = self.layers[self.start_layer].attn_boundary.from_pp(pp_proxy_tensors, forward_batch)
         aux_hidden_states = AuxHiddenStateList()
         # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
-        if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:
+        if getattr(self, "capture_embedding_for_eagle3", False) and self.pp_group.is_first_rank:
             aux_hidden_states.capture(hidden_states)
         for i in range(self.start_layer, self.end_layer):
             hidden_states = self.layers[i](
@@ -631,6 +797,74 @@ class Qwen2Model(nn.Module):
                 if i in self.layers_to_capture
                 else None,
             )
+        return hidden_states, aux_hidden_states
+''',
+    ),
+    Example(
+        title="`residual` first bound inside the loop (0.5.12 Gemma4): the capture never reads it",
+        site=_site("Gemma4TextModel", gate=""),
+        before='''\
+class Gemma4TextModel(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        aux_hidden_states = []
+        for layer_idx, layer in enumerate(self.layers):
+            if layer_idx in self.layers_to_capture:
+                aux_hidden_states.append(hidden_states)
+            hidden_states, residual = layer(positions, hidden_states, forward_batch)
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states, aux_hidden_states
+''',
+        after='''\
+class Gemma4TextModel(nn.Module):
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        aux_hidden_states = []
+        # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
+        if getattr(self, "capture_embedding_for_eagle3", False):
+            aux_hidden_states.append(hidden_states.clone())
+        for layer_idx, layer in enumerate(self.layers):
+            if layer_idx in self.layers_to_capture:
+                aux_hidden_states.append(hidden_states)
+            hidden_states, residual = layer(positions, hidden_states, forward_batch)
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states, aux_hidden_states
+''',
+    ),
+    Example(
+        title="`residual` bound in one branch only: not bound on every path, so not read",
+        site=_site("LlamaModel"),
+        before='''\
+class LlamaModel(nn.Module):
+    def forward(self, input_ids, positions, forward_batch, pp_proxy_tensors=None):
+        if self.pp_group.is_first_rank:
+            hidden_states = self.embed_tokens(input_ids)
+            residual = None
+        else:
+            hidden_states = pp_proxy_tensors["hidden_states"]
+        aux_hidden_states = []
+        for i in range(self.start_layer, self.end_layer):
+            if i in self.layers_to_capture:
+                aux_hidden_states.append(hidden_states)
+            hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch)
+        return hidden_states, aux_hidden_states
+''',
+        after='''\
+class LlamaModel(nn.Module):
+    def forward(self, input_ids, positions, forward_batch, pp_proxy_tensors=None):
+        if self.pp_group.is_first_rank:
+            hidden_states = self.embed_tokens(input_ids)
+            residual = None
+        else:
+            hidden_states = pp_proxy_tensors["hidden_states"]
+        aux_hidden_states = []
+        # patchcraft: layer id -1 captures the embedding output (hs[0]), first pipeline stage only
+        if getattr(self, "capture_embedding_for_eagle3", False) and self.pp_group.is_first_rank:
+            aux_hidden_states.append(hidden_states.clone())
+        for i in range(self.start_layer, self.end_layer):
+            if i in self.layers_to_capture:
+                aux_hidden_states.append(hidden_states)
+            hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch)
         return hidden_states, aux_hidden_states
 ''',
     ),

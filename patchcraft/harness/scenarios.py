@@ -38,6 +38,7 @@ from patchcraft.harness.standins import (
 )
 from patchcraft.harness.subject import (
     CAPTURE_IDS,
+    CAPTURE_IDS_RAW_FIRST,
     HIDDEN,
     LAYERS,
     PIPELINE_IDS,
@@ -190,7 +191,7 @@ class Scenarios:
         instance = self.patched(self.FIRST)
         aux = self.call("forward right after __init__ (no setter call)", self.s.run, instance, self.FIRST)
         if instance.flag_after_init is _MISSING:
-            raise Failure(f"__init__ does not set {FLAG} (forward raises AttributeError until the setter runs)")
+            raise Failure(f"__init__ does not set {FLAG} (the setter then refuses -1 for this model)")
         if not type(instance.inner).sets_unconditionally(FLAG):
             raise Failure(f"__init__ sets {FLAG} only inside a branch: it can be missing until the setter runs")
         if instance.flag_after_init is not False:
@@ -205,23 +206,31 @@ class Scenarios:
         baseline = self.original(shifted, self.FIRST, what=f"ids {shifted}")
         hf = [self.states[i + 1] for i in shifted]
         calibrated = _difference(baseline, hf, self.known) is None
-        instance = self.patched(self.FIRST)
-        self.call(f"{SETTER}({CAPTURE_IDS})", self.s.set_ids, instance, CAPTURE_IDS, self.FIRST)
-        self.flag(instance, True, f"after {SETTER}({CAPTURE_IDS})")
-        aux = self.call(f"forward with ids {CAPTURE_IDS}", self.s.run, instance, self.FIRST)
-        aliased = _aliasing(aux[:1], instance.embedding)
-        if aliased:
-            raise Failure(f"ids {CAPTURE_IDS}: {aliased}")
-        problem = _difference(aux, [self.states[0]] + (hf if calibrated else baseline), self.known)
-        if problem:
-            raise Failure(f"ids {CAPTURE_IDS}: {problem}")
-        names = ", ".join(_name(t, self.known) for t in aux)
+        names = self.captured(CAPTURE_IDS, [self.states[0]] + (hf if calibrated else baseline))
+        if calibrated:
+            # -1 implies the +1 convention for every other id, whatever heuristic the release applies.
+            rest = [i for i in CAPTURE_IDS_RAW_FIRST if i >= 0]
+            self.captured(CAPTURE_IDS_RAW_FIRST, [self.states[0]] + [self.states[i + 1] for i in rest])
         if not calibrated:
             own = ", ".join(_name(t, self.known) for t in baseline)
             want = ", ".join(f"hs[{i + 1}]" for i in shifted)
             note = f"the unpatched release itself captures [{own}] for ids {shifted}, not [{want}]; the patch keeps that"
             return Check("capture", PASS, f"[{names}]", note)
         return Check("capture", PASS, f"[{names}]")
+
+    def captured(self, ids: list[int], expected: list[torch.Tensor]) -> str:
+        """Set ``ids`` on a fresh patched instance, run forward, and compare with ``expected``."""
+        instance = self.patched(self.FIRST)
+        self.call(f"{SETTER}({ids})", self.s.set_ids, instance, ids, self.FIRST)
+        self.flag(instance, True, f"after {SETTER}({ids})")
+        aux = self.call(f"forward with ids {ids}", self.s.run, instance, self.FIRST)
+        aliased = _aliasing(aux[:1], instance.embedding)
+        if aliased:
+            raise Failure(f"ids {ids}: {aliased}")
+        problem = _difference(aux, expected, self.known)
+        if problem:
+            raise Failure(f"ids {ids}: {problem}")
+        return ", ".join(_name(t, self.known) for t in aux)
 
     def same(self) -> Check:
         for ids in SAME_IDS:

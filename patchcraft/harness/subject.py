@@ -36,6 +36,9 @@ from patchcraft.transforms._base import FLAG
 
 LAYERS, TOKENS, HIDDEN, VOCAB = 8, 5, 8, 32
 CAPTURE_IDS = [-1, 1, 4]  # hs[0], hs[2], hs[5]; 1 first, so the first-id heuristic shifts too
+#: -1 means the +1 convention for the rest, so these must give hs[0], hs[3], hs[5] too, although
+#: a first-id heuristic alone would keep [2, 4] raw (one meaning per config on every release).
+CAPTURE_IDS_RAW_FIRST = [-1, 2, 4]
 SAME_IDS = ([1, 3, 5], [2, 4, 6])
 PIPELINE_IDS = [-1, 4, 6]  # the later stage holds layers 4..7
 _MISSING = object()

@@ -83,9 +83,9 @@ def _block_end(lines: list[str], start: int) -> int:
 
 
 def _capture_block(lines: list[str]) -> tuple[int, int]:
-    """The inserted ``# patchcraft:`` comment and ``if self.capture_embedding_for_eagle3...:`` block of a forward."""
+    """The inserted ``# patchcraft:`` comment and ``if getattr(self, "capture_embedding_for_eagle3", False)...:`` block of a forward."""
     for index, line in enumerate(lines):
-        if line.lstrip().startswith(f"if self.{_FLAG}") and lines[index - 1].lstrip().startswith("# patchcraft:"):
+        if line.lstrip().startswith(f'if getattr(self, "{_FLAG}"') and lines[index - 1].lstrip().startswith("# patchcraft:"):
             return index - 1, _block_end(lines, index)
     raise AssertionError("no inserted capture block found")
 
@@ -107,7 +107,7 @@ def add_without_none_check(text: str) -> str:
     """(b) the capture expression becomes ``hidden_states + residual`` (residual is None there)."""
 
     def edit(block: str) -> str:
-        return re.sub(r"hidden_states\.clone\(\) if residual is None else hidden_states \+ residual|hidden_states\.clone\(\)", "hidden_states + residual", block)
+        return re.sub(r"hidden_states(\.clone\(\))? if residual is None else hidden_states \+ residual|hidden_states\.clone\(\)", "hidden_states + residual", block)
 
     return _edit_capture(text, edit, "capture expression")
 
@@ -152,13 +152,13 @@ def keep_minus_one(text: str) -> str:
 
 def forget_packer_count(text: str) -> str:
     """(e) the AuxHiddenStatePacker is sized without the embedding capture."""
-    return _changed(text, text.replace(f" + int(self.{_FLAG})", ""), "packer count")
+    return _changed(text, text.replace(f' + int(getattr(self, "{_FLAG}", False))', ""), "packer count")
 
 
 def no_pipeline_guard(text: str) -> str:
     """-1 accepted and captured on every pipeline stage: setter guard and forward gate removed."""
     text2 = text.replace("if self.pp_group.world_size > 1:", "if False:")
-    text2 = re.sub(rf"if self\.{_FLAG} and [^\n:]*:", f"if self.{_FLAG}:", text2)
+    text2 = re.sub(rf'if (getattr\(self, "{_FLAG}", False\)) and [^\n:]*:', r"if \1:", text2)
     return _changed(text, text2, "pipeline guard")
 
 
@@ -182,8 +182,14 @@ def flag_init_in_a_branch(text: str) -> str:
 
 def gate_on_a_missing_group(text: str) -> str:
     """A first-stage gate on ``self.pp_group`` in a forward whose class has no such attribute."""
-    old = f"if self.{_FLAG}:\n"
-    return _changed(text, text.replace(old, f"if self.{_FLAG} and self.pp_group.is_first_rank:\n"), "gate")
+    old = f'if getattr(self, "{_FLAG}", False):\n'
+    return _changed(text, text.replace(old, old[:-2] + " and self.pp_group.is_first_rank:\n"), "gate")
+
+
+def drop_plus_one_block(text: str) -> str:
+    """With -1 given, the other ids follow the release's convention test (kept raw by a first-id heuristic)."""
+    pattern = re.compile(r"^[ \t]*# patchcraft: with layer id -1 the other ids[^\n]*\n[ \t]*if [^\n]*\n[ \t]*[^\n]*\n", re.M)
+    return _changed(text, pattern.sub("", text), "+1 block after the convention test")
 
 
 MUTATIONS: dict[str, Callable[[str], str]] = {
@@ -198,6 +204,7 @@ MUTATIONS: dict[str, Callable[[str], str]] = {
     "else-flag-true": ids_without_minus_one_set_the_flag,
     "gate-missing-group": gate_on_a_missing_group,
     "flag-in-branch": flag_init_in_a_branch,
+    "no-plus-one-block": drop_plus_one_block,
 }
 
 

@@ -70,7 +70,7 @@ def _counts(text: str) -> dict:
     setter = _method(text, "DeepseekV2ForCausalLM", "set_eagle3_layers_to_capture")
     return {
         "flag initialised": init.count("self.capture_embedding_for_eagle3 = False"),
-        "embedding captured": len(re.findall(r"^\s*if self\.capture_embedding_for_eagle3\b", forward, re.M)),
+        "embedding captured": len(re.findall(r"^\s*if (self\.capture_embedding_for_eagle3\b|getattr\(self, \"capture_embedding_for_eagle3\")", forward, re.M)),
         "-1 handled in setter": setter.count("-1 in layer_ids"),
         "markers": text.count(MARKER),
     }
@@ -200,3 +200,56 @@ def test_error_lines_are_single(tmp_path: Path) -> None:
     result = patchcraft_cli("apply", str(package))
     assert result.returncode == 2
     assert len(error_lines(result.stderr)) == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def _seed_fixed(tmp_path: Path, version: str, stem: str) -> tuple[Path, Path]:
+    package = reduced_release(version, tmp_path / version, [stem], executor=False)
+    model = package / MODEL_DIR / f"{stem}.py"
+    for edit in EDITS:
+        subprocess.run(["sed", "-i", SED[edit], str(model)], check=True)
+    return package, model
+
+
+def _move_capture_before_return(text: str) -> str:
+    """The sed fix's forward block, moved to right before the ``return`` that follows it."""
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if "# Capture embedding output for EAGLE3" in line)
+    block = lines[start : start + 4]
+    rest = lines[:start] + lines[start + 4 :]
+    ret = next(i for i in range(start, len(rest)) if rest[i].strip().startswith("return"))
+    indent = rest[ret][: len(rest[ret]) - len(rest[ret].lstrip())]
+    moved = [indent + line.lstrip() if i in (0, 1) else indent + "    " + line.lstrip() for i, line in enumerate(block)]
+    return "".join(rest[:ret] + moved + rest[ret:])
+
+
+HAND_FIXES = {
+    "misplaced": (_move_capture_before_return, "is misplaced"),
+    "uncloned": (
+        lambda text: text.replace("append(hidden_states.clone() if residual is None else hidden_states + residual)", "append(hidden_states)"),
+        "does not append a copy",
+    ),
+}
+
+
+@pytest.mark.parametrize("stem", ["deepseek_v2", "llama"])
+@pytest.mark.parametrize("fault", sorted(HAND_FIXES))
+def test_a_wrong_hand_fix_fails_verify_naming_its_line(tmp_path: Path, stem: str, fault: str) -> None:
+    """A hand-made capture counts by what it does: moved before ``return`` it captures the last
+    layer's output, un-cloned it is overwritten; plain ``verify`` (no --smoke) refuses both."""
+    package, model = _seed_fixed(tmp_path, "0.5.10", stem)
+    good = patchcraft_cli("verify", "--no-runner", "--model", stem, str(package))
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "hand-applied" in good.stdout + good.stderr
+    mutate, words = HAND_FIXES[fault]
+    model.write_text(mutate(model.read_text(encoding="utf-8")), encoding="utf-8")
+    data = model.read_bytes()
+    block_line = next(n for n, line in enumerate(data.decode().splitlines(), 1) if "if self.capture_embedding_for_eagle3:" in line)
+
+    result = patchcraft_cli("verify", "--no-runner", "--model", stem, str(package))
+    assert result.returncode != 0, result.stdout
+    output = result.stdout + result.stderr
+    [line] = [l for l in output.splitlines() if words in l]
+    assert f"line {block_line}:" in line, (block_line, line)
+    assert model.read_bytes() == data
+    _FIGURES.setdefault("wrong hand fix", {})[f"{stem} {fault}"] = {"outcome": "refused", "exit": result.returncode, "message": line.split(".py: ", 1)[-1].strip()}
+    record("hand_edits", _FIGURES)
