@@ -50,6 +50,8 @@ KEEP = 32
 FORMAT = 1
 #: The package files :attr:`SglangTree.version` reads.
 VERSION_FILES = ("_version.py", "version.py", "__init__.py")
+#: The release's aux collectors, read by planning.
+COLLECTORS = "srt/layers/aux_hidden_states.py"
 
 _CODE_HASH: str | None = None
 
@@ -71,6 +73,7 @@ def inputs(tree: SglangTree) -> list[Path]:
     for folder in (tree.models_dir, tree.executor_dir):
         files.extend(sorted(folder.rglob("*.py")))
     files.extend(tree.package / name for name in VERSION_FILES)
+    files.append(tree.package / COLLECTORS)  # whether a collector copies (plan.collector_copies)
     return files
 
 

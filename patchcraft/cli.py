@@ -22,6 +22,7 @@ FORMATS = click.Choice(["text", "json"])
 REPORT_FORMATS = click.Choice(["text", "json", "github"])
 COLORS = click.Choice(["auto", "always", "never"])
 _JOBS = "patchcraft.jobs"
+_STRICT = "patchcraft.strict"
 
 
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -33,11 +34,16 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ alone (no CUDA graphs: the runner fix is not needed).")(func)
     # Not a parameter of each command: _options reads it from the context.
     func = click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N", expose_value=False, callback=_remember_jobs, help="Patch N files at once (default: one per core).")(func)
+    func = click.option("--strict", is_flag=True, expose_value=False, callback=_remember_strict, help="Unsupported models fail the run (as when named with --model).")(func)
     return func
 
 
 def _remember_jobs(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
     ctx.meta[_JOBS] = value
+
+
+def _remember_strict(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    ctx.meta[_STRICT] = value
 
 
 def _options(targets, models, output_format, color, show_diff=False, release=None, no_runner=False):
@@ -49,8 +55,17 @@ def _options(targets, models, output_format, color, show_diff=False, release=Non
         if targets:
             raise click.UsageError("give either TARGET or --release, not both")
         targets = (str(fetch(release)),)
-    jobs = click.get_current_context().meta.get(_JOBS)
-    return Options(targets=tuple(targets), models=tuple(models), output_format=output_format, color=color, show_diff=show_diff, runner=not no_runner, jobs=jobs)
+    meta = click.get_current_context().meta
+    return Options(
+        targets=tuple(targets),
+        models=tuple(models),
+        output_format=output_format,
+        color=color,
+        show_diff=show_diff,
+        runner=not no_runner,
+        jobs=meta.get(_JOBS),
+        strict=bool(meta.get(_STRICT)),
+    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -70,22 +85,26 @@ def cli() -> None:
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if anything would change.")
 @click.option("--diff", "show_diff", is_flag=True, help="Also print the unified diff.")
 @click.option("--exit-non-zero-on-fix", "fail_on_change", is_flag=True, help="Exit 1 when a file was rewritten (as formatters do under pre-commit).")
-def apply(targets, models, output_format, color, release, no_runner, check, show_diff, fail_on_change) -> None:
-    """Patch the model files in place (idempotent, atomic)."""
+@click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on the patched code before writing it.")
+def apply(targets, models, output_format, color, release, no_runner, check, show_diff, fail_on_change, no_smoke) -> None:
+    """Patch the model files in place (idempotent, atomic; proven by the CPU harness first when torch is installed)."""
     from dataclasses import replace
 
     from patchcraft.commands.apply import apply as run
 
-    options = replace(_options(targets, models, output_format, color, show_diff, release, no_runner), fail_on_change=fail_on_change)
+    options = replace(_options(targets, models, output_format, color, show_diff, release, no_runner), fail_on_change=fail_on_change, smoke=not no_smoke)
     sys.exit(run(options, check=check))
 
 
 @cli.command()
 @_common
 @click.option("--smoke", "smoke_run", is_flag=True, help="Also run the patched methods on CPU stand-ins (needs patchcraft[smoke]).")
-def verify(targets, models, output_format, color, release, no_runner, smoke_run) -> None:
+@click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on hand-made edits (it runs when torch is installed).")
+def verify(targets, models, output_format, color, release, no_runner, smoke_run, no_smoke) -> None:
     """Check each edit is present and correct; write nothing."""
-    options = _options(targets, models, output_format, color, release=release, no_runner=no_runner)
+    from dataclasses import replace
+
+    options = replace(_options(targets, models, output_format, color, release=release, no_runner=no_runner), smoke=not no_smoke)
     if smoke_run:
         from patchcraft.commands.smoke import verify_smoke
 

@@ -63,6 +63,8 @@ REVERTED = "reverted"
 CLEAN = "not-patched"
 #: The runner row on a release whose graph capture already gets the configured ids.
 NOT_NEEDED = "not-needed"
+#: A class with the setter that is no EAGLE-3 target (a draft or NextN head capturing nothing).
+NOT_APPLICABLE = "not-applicable"
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,10 @@ class ModelResult:
     compiles: bool | None = None
     idempotent: bool | None = None
     notes: tuple[str, ...] = ()
+    #: Why a model not named with ``--model`` is in the run (see :func:`select`).
+    included_by: str | None = None
+    #: Whether the CPU harness ran the code (``harness-passed`` ...; see commands/_proof.py), or None.
+    proof: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,14 +211,59 @@ def _revert_module(module: cst.Module, text: str) -> cst.Module:
 
 # -- whole tree ----------------------------------------------------------------
 
-def select(plans: Iterable[ModelPlan], tree: SglangTree, names: Sequence[str]) -> list[ModelPlan]:
-    wanted = {n.lower().removesuffix(".py") for n in names}
-    chosen = []
-    for plan in plans:
-        if wanted and not ({plan.module.lower(), plan.cls.lower(), plan.label.lower()} & wanted):
-            continue
-        chosen.append(plan)
+def select(plans: Iterable[ModelPlan], tree: SglangTree, names: Sequence[str], whole_files: bool = False) -> list[ModelPlan]:
+    """The plans ``names`` pick, closed over what they share with the others.
+
+    A model named with ``--model`` brings along every model that shares one
+    of its edit sites (``whole_files``: one of its files): patching
+    ``DeepseekV2Model.forward`` for deepseek_v2 changes Glm4MoeLite, whose
+    own ``__init__`` must then set the flag that forward reads, or its
+    server crashes on the first forward. Revert works on whole files, so it
+    closes over files. Each model brought along says why (``included_by``).
+    """
+    plans = list(plans)
+    chosen = named(plans, names)
+    if names:
+        chosen = _closure(chosen, plans, whole_files)
     return _touching(chosen, set(tree.only_files)) if tree.only_files else chosen
+
+
+def named(plans: Iterable[ModelPlan], names: Sequence[str]) -> list[ModelPlan]:
+    """The plans ``names`` name (a model file stem, a class, or ``module.Class``); all without names."""
+    wanted = {n.lower().removesuffix(".py") for n in names}
+    return [p for p in plans if not wanted or {p.module.lower(), p.cls.lower(), p.label.lower()} & wanted]
+
+
+def _closure(chosen: Sequence[ModelPlan], plans: Sequence[ModelPlan], whole_files: bool) -> list[ModelPlan]:
+    """``chosen`` plus every plan sharing a site (or a file) with one in it, to a fixpoint; in plan order."""
+
+    def shared(plan: ModelPlan) -> dict[Any, str]:
+        if whole_files:
+            return {path.resolve(): path.name for path in plan.files}
+        # A shared forward is named first: it is what crashes without its __init__ edit.
+        sites = sorted(plan.sites, key=lambda site: site.kind != "forward")
+        return {site.key: f"{site.cls}.{site.method}" for site in sites}
+
+    why: dict[str, str | None] = {plan.label: None for plan in chosen}
+    owners: dict[Any, ModelPlan] = {}
+    for plan in chosen:
+        for item in shared(plan):
+            owners.setdefault(item, plan)
+    grown = True
+    while grown:
+        grown = False
+        for plan in plans:
+            if plan.label in why:
+                continue
+            items = shared(plan)
+            hit = next((item for item in items if item in owners), None)
+            if hit is None:
+                continue
+            why[plan.label] = f"shares {items[hit]} with {owners[hit].label}"
+            for item in items:
+                owners.setdefault(item, plan)
+            grown = True
+    return [replace(plan, included_by=why[plan.label]) if why[plan.label] else plan for plan in plans if plan.label in why]
 
 
 def _touching(plans: Sequence[ModelPlan], files: set[Path]) -> list[ModelPlan]:
@@ -237,14 +288,14 @@ def _touching(plans: Sequence[ModelPlan], files: set[Path]) -> list[ModelPlan]:
     return [plan for index, plan in enumerate(plans) if index in chosen]
 
 
-def plan_tree(tree: SglangTree, names: Sequence[str] = ()) -> list[ModelPlan]:
+def plan_tree(tree: SglangTree, names: Sequence[str] = (), whole_files: bool = False) -> list[ModelPlan]:
     if not tree.models_dir.is_dir():
         raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
     scoped = None
     if tree.only_files:
         # Plan only what can reach the files named (the pre-commit case); same plans as the whole tree's.
-        scoped = plan_reaching(tree.models_dir, tree.only_files, lambda plans, files: select(plans, replace(tree, only_files=tuple(sorted(files))), names))
-    plans = scoped if scoped is not None else select(plan_models(scan(tree.models_dir)), tree, names)
+        scoped = plan_reaching(tree.models_dir, tree.only_files, lambda plans, files: select(plans, replace(tree, only_files=tuple(sorted(files))), names, whole_files))
+    plans = scoped if scoped is not None else select(plan_models(scan(tree.models_dir)), tree, names, whole_files)
     if names and not plans:
         raise PatchcraftError(
             f"{tree.models_dir}: no model matches --model {', '.join(names)} "
@@ -302,7 +353,7 @@ def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = 
 
 def _run_models(tree: SglangTree, mode: Mode, names: Sequence[str] = (), jobs: int = 1) -> RunResult:
     """Plan, transform and judge every selected model class."""
-    plans = plan_tree(tree, names)
+    plans = plan_tree(tree, names, whole_files=mode is Mode.REVERT)
     if mode is Mode.REVERT:
         return _run_revert(tree, plans)
     by_file: dict[Path, list[EditSite]] = {}
@@ -382,7 +433,8 @@ def _judge(tree, mode, plan, patches, file_errors, failed, sources) -> ModelResu
     rel = tree.relative(plan.path)
     files = tuple(tree.relative(f) for f in plan.files)
     if plan.unsupported:
-        return ModelResult(model=plan.label, path=rel, status=UNSUPPORTED, message=plan.unsupported, files=files, notes=plan.notes)
+        status = NOT_APPLICABLE if plan.not_applicable else UNSUPPORTED
+        return ModelResult(model=plan.label, path=rel, status=status, message=plan.unsupported, files=files, notes=plan.notes)
     edits = []
     for site in plan.sites:
         transform = BY_KIND[site.kind]
@@ -394,17 +446,26 @@ def _judge(tree, mode, plan, patches, file_errors, failed, sources) -> ModelResu
     compiles = None
     if mode is Mode.VERIFY:
         compiles = all(_compiles(sources[f]) for f in plan.files if f in sources)
-    common = dict(model=plan.label, path=rel, edits=tuple(edits), files=files, notes=plan.notes)
+    common = dict(model=plan.label, path=rel, edits=tuple(edits), files=files, notes=plan.notes, included_by=plan.included_by)
     if plan.label in failed:
         return ModelResult(**common, status=ERROR, message=failed[plan.label], compiles=compiles)
     if all_present:
         hand = any(e.status == "hand-applied" for e in edits)
         message = "patched (hand-applied edits recognised)" if hand else "patched"
         return ModelResult(**common, status=ALREADY, message=message, compiles=compiles, idempotent=True)
-    missing = ", ".join(e.kind for e in edits if e.status == "applied")
+    missing = _kinds([e.kind for e in edits if e.status == "applied"])
     if mode is Mode.APPLY:
-        return ModelResult(**common, status=PATCHED, message=f"added: {missing}")
-    return ModelResult(**common, status=WOULD, message=f"missing: {missing}", compiles=compiles, idempotent=False if mode is Mode.VERIFY else None)
+        return ModelResult(**common, status=PATCHED, message=f"added: {missing}{_included(plan)}")
+    return ModelResult(**common, status=WOULD, message=f"missing: {missing}{_included(plan)}", compiles=compiles, idempotent=False if mode is Mode.VERIFY else None)
+
+
+def _kinds(kinds: Sequence[str]) -> str:
+    """``setter, init, forward``; ``init (3 classes)`` when the flag goes into several ``__init__``."""
+    return ", ".join(k if kinds.count(k) == 1 else f"{k} ({kinds.count(k)} classes)" for k in dict.fromkeys(kinds))
+
+
+def _included(plan: ModelPlan) -> str:
+    return f" (not named, but {plan.included_by})" if plan.included_by else ""
 
 
 def _patch_file(item: tuple[Path, Sequence[EditSite]]) -> tuple[Source | None, FilePatch | None, str | None]:
@@ -538,9 +599,11 @@ def _run_revert(tree: SglangTree, plans: Sequence[ModelPlan]) -> RunResult:
             reverted.add(path)
     models = []
     for plan in plans:
-        status = UNSUPPORTED if plan.unsupported else (REVERTED if set(plan.files) & reverted else CLEAN)
+        status = (NOT_APPLICABLE if plan.not_applicable else UNSUPPORTED) if plan.unsupported else (REVERTED if set(plan.files) & reverted else CLEAN)
         message = plan.unsupported or ("patchcraft edits removed" if status == REVERTED else "no patchcraft edits found")
-        models.append(ModelResult(model=plan.label, path=tree.relative(plan.path), status=status, message=message, files=tuple(tree.relative(f) for f in plan.files)))
+        if plan.included_by and status == REVERTED:
+            message += f" (not named, but {plan.included_by}: reverting one without the other would leave a forward reading a flag no __init__ sets)"
+        models.append(ModelResult(model=plan.label, path=tree.relative(plan.path), status=status, message=message, files=tuple(tree.relative(f) for f in plan.files), included_by=plan.included_by))
     return RunResult(mode=Mode.REVERT, tree=tree, version=tree.version, models=tuple(models), changes=tuple(changes))
 
 
@@ -620,6 +683,42 @@ def _revert_runner(tree: SglangTree, row: dict) -> tuple[ModelResult, tuple[File
     if changes:
         return ModelResult(**row, status=REVERTED, message="patchcraft edits removed", files=files), tuple(changes)
     return ModelResult(**row, status=CLEAN, message="no patchcraft edits found"), ()
+
+
+def withhold(result: RunResult, verdicts: Mapping[str, tuple[str, str]]) -> RunResult:
+    """Record each model's proof (``label -> (proof, detail)``) and drop what failed it.
+
+    A model whose proof is ``harness-failed`` is not written, nor is any
+    file it would change; a file is written whole or not at all, so every
+    other model patching one of those files is withheld too (its other
+    files would hold half its patch), to a fixpoint. Their rows say why.
+    """
+    reasons = {label: detail for label, (proof, detail) in verdicts.items() if proof == "harness-failed"}
+    blocked: dict[str, str] = {}
+    grown = True
+    while grown:
+        grown = False
+        for model in result.models:
+            if model.model not in reasons:
+                hit = next((f for f in model.files if f in blocked), None) if model.status == PATCHED else None
+                if hit is None:
+                    continue
+                reasons[model.model] = f"{hit} is withheld because {blocked[hit]} failed the harness"
+            for path in model.files:
+                if path not in blocked:
+                    blocked[path] = model.model
+                    grown = True
+    models = []
+    for model in result.models:
+        proof = verdicts[model.model][0] if model.model in verdicts else model.proof
+        if model.model in reasons:
+            status = WOULD if model.status == PATCHED else model.status
+            message = f"not written: {reasons[model.model]}" if model.status == PATCHED else f"{model.message}; but {reasons[model.model]}"
+            models.append(replace(model, status=status, message=message, proof=proof or "harness-failed"))
+        else:
+            models.append(replace(model, proof=proof))
+    changes = tuple(c for c in result.changes if c.rel not in blocked)
+    return replace(result, models=tuple(models), changes=changes)
 
 
 def write_changes(changes: Sequence[FileChange]) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from patchcraft.engine import patch_text, select
+from patchcraft.engine import named, patch_text
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import SETTER, ClassNode, EditSite, ModelGraph, ModelPlan, read_setter
 from patchcraft.plan import plan_model, plan_models, scan
@@ -108,7 +108,7 @@ def load_model(tree: SglangTree, name: str | None) -> Model:
 
 
 def _choose_class(tree: SglangTree, graph: ModelGraph, plans: list[ModelPlan], name: str | None) -> ClassNode:
-    chosen = select(plans, tree, [name] if name else [])
+    chosen = named(plans, [name] if name else [])
     if len(chosen) > 1:
         # One module, several model classes (an MTP head next to the model): take the supported one.
         exact = [p for p in chosen if name and p.cls.lower() == name.lower()]
@@ -528,6 +528,10 @@ def _judge(facts: _Facts) -> tuple[list[Finding], list[str]]:
         _heuristic_message(facts, warnings, notes)
     if ids is not None and -1 in ids and not facts.model.patched:
         warnings.append(_unpatched_embedding(facts))
+        if facts.model.patched_texts:
+            after = serve(facts.model, ids, facts.num_layers, after_apply=True)
+            if after.states and not after.run.error:
+                notes.append(f"after `patchcraft apply`, these ids serve {states_text(after.states)}")
     _runner_message(facts, warnings, notes)
     if facts.model.plan.unsupported:
         notes.append(f"patchcraft cannot patch this model for -1: {facts.model.plan.unsupported}")
@@ -569,6 +573,11 @@ def _heuristic_message(facts: _Facts, warnings: list[Finding], notes: list[str])
             f"heuristic {condition} keeps these ids raw: id {example} means {hs(example)}, not {hs(example + 1)} "
             "as under the +1 rule; the other ids in the list decide the meaning of every id",
         ))
+    elif facts.rule.startswith("+1 rule") and facts.run.embedding:
+        notes.append(
+            f"-1 is given, so the other ids are layer outputs (+1) whatever heuristic {condition} would choose: "
+            "patchcraft's setter gives one config one meaning on every release"
+        )
     elif facts.rule.startswith("+1 rule"):
         notes.append(f"heuristic {condition} chose the +1 rule for these ids; another list could keep them raw")
 

@@ -88,6 +88,11 @@ class ModelPlan:
     unsupported: str | None = None
     delegate: str | None = None
     notes: tuple[str, ...] = ()
+    #: Why a model not named with ``--model`` is part of the run (the closure of the names).
+    included_by: str | None = None
+    #: Not an EAGLE-3 target at all (a draft or NextN head whose inner model captures nothing):
+    #: listed and counted, never a failure. ``unsupported`` says why.
+    not_applicable: bool = False
 
     @property
     def label(self) -> str:

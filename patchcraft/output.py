@@ -13,10 +13,10 @@ import sys
 from typing import Any, Callable, Sequence
 
 from patchcraft.engine import ALREADY, ERROR, PATCHED, REVERTED, UNSUPPORTED, WOULD, Mode, RunResult
-from patchcraft.engine import CLEAN, NOT_NEEDED
+from patchcraft.engine import CLEAN, NOT_APPLICABLE, NOT_NEEDED
 
 _STYLE = {PATCHED: "green", ALREADY: "green", REVERTED: "cyan", WOULD: "yellow", UNSUPPORTED: "magenta", ERROR: "bold red"}
-_STYLE.update({NOT_NEEDED: "green", CLEAN: "dim"})  # an empty style would leave a bare "[/]" (MarkupError)
+_STYLE.update({NOT_NEEDED: "green", CLEAN: "dim", NOT_APPLICABLE: "dim"})  # an empty style would leave a bare "[/]" (MarkupError)
 _EDIT_STYLE = {"applied": "green", "present": "green", "hand-applied": "green", "modified": "bold red", "error": "bold red"}
 
 
@@ -101,7 +101,7 @@ def print_results(results: Sequence[RunResult], color: str = "auto") -> None:
             continue
         for model in result.models:
             style = _STYLE.get(model.status, "")
-            console.print(f"  [{style}]{model.status:<16}[/] {escape(model.model)}  {escape(model.message)}", markup=True, highlight=False)
+            console.print(f"  [{style}]{model.status:<16}[/] {escape(model.model)}  {escape(message_of(model))}", markup=True, highlight=False)
         for line in _change_lines(result):
             console.print(line, markup=False)
 
@@ -121,16 +121,32 @@ def _change_lines(result: RunResult) -> list[str]:
 
 def _verify_cells(model) -> list[str]:
     """One verify table row, unstyled: model, status, the three edits, compiles, idempotent, message."""
-    edits = {e.kind: e for e in model.edits}
-    cells = [edits[k].status if k in edits else "-" for k in ("init", "setter", "forward")]
+    cells = [_kind_status(model, k) for k in ("init", "setter", "forward")]
     return [
         model.model,
-        "verified" if model.status == ALREADY else model.status,
+        ("not verified" if model.proof == "harness-failed" else "verified") if model.status == ALREADY else model.status,
         *[c if c != "applied" else "missing" for c in cells],
         _yes_plain(model.compiles),
         _yes_plain(model.idempotent),
-        model.message,
+        message_of(model),
     ]
+
+
+#: From worst to best: the status a column shows when a model has several edits of one kind
+#: (the flag goes into every ``__init__`` that runs a patched forward).
+_EDIT_ORDER = ("error", "modified", "applied", "hand-applied", "present")
+
+
+def _kind_status(model, kind: str) -> str:
+    statuses = [e.status for e in model.edits if e.kind == kind]
+    if not statuses:
+        return "-"
+    return min(statuses, key=lambda s: _EDIT_ORDER.index(s) if s in _EDIT_ORDER else 0)
+
+
+def message_of(model) -> str:
+    """A row's message, with the harness's verdict when it ran (or why not)."""
+    return f"{model.message}; proof: {model.proof}" if model.proof else model.message
 
 
 def plain_lines(results: Sequence[RunResult]) -> list[str]:
@@ -146,7 +162,7 @@ def plain_lines(results: Sequence[RunResult]) -> list[str]:
             widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
             lines.extend("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
             continue
-        lines.extend(f"  {model.status:<16} {model.model}  {model.message}" for model in result.models)
+        lines.extend(f"  {model.status:<16} {model.model}  {message_of(model)}" for model in result.models)
         lines.extend(_change_lines(result))
     return lines
 

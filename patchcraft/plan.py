@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ast
 import codecs
+import functools
 import re
 from pathlib import Path
+from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 from patchcraft.graph import (
@@ -36,6 +38,8 @@ from patchcraft.graph import (
 
 #: Start of the reason given for an inner model's helper setter that nothing calls.
 OWN_HELPER = "inner-model helper only:"
+#: In the reason given for a class whose inner model captures nothing (a draft or NextN head).
+NO_CAPTURE = "has no aux hidden-state capture at all"
 
 
 def scan(models_dir: Path) -> ModelGraph:
@@ -465,7 +469,43 @@ def plan_models(graph: ModelGraph) -> list[ModelPlan]:
     for key, plan in list(plans.items()):
         if plan.unsupported and plan.unsupported.startswith(OWN_HELPER) and key in edited:
             del plans[key]
+    plans = _with_inheriting_inits(graph, plans)
     return sorted(plans.values(), key=lambda p: (p.module, _line(graph, p)))
+
+
+def _with_inheriting_inits(graph: ModelGraph, plans: dict[tuple[str, str], ModelPlan]) -> dict[tuple[str, str], ModelPlan]:
+    """Give every class that runs a patched ``forward`` the flag in its own ``__init__``.
+
+    A class may inherit an inner model's capturing forward with an
+    ``__init__`` of its own and be no model's inner model (0.5.8's
+    ``MistralLarge3Model``, built through ``self.model_cls`` for the EAGLE
+    draft): the patched forward then reads a flag that class never sets.
+    Its ``__init__`` site joins every plan that patches that forward.
+    """
+    forwards: dict[tuple[str, str, str], list[EditSite]] = {}
+    for cls in list(graph.classes.values()):
+        found = _capturing_forward(graph, cls)
+        init = _init_owner(graph, cls)
+        if found is None or init is None:
+            continue
+        key = (str(found[0].path), found[0].name, "forward")
+        site = EditSite(kind="init", path=init.path, module=init.module, cls=init.name, method="__init__")
+        if site not in forwards.setdefault(key, []):
+            forwards[key].append(site)
+    result = {}
+    for key, plan in plans.items():
+        # In file and class order: a single-file run loads classes in another order than the whole tree.
+        extra = sorted((i for s in plan.sites if s.kind == "forward" for i in forwards.get(s.key, ())), key=lambda i: (str(i.path), i.cls))
+        result[key] = replace(plan, sites=tuple(_unique([*plan.sites, *extra]))) if extra else plan
+    return result
+
+
+def _init_owner(graph: ModelGraph, cls: ClassNode) -> ClassNode | None:
+    """The class whose ``__init__`` sets ``self.layers_to_capture`` for ``cls`` (where the flag goes)."""
+    return next(
+        (o for o in graph.mro(cls) if "__init__" in o.methods and assigns_self_attr(o.methods["__init__"], "layers_to_capture")),
+        None,
+    )
 
 
 def _line(graph: ModelGraph, plan: ModelPlan) -> int:
@@ -507,6 +547,7 @@ def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
     if shape.variant == "own-helper":
         return ModelPlan(
             **base,
+            not_applicable=True,
             unsupported=(
                 f"{OWN_HELPER} {where} sets its own layers_to_capture, and no model class in "
                 "sglang/srt/models calls it (no outer setter): EAGLE-3 is not wired for this model at all"
@@ -532,7 +573,7 @@ def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
     for inner in inner_classes:
         problem = _inner_sites(graph, inner, sites, notes) or _unmarked(graph, inner, setter, shape.inner_attr, where)
         if problem:
-            return ModelPlan(**base, unsupported=problem, notes=tuple(notes))
+            return ModelPlan(**base, unsupported=problem, notes=tuple(notes), not_applicable=NO_CAPTURE in problem)
     return ModelPlan(**base, sites=tuple(_unique(sites)), notes=tuple(notes))
 
 
@@ -595,7 +636,12 @@ def _plan_delegation(graph: ModelGraph, cls: ClassNode, attr: str, base: dict[st
             return ModelPlan(**base, unsupported=f"{where} delegates to {target.label}, which has no {SETTER}")
         delegate = plan_model(graph, target, depth + 1)
         if delegate.unsupported:
-            return ModelPlan(**base, unsupported=f"delegates to {target.label}: {delegate.unsupported}", delegate=target.label)
+            return ModelPlan(
+                **base,
+                unsupported=f"delegates to {target.label}: {delegate.unsupported}",
+                delegate=target.label,
+                not_applicable=delegate.not_applicable,
+            )
         sites.extend(delegate.sites)
         names.append(target.label)
         notes.extend(n for n in delegate.notes if n not in notes)
@@ -604,14 +650,11 @@ def _plan_delegation(graph: ModelGraph, cls: ClassNode, attr: str, base: dict[st
 
 def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite], notes: list[str]) -> str | None:
     """Append the init and forward sites of inner model ``inner``; or say why not."""
-    init_owner = next(
-        (o for o in graph.mro(inner) if "__init__" in o.methods and assigns_self_attr(o.methods["__init__"], "layers_to_capture")),
-        None,
-    )
+    init_owner = _init_owner(graph, inner)
     found = _capturing_forward(graph, inner)
     if init_owner is None and found is None:
         return (
-            f"{inner.label} has no aux hidden-state capture at all (no `self.layers_to_capture` in __init__, "
+            f"{inner.label} {NO_CAPTURE} (no `self.layers_to_capture` in __init__, "
             "no capture in forward): the setter has no effect on it, so EAGLE-3 itself, not only layer id -1, "
             "is unavailable for this class"
         )
@@ -620,6 +663,13 @@ def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite], not
     if found is None:
         return f"{inner.label}: forward never captures aux hidden states (no layers_to_capture in it, nor in the super().forward it calls)"
     forward_owner, forward = found
+    early = _returns_before_aux(forward)
+    if early is not None:
+        return (
+            f"{forward_owner.label}.forward returns `{ast.unparse(early.value) if early.value else 'None'}` on every non-idle batch "
+            f"(line {early.lineno}), before its aux states: none ever reaches the draft, so EAGLE-3 itself does not work "
+            "with this model in this release"
+        )
     gate = group_of(forward, "is_first_rank")
     if gate:
         gate = f"{gate}.is_first_rank"
@@ -628,6 +678,9 @@ def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite], not
     elif class_assigns(graph, forward_owner, "start_layer"):
         gate = "self.start_layer == 0"
     sites.append(EditSite(kind="init", path=init_owner.path, module=init_owner.module, cls=init_owner.name, method="__init__"))
+    params: tuple[tuple[str, str], ...] = (("gate", gate),)
+    if collector_copies(graph.models_dir, read_forward(forward).collector):
+        params += (("copies", "append"),)
     sites.append(
         EditSite(
             kind="forward",
@@ -635,12 +688,69 @@ def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite], not
             module=forward_owner.module,
             cls=forward_owner.name,
             method="forward",
-            params=(("gate", gate),),
+            params=params,
         )
     )
     for label in read_forward(forward).labels():
         if f"forward: {label}" not in notes:
             notes.append(f"forward: {label}")
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def collector_copies(models_dir: Path, collector: str) -> bool:
+    """Whether the release's collector class ``collector`` copies what its ``append`` gets.
+
+    ``AuxHiddenStatePacker.append`` (0.5.18 on) copies into its preallocated
+    buffer (``....copy_(hidden)``), so the embedding capture need not clone
+    first: that would copy twice. Read from ``srt/layers/aux_hidden_states.py``;
+    anything unclear (no such file or class, another body) means "no", and
+    the capture clones as usual.
+    """
+    path = models_dir.parent / "layers" / "aux_hidden_states.py"
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef) and stmt.name == collector:
+            append = next((f for f in stmt.body if isinstance(f, ast.FunctionDef) and f.name == "append"), None)
+            return append is not None and _copies_argument(append)
+    return False
+
+
+def _copies_argument(func: ast.FunctionDef) -> bool:
+    """``something.copy_(<first argument>)`` in ``func``'s body."""
+    if len(func.args.args) < 2:
+        return False
+    argument = func.args.args[1].arg
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "copy_"
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id == argument
+        for node in ast.walk(func)
+    )
+
+
+def _returns_before_aux(func: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Return | None:
+    """``if not <batch>.forward_mode.is_idle(): return <no aux>`` in the forward's own body.
+
+    Qwen4-Exp (0.5.20+) returns ``(hidden_states, hc_hidden_states)`` there:
+    its aux collector is returned on idle batches only, so capturing more
+    (the embedding) changes nothing the draft sees.
+    """
+    for stmt in func.body:
+        if not (isinstance(stmt, ast.If) and isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not)):
+            continue
+        call = stmt.test.operand
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "is_idle"):
+            continue
+        last = stmt.body[-1] if stmt.body else None
+        if isinstance(last, ast.Return) and not any("aux" in word for word in words_of(last)):
+            return last
     return None
 
 

@@ -14,29 +14,55 @@ from typing import Any, Sequence
 from patchcraft import __version__
 from patchcraft.engine import ALREADY, ERROR, PATCHED, REVERTED, UNSUPPORTED, WOULD, EditResult, Mode, ModelResult, RunResult
 
-from patchcraft.engine import NOT_NEEDED  # noqa: E402  (the runner row on a release without the defect)
+from patchcraft.engine import NOT_APPLICABLE, NOT_NEEDED
 
 from patchcraft.errors import CHANGED, OK, USAGE
 SCHEMA_VERSION = 1
 
 
-def exit_code(results: Sequence[RunResult], explicit: bool = False) -> int:
-    """The exit code for one command over all its targets."""
+def exit_code(results: Sequence[RunResult], names: Sequence[str] = (), strict: bool = False) -> int:
+    """The exit code for one command over all its targets.
+
+    A model patchcraft cannot patch (``unsupported``) fails the run only when
+    the user says they serve it: named with ``--model``, or ``--strict``.
+    ``not-applicable`` rows (no EAGLE-3 target at all) never do.
+    """
     models = [m for r in results for m in r.models]
     if any(m.status == ERROR for m in models):
         return USAGE
+    if any(m.proof == HARNESS_FAILED for m in models):
+        return CHANGED  # not written (apply) or not verified (verify): the harness failed it
     mode = results[0].mode if results else Mode.VERIFY
+    served = [m for m in models if m.status == UNSUPPORTED and (strict or is_named(m.model, names))]
     if mode is Mode.CHECK and any(m.status == WOULD for m in models):
         return CHANGED
-    if mode is Mode.VERIFY and any(not verified(m) for m in models):
+    if mode is Mode.VERIFY and any(not verified(m) and m.status not in (UNSUPPORTED, NOT_APPLICABLE) for m in models):
         return CHANGED
-    if mode is Mode.APPLY and explicit and any(m.status == UNSUPPORTED for m in models):
+    if mode in (Mode.APPLY, Mode.CHECK, Mode.VERIFY) and served:
         return CHANGED
     return OK
 
 
+def is_named(label: str, names: Sequence[str]) -> bool:
+    """Whether ``--model`` names this row itself (a file stem, a class, ``module.Class`` or ``runner``)."""
+    wanted = {n.lower().removesuffix(".py") for n in names}
+    module, _, cls = label.lower().rpartition(".")
+    return bool(wanted & {label.lower(), module, cls})
+
+
+def unserved(results: Sequence[RunResult], names: Sequence[str] = (), strict: bool = False) -> list[ModelResult]:
+    """Unsupported models that do not fail the run (they get one warning line)."""
+    if strict:
+        return []
+    return [m for r in results for m in r.models if m.status == UNSUPPORTED and not is_named(m.model, names)]
+
+
+#: A model's ``proof`` when the CPU harness failed its code (commands/_proof.py).
+HARNESS_FAILED = "harness-failed"
+
+
 def verified(model: ModelResult) -> bool:
-    return model.status in (ALREADY, NOT_NEEDED) and model.compiles is not False
+    return model.status in (ALREADY, NOT_NEEDED) and model.compiles is not False and model.proof != HARNESS_FAILED
 
 
 class Locator:
@@ -98,6 +124,8 @@ def model_json(model: ModelResult) -> dict[str, Any]:
         "idempotent": model.idempotent,
         "notes": list(model.notes),
         "message": model.message,
+        "included_by": model.included_by,
+        "proof": model.proof,
     }
 
 
@@ -157,7 +185,9 @@ def _level(mode: Mode, model: ModelResult) -> str | None:
     """error for what fails verify, --check or any run; warning for what only needs a look."""
     if model.status == ERROR:
         return "error"
-    if mode is Mode.VERIFY:
+    if model.status == NOT_APPLICABLE:
+        return None
+    if mode is Mode.VERIFY and model.status != UNSUPPORTED:
         return None if verified(model) else "error"
     if model.status == UNSUPPORTED:
         return "warning"

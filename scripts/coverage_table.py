@@ -63,6 +63,12 @@ JUSTIFICATIONS = {
         "them alone (the shared Qwen3-VL setter still refuses -1 for them at run time). From 0.5.22 the "
         "setter calls the body's own helper, which flags the layers, and they are patched."
     ),
+    "on every non-idle batch": (
+        "**Aux states never returned (upstream).** From 0.5.20 the Qwen4-Exp forward returns "
+        "`(hidden_states, hc_hidden_states)` on every non-idle batch, before its aux collector: no "
+        "captured state ever reaches the draft, so EAGLE-3 itself does not work with it, and an "
+        "embedding capture would change nothing the draft sees. The same rule as interns2 in 0.5.18."
+    ),
     "inner-model helper only": (
         "**Helper without a caller.** An inner model's helper setter exists, but no model class "
         "in the release calls it, so EAGLE-3 is not wired for that model at all."
@@ -79,9 +85,12 @@ For each release, `patchcraft apply` ran on the release's model files, then
 `set_eagle3_layers_to_capture`, its own or inherited when it builds a
 different inner model. Columns:
 
-- **after apply**: `patched` (all three edits made), or `unsupported`, with
-  the reason below the table. No model is skipped silently, and none ends in
-  `error`.
+- **after apply**: `patched` (all three edits made); `unsupported` (an
+  EAGLE-3 target patchcraft cannot patch; it fails a run only when named
+  with `--model` or with `--strict`); or `not-applicable` (no EAGLE-3
+  target at all: a draft or NextN head whose inner model captures nothing),
+  with the reason below the table. No model is skipped silently, and none
+  ends in `error`.
 - **verify**: `already-patched` once `apply` ran (a second `apply` changes
   nothing).
 - **files**: every file touched for that model (the inner model's
@@ -201,7 +210,7 @@ def coverage(version: str, applied, verified) -> ReleaseCoverage:
                 files=tuple(Path(f).name for f in model.files),
                 setter=" → ".join(setters) or "—",
                 forward="; ".join(forward) or "—",
-                reason=model.message if model.status in ("unsupported", "error") else "",
+                reason=model.message if model.status in ("unsupported", "not-applicable", "error") else "",
             )
         )
     return ReleaseCoverage(version=version, rows=tuple(rows))
@@ -231,7 +240,7 @@ def render_release(cov: ReleaseCoverage, note: str = "") -> str:
     lines.append(
         f"\n{len(cov.rows)} model{'' if len(cov.rows) == 1 else 's'}: {cov.count('patched')} patched by `apply`, "
         f"{cov.count('already-patched', verified=True)} already patched at `verify` after it, "
-        f"{cov.count('unsupported')} unsupported, {cov.count('error')} errors.\n"
+        f"{cov.count('unsupported')} unsupported, {cov.count('not-applicable')} not applicable, {cov.count('error')} errors.\n"
     )
     if cov.rows:
         lines.append("\n| model class | after apply | verify | files | setter | forward |\n|---|---|---|---|---|---|\n")
@@ -242,7 +251,7 @@ def render_release(cov: ReleaseCoverage, note: str = "") -> str:
             )
     unsupported = [r for r in cov.rows if r.reason]
     if unsupported:
-        lines.append("\nUnsupported (the reason `patchcraft` gives):\n\n")
+        lines.append("\nUnsupported or not applicable (the reason `patchcraft` gives):\n\n")
         lines.extend(f"- `{r.model}`: {r.reason}\n" for r in unsupported)
     shapes = Counter(s for r in cov.rows for s in ([f"setter: {r.setter}"] if r.setter != "—" else []) + [f"forward: {f}" for f in r.forward.split("; ") if f != "—"])
     if shapes:
@@ -263,15 +272,15 @@ def history(page: Path = OUT) -> str:
 def render(matrix: Sequence[ReleaseCoverage], between: Sequence[ReleaseCoverage] = (), history_section: str | None = None) -> str:
     """The page; ``history_section`` (default: the one in docs/coverage.md now) is kept at its end."""
     parts = [HEADER, SHAPES]
-    parts.append("\n## Summary\n\n| release | models | patched | already patched at verify | unsupported | errors |\n|---|---|---|---|---|---|\n")
+    parts.append("\n## Summary\n\n| release | models | patched | already patched at verify | unsupported | not applicable | errors |\n|---|---|---|---|---|---|---|\n")
     for cov in [*matrix, *between]:
         label = cov.version + (" (between)" if cov in between else "")
         parts.append(
             f"| {label} | {len(cov.rows)} | {cov.count('patched')} | {cov.count('already-patched', verified=True)} "
-            f"| {cov.count('unsupported')} | {cov.count('error')} |\n"
+            f"| {cov.count('unsupported')} | {cov.count('not-applicable')} | {cov.count('error')} |\n"
         )
     reasons = sorted({justification(r.reason) or "" for cov in [*matrix, *between] for r in cov.rows if r.reason})
-    parts.append("\n## Why these models are unsupported\n\n")
+    parts.append("\n## Why these models are unsupported or not applicable\n\n")
     parts.extend(f"- {text}\n" for text in reasons if text)
     parts.append("\n## The matrix\n")
     parts.extend(render_release(cov) for cov in matrix)

@@ -63,13 +63,30 @@ def test_check_apply_verify_revert_round_trip(tree: Path) -> None:
     doc = json.loads(verified.stdout)
     [entry] = [m for m in doc["models"] if m["model"] == "deepseek_v2.DeepseekV2ForCausalLM"]
     assert entry["status"] == "already-patched" and entry["compiles"] and entry["idempotent"]
-    # The release-wide runner row comes along with --model: CUDA-graph decode needs it.
-    assert [m["model"] for m in doc["models"]] == ["deepseek_v2.DeepseekV2ForCausalLM", "runner"]
-    assert [e["status"] for e in entry["edits"]] == ["present", "present", "present"]
+    # The models sharing its edit sites come along, each saying why, and so does the release-wide
+    # runner row (CUDA-graph decode needs it).
+    rows = {m["model"]: m for m in doc["models"]}
+    siblings = SHARING_DEEPSEEK_V2.get(tree.name, [])
+    assert list(rows) == ["deepseek_v2.DeepseekV2ForCausalLM", *siblings, "runner"]
+    assert entry["included_by"] is None
+    for sibling in siblings:
+        assert rows[sibling]["included_by"] == "shares DeepseekV2Model.forward with deepseek_v2.DeepseekV2ForCausalLM"
+    assert all(row["status"] == "already-patched" for row in rows.values() if row["model"] != "runner")
+    assert {e["status"] for e in entry["edits"]} == {"present"}
 
     reverted = patchcraft("revert", "--model", "deepseek_v2", package)
     assert reverted.returncode == 0
     assert model.read_bytes() == original
+
+
+#: The model classes that run DeepseekV2Model.forward, per release (0.5.6 has none).
+SHARING_DEEPSEEK_V2 = {
+    "0.5.10": [
+        "glm4_moe_lite.Glm4MoeLiteForCausalLM",
+        "kimi_k25.KimiK25ForConditionalGeneration",
+        "mistral_large_3_eagle.MistralLarge3ForCausalLMEagle",
+    ],
+}
 
 
 def test_diff_is_a_patch_that_git_and_patch_accept(tree: Path, tmp_path: Path) -> None:
@@ -98,8 +115,8 @@ def test_json_schema_is_stable(tree: Path) -> None:
     result = patchcraft("apply", "--check", "--format", "json", "--model", "deepseek_v2", str(tree / "sglang"))
     doc = json.loads(result.stdout)
     assert list(doc) == ["schema", "patchcraft", "command", "targets", "models", "summary"]
-    [entry] = [m for m in doc["models"] if m["model"] != "runner"]
-    assert set(entry) == {"path", "model", "status", "edits", "files", "compiles", "idempotent", "notes", "message"}
+    [entry] = [m for m in doc["models"] if m["model"] == "deepseek_v2.DeepseekV2ForCausalLM"]
+    assert set(entry) == {"path", "model", "status", "edits", "files", "compiles", "idempotent", "notes", "message", "included_by", "proof"}
     assert entry["status"] == "would-patch"
     assert {e["kind"] for e in entry["edits"]} == {"init", "setter", "forward"}
     assert doc["summary"]["exit_code"] == result.returncode == 1

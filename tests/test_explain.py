@@ -95,22 +95,38 @@ def test_first_id_heuristic_keeps_ids_raw_unless_the_first_is_one(version):
     assert any("heuristic" in n for n in shifted.notes)
 
 
-def test_first_id_heuristic_after_the_setter_edit_drops_minus_one_first(release_copy):
-    package = release_copy("0.5.15")
-    deepseek = load_model(resolve_target(str(package)), "deepseek_v2")
+def _setter_edited(release_copy, version: str, stem: str):
+    package = release_copy(version)
+    loaded = load_model(resolve_target(str(package)), stem)
     # Only the init and setter edits: the conversion does not depend on the forward.
-    for site in (s for s in deepseek.plan.sites if s.kind != "forward"):
+    for site in (s for s in loaded.plan.sites if s.kind != "forward"):
         text = site.path.read_text(encoding="utf-8")
         patch = patch_text(text, site.path, [site])
         assert not patch.errors and patch.outcomes[site.key].status == "applied"
         site.path.write_text(patch.after, encoding="utf-8")
-    edited = load_model(resolve_target(str(package)), "deepseek_v2")
-    # -1 is dropped before the test, so [2, 30] is kept raw: hs[2], hs[30], not hs[3], hs[31].
+    return load_model(resolve_target(str(package)), stem)
+
+
+def test_first_id_heuristic_after_the_setter_edit_means_plus_one_with_minus_one(release_copy):
+    edited = _setter_edited(release_copy, "0.5.15", "deepseek_v2")
+    # -1 exists only in the +1 convention: [2, 30] beside it are layer outputs, hs[3], hs[31],
+    # although the release's test would keep [2, 30] raw on its own.
     result = explain(edited, [-1, 2, 30], KIMI_LAYERS)
-    assert result.embedding and result.layers_to_capture == (2, 30)
-    assert result.served == (0, 2, 30)
-    assert "heuristic" in kinds(result)
-    assert explain(edited, [-1, 3, 31], KIMI_LAYERS).layers_to_capture == (3, 31)
+    assert result.embedding and result.layers_to_capture == (3, 31)
+    assert result.served == (0, 3, 31)
+    assert "heuristic" not in kinds(result)
+    assert any("one config one meaning" in n for n in result.notes)
+    assert explain(edited, [-1, 0, 30], KIMI_LAYERS).served == (0, 1, 31)
+    # Without -1, the release's own choice stands.
+    assert explain(edited, [2, 30, 58], KIMI_LAYERS).served == (2, 30, 58)
+
+
+def test_max_heuristic_after_the_setter_edit_means_plus_one_with_minus_one(release_copy):
+    edited = _setter_edited(release_copy, "0.5.20", "gpt_oss")
+    assert explain(edited, [-1, 2, 30], KIMI_LAYERS).served == (0, 3, 31)
+    # The test alone would keep [2, 30, 61] raw (61 = num_layers); with -1 they are +1.
+    assert explain(edited, [-1, 2, 30, 61], KIMI_LAYERS).layers_to_capture == (3, 31, 62)
+    assert explain(edited, [2, 30, 61], KIMI_LAYERS).served == (2, 30, 61)
 
 
 def test_max_heuristic_keeps_ids_raw_when_the_last_layer_is_named():

@@ -84,6 +84,7 @@ TYPES = {
     "summary": (dict,),
     "integer or null": (int, type(None)),
     "boolean or null": (bool, type(None)),
+    "string or null": (str, type(None)),
 }
 
 
@@ -255,7 +256,9 @@ def _model(status: str, message: str = "m", edits: tuple[EditResult, ...] = ()) 
     [
         (Mode.VERIFY, "already-patched", None),
         (Mode.VERIFY, "would-patch", "error"),
-        (Mode.VERIFY, "unsupported", "error"),
+        (Mode.VERIFY, "unsupported", "warning"),  # fails the run only when served (--model, --strict)
+        (Mode.VERIFY, "not-applicable", None),
+        (Mode.APPLY, "not-applicable", None),
         (Mode.CHECK, "would-patch", "error"),
         (Mode.CHECK, "unsupported", "warning"),
         (Mode.DIFF, "would-patch", "warning"),
@@ -275,7 +278,7 @@ def test_github_levels(mode: Mode, status: str, level: str | None) -> None:
 def test_github_escapes_data_and_properties() -> None:
     lines = report.github_lines([_result(Mode.VERIFY, _model("unsupported", "50% a:b,c\r\nd"))], 2)
     assert report._command("error", None, None, "patchcraft", "bad: x\ny") == "::error title=patchcraft::bad: x%0Ay"
-    assert lines[0] == "::error file=/nowhere/sglang/srt/models/mod.py,title=patchcraft verify::mod.Cls: unsupported: 50%25 a:b,c%0D%0Ad"
+    assert lines[0] == "::warning file=/nowhere/sglang/srt/models/mod.py,title=patchcraft verify::mod.Cls: unsupported: 50%25 a:b,c%0D%0Ad"
     assert report._command("error", "a,b:c.py", 3, "t:1,2", "m") == "::error file=a%2Cb%3Ac.py,line=3,title=t%3A1%2C2::m"
 
 

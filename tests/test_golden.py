@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from patchcraft.diffs import unified_diff
-from patchcraft.engine import ALREADY, ERROR, PATCHED, UNSUPPORTED, Mode, RunResult, revert_text, run, write_changes
+from patchcraft.engine import ALREADY, ERROR, NOT_APPLICABLE, PATCHED, UNSUPPORTED, Mode, RunResult, revert_text, run, write_changes
 from patchcraft.tree import resolve_target
 
 from conftest import GOLDEN, copy_release, release_package
@@ -103,8 +103,8 @@ def check_release(state: Applied) -> None:
     """No error; every supported model patched, then verified; nothing left to do."""
     assert not state.errors, state.errors
     statuses = {m.model: m.status for m in state.first.models}
-    assert set(statuses.values()) <= {PATCHED, UNSUPPORTED}, statuses
-    bad = [(m.model, m.status, m.message) for m in state.verify.models if m.status != UNSUPPORTED and not (m.status == ALREADY and m.compiles)]
+    assert set(statuses.values()) <= {PATCHED, UNSUPPORTED, NOT_APPLICABLE}, statuses
+    bad = [(m.model, m.status, m.message) for m in state.verify.models if m.status not in (UNSUPPORTED, NOT_APPLICABLE) and not (m.status == ALREADY and m.compiles)]
     assert not bad
     assert not state.verify.changes, [c.rel for c in state.verify.changes]
     for stem, reverted in state.reverted.items():

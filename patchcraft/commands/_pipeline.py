@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from patchcraft import cache, lock, output, report
+from patchcraft.commands import _proof
 from patchcraft.diffs import unified_diffs
 from patchcraft.engine import Mode, RunResult, run, write_changes
 from patchcraft.sources import remove_stale_temp_files
@@ -29,6 +30,10 @@ class Options:
     runner: bool = True
     #: Files patched at once, in worker processes (``--jobs``; None: one per core).
     jobs: int | None = None
+    #: Run the CPU harness before apply writes, and on hand-made edits in verify (``--no-smoke``: off).
+    smoke: bool = True
+    #: Unsupported models fail the run even when not named with ``--model``.
+    strict: bool = False
 
 
 def default_jobs() -> int:
@@ -63,18 +68,28 @@ def resolve_targets(targets: Sequence[str]) -> list[SglangTree]:
     return list(merged.values())
 
 
-def _run_and_write(trees: Sequence[SglangTree], mode: Mode, models: Sequence[str], runner: bool = True, jobs: int = 1) -> list[RunResult]:
-    """Read, transform and (for apply/revert) write, holding each tree's lock throughout.
+def _run_and_write(
+    trees: Sequence[SglangTree],
+    mode: Mode,
+    models: Sequence[str],
+    runner: bool = True,
+    jobs: int = 1,
+    proof: Callable[[RunResult], RunResult] | None = None,
+) -> list[RunResult]:
+    """Read, transform, prove and (for apply/revert) write, holding each tree's lock throughout.
 
     The lock covers the reads too: a second run waits, then reads what the
     first one wrote. Every check that can refuse runs before the first
-    write, and all files of all trees are written together or not at all.
+    write (``proof``, the harness, among them: what it fails is withheld),
+    and all files of all trees are written together or not at all.
     """
     writes = mode in (Mode.APPLY, Mode.REVERT)
     with lock.hold([t.models_dir for t in trees] if writes else [], on_wait=output.print_line):
         if writes:
             remove_stale_temp_files(d for t in trees for d in (t.models_dir, t.executor_dir))
         results = [_run(tree, mode, models, runner, jobs) for tree in trees]
+        if proof is not None:
+            results = [proof(result) for result in results]
         if writes:
             for result in results:
                 for change in result.changes:
@@ -88,13 +103,26 @@ def _run(tree: SglangTree, mode: Mode, models: Sequence[str], runner: bool, jobs
     return cache.cached_run(tree, mode, models, runner, lambda: run(tree, mode, models, runner=runner, jobs=jobs))
 
 
+def warn_unserved(results: Sequence[RunResult], options: Options, mode: Mode) -> None:
+    """One line for the unsupported models that do not fail this run (docs/usage.md, exit codes)."""
+    if mode in (Mode.REVERT, Mode.DIFF):
+        return
+    skipped = report.unserved(results, options.models, options.strict)
+    if skipped:
+        names = ", ".join(m.model for m in skipped[:4]) + (", ..." if len(skipped) > 4 else "")
+        output.print_line(
+            f"patchcraft: warning: {len(skipped)} unsupported model(s) not patched ({names}); "
+            "name one with --model, or pass --strict, to make that fail the run"
+        )
+
+
 def run_pipeline(options: Options, mode: Mode) -> int:
     """Run ``mode`` on every target, write if asked, print, and return the exit code."""
     trees = resolve_targets(options.targets)
     jobs = options.jobs if options.jobs is not None else default_jobs()
-    results = _run_and_write(trees, mode, options.models, options.runner, jobs)
-    explicit = bool(options.models) or any(t.only_files for t in trees)
-    code = report.exit_code(results, explicit=explicit)
+    proof = _proof.gate(mode.value, options.smoke, quiet=options.output_format == "json")
+    results = _run_and_write(trees, mode, options.models, options.runner, jobs, proof)
+    code = report.exit_code(results, options.models, options.strict)
     if options.fail_on_change and mode is Mode.APPLY and code == report.OK and any(r.changes for r in results):
         code = report.CHANGED
 
@@ -110,6 +138,7 @@ def run_pipeline(options: Options, mode: Mode) -> int:
     if options.show_diff or mode is Mode.DIFF:
         output.print_diff(diff_text(), options.color)
     output.print_results(results, options.color)
+    warn_unserved(results, options, mode)
     if options.output_format == "github":
         # Annotations on stdout, after the human summary (stderr) the log also shows.
         output.print_github(report.github_lines(results, code, base=Path.cwd()))

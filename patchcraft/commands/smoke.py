@@ -32,7 +32,7 @@ def _verify_and_smoke(options: Options, show_verify: bool) -> int:
         run(tree, Mode.VERIFY, options.models, runner=options.runner) for tree in resolve_targets(options.targets)
     ]
     runs = [smoke_tree(r.tree, options.models, models=r.models) for r in results]
-    code = report.exit_code(results, explicit=bool(options.models))
+    code = report.exit_code(results, options.models, options.strict)
     if code == report.OK and smoke_report.failed(runs):
         code = report.CHANGED
     if options.output_format == "json":

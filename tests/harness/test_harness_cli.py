@@ -16,6 +16,7 @@ from patchcraft.cli import main
 
 RELEASE = "0.5.10"
 DEEPSEEK = "deepseek_v2.DeepseekV2ForCausalLM"
+EXAONE = "exaone_moe.ExaoneMoEForCausalLM"
 
 
 def _run(argv: list[str]) -> int:
@@ -24,9 +25,9 @@ def _run(argv: list[str]) -> int:
     return exit_info.value.code
 
 
-def _hand_fixed(package: Path, clone: bool) -> Path:
-    """deepseek_v2.py with the three sed edits users apply by hand (docs: the field fix)."""
-    path = package / "srt" / "models" / "deepseek_v2.py"
+def _hand_fixed(package: Path, clone: bool, stem: str = "deepseek_v2") -> Path:
+    """A model file (deepseek_v2.py by default) with the three sed edits users apply by hand (docs: the field fix)."""
+    path = package / "srt" / "models" / f"{stem}.py"
     text = path.read_text(encoding="utf-8")
     entry = "hidden_states.clone() if residual is None else hidden_states + residual" if clone else (
         "hidden_states if residual is None else hidden_states + residual"
@@ -67,29 +68,27 @@ def test_smoke_passes_on_a_patched_tree(release_tree: Path, capsys: pytest.Captu
     assert "PASS  qwen2.Qwen2ForCausalLM" in err and "FAIL" not in err
 
 
-def test_verify_smoke_catches_a_hand_fix_without_clone(release_tree: Path, capsys: pytest.CaptureFixture) -> None:
-    """The structural check accepts the user's sed fix; running it shows the embedding is not copied."""
-    pytest.importorskip("torch")
+def test_verify_refuses_a_hand_fix_without_clone(release_tree: Path, capsys: pytest.CaptureFixture) -> None:
+    """A hand fix is judged by what it does: an un-copied embedding fails plain verify, naming the line."""
     target = [str(_hand_fixed(release_tree, clone=False)), "--model", DEEPSEEK]
-    assert _run(["verify", "--no-runner", *target]) == 0
     capsys.readouterr()
-    assert _run(["verify", "--smoke", "--no-runner", *target]) == 1
+    assert _run(["verify", "--no-runner", *target]) == 2
     err = capsys.readouterr().err
-    assert "FAIL  deepseek_v2.DeepseekV2ForCausalLM" in err
-    assert "shares storage with the embedding output" in err
-    assert _run(["smoke", "--no-runner", "--format", "github", *target]) == 1
-    (line,) = [l for l in capsys.readouterr().out.splitlines() if "patchcraft smoke" in l]
-    assert line.startswith(f"::error file={release_tree}/srt/models/deepseek_v2.py,title=patchcraft smoke fail::{DEEPSEEK}: capture:")
+    assert "does not append a copy of the embedding output" in err
 
 
 def test_the_field_hand_fix_captures_the_received_tensor_on_a_later_stage(release_tree: Path, capsys: pytest.CaptureFixture) -> None:
-    """With .clone(), the sed fix is right on one stage; with no first-stage gate it is not on a later one."""
+    """With .clone(), the sed fix is right on one stage; with no first-stage gate it is not on a later one.
+
+    (On deepseek_v2.py itself the field fix is incomplete since 0.5.8: Glm4MoeLiteModel runs the same
+    forward with its own __init__, which the fix leaves without the flag; exaone_moe.py stands alone.)
+    """
     pytest.importorskip("torch")
-    target = str(_hand_fixed(release_tree, clone=True))
-    assert _run(["verify", "--smoke", "--no-runner", "--format", "json", target, "--model", DEEPSEEK]) == 1
+    target = str(_hand_fixed(release_tree, clone=True, stem="exaone_moe"))
+    assert _run(["verify", "--smoke", "--no-runner", "--format", "json", target, "--model", EXAONE]) == 1
     document = json.loads(capsys.readouterr().out)
     assert document["command"] == "verify" and document["smoke"]["device"] == "cpu"
-    (row,) = [r for r in document["smoke"]["models"] if r["model"] == DEEPSEEK]
+    (row,) = [r for r in document["smoke"]["models"] if r["model"] == EXAONE]
     checks = {c["name"]: c for c in row["checks"]}
     assert row["status"] == "fail" and row["seconds"] > 0
     assert all(checks[name]["status"] == "pass" for name in ("init", "capture", "same", "default"))
@@ -127,12 +126,13 @@ def test_torch_that_fails_to_import_is_one_line_exit_2(tmp_path: Path) -> None:
     assert len(lines) == 1 and "needs torch" in lines[0] and "Traceback" not in proc.stderr
 
 
-def test_torch_is_not_imported_by_help_apply_or_verify(release_tree: Path) -> None:
+def test_torch_is_not_imported_by_help_apply_no_smoke_or_verify(release_tree: Path) -> None:
+    """torch loads only to prove something: apply's harness (``--no-smoke`` skips it), hand-made edits in verify."""
     target = str(release_tree / "srt" / "models" / "qwen2.py")
     code = (
         "import sys\n"
         "from patchcraft.cli import main\n"
-        f"for argv in (['--help'], ['smoke', '--help'], ['apply', '--no-runner', {target!r}], ['verify', '--no-runner', {target!r}]):\n"
+        f"for argv in (['--help'], ['smoke', '--help'], ['apply', '--no-runner', '--no-smoke', {target!r}], ['verify', '--no-runner', {target!r}]):\n"
         "    try:\n"
         "        main(argv)\n"
         "    except SystemExit:\n"

@@ -22,12 +22,8 @@ _RUNS: dict[str, SmokeRun] = {}
 
 #: Model classes the harness knows it cannot run, and why. Each must stay an ``error``
 #: row (never a silent pass); once the harness can run one, its case fails until removed.
-KNOWN_LIMITATIONS = {
-    "qwen4_exp.Qwen4ExpForConditionalGeneration": (
-        "its forward unpacks self.hyper_connection_mixer.mix(...), which has no stand-in, and outside "
-        "idle batches returns the hyper-connection states in place of the aux states"
-    ),
-}
+#: Empty since qwen4_exp became unsupported (its aux states never reach the draft).
+KNOWN_LIMITATIONS: dict[str, str] = {}
 
 
 def _cases() -> list[tuple[str, str]]:

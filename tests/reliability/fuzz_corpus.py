@@ -37,7 +37,7 @@ from typing import Optional
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from patchcraft.engine import ALREADY, ERROR, UNSUPPORTED, Mode, revert_text, run, write_changes
+from patchcraft.engine import ALREADY, ERROR, NOT_APPLICABLE, UNSUPPORTED, Mode, revert_text, run, write_changes
 from patchcraft.errors import PatchcraftError
 from patchcraft.report import exit_code
 from patchcraft.sources import decode, read_source
@@ -276,7 +276,7 @@ def judge(base: Base, data: bytes, where: OneFileTree, check_revert: bool = True
             return "violation", "a model was refused, but its file changed"
         return "refused", "" if code == 2 else f"error status but exit {code}"
     if not changed:
-        if statuses - {ALREADY, UNSUPPORTED}:
+        if statuses - {ALREADY, UNSUPPORTED, NOT_APPLICABLE}:
             return "violation", f"nothing written but statuses {sorted(statuses)}"
         return "unchanged", ""
     return _check_patched(where, data, code, check_revert)

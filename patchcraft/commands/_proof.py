@@ -1,0 +1,99 @@
+"""Proof before write: the CPU harness runs the code a command is about to write.
+
+``apply`` runs the harness (docs/harness.md) on the patched text of every
+model it changes, before anything is written; a model whose run fails or
+errors is withheld (:func:`patchcraft.engine.withhold`), with its files,
+and the others are written. ``verify`` runs it on models whose edits were
+made by hand: a hand fix is where running it pays. Without torch the
+commands stay static and say so once; the pre-commit hook's environment
+has no torch on purpose.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Callable
+
+from patchcraft import output
+from patchcraft.engine import ALREADY, PATCHED, ModelResult, RunResult, withhold
+from patchcraft.report import HARNESS_FAILED
+
+#: The ``proof`` field of a model row (docs/json.md).
+PASSED = "harness-passed"
+FAILED = HARNESS_FAILED
+NO_TORCH = "not-run (no torch)"
+SKIPPED = "skipped (--no-smoke)"
+
+
+def torch_importable() -> bool:
+    """Whether torch can be imported here (a broken install counts as absent)."""
+    try:
+        if importlib.util.find_spec("torch") is None:
+            return False
+        import torch  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _hand_made(model: ModelResult) -> bool:
+    return model.status == ALREADY and any(e.status == "hand-applied" for e in model.edits)
+
+
+def _written(model: ModelResult) -> bool:
+    return model.status == PATCHED and model.model != "runner"
+
+
+def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResult], RunResult] | None:
+    """The proof step for a command (``apply`` or ``verify``), or None for the others.
+
+    torch is imported only when a run has something to prove: a verify with
+    no hand-made edit, or an apply with nothing to write, costs nothing.
+    """
+    chosen = {"apply": _written, "verify": _hand_made}.get(mode_value)
+    if chosen is None:
+        return None
+    said: list[bool] = []
+
+    def step(result: RunResult) -> RunResult:
+        if not any(chosen(m) for m in result.models):
+            return result
+        if not smoke:
+            return _mark(result, chosen, SKIPPED)
+        if not torch_importable():
+            if not said and not quiet:
+                said.append(True)
+                output.print_line(
+                    f"patchcraft: torch is not installed, so {mode_value} is static: "
+                    "the harness did not run the patched code (pip install 'patchcraft[smoke]')"
+                )
+            return _mark(result, chosen, NO_TORCH)
+        return prove(result, chosen)
+
+    return step
+
+
+def _mark(result: RunResult, chosen: Callable[[ModelResult], bool], proof: str) -> RunResult:
+    from dataclasses import replace
+
+    models = tuple(replace(m, proof=proof) if chosen(m) else m for m in result.models)
+    return replace(result, models=models)
+
+
+def prove(result: RunResult, chosen: Callable[[ModelResult], bool]) -> RunResult:
+    """Run the harness on the chosen models of ``result`` (on the text it would write); withhold failures."""
+    models = [m for m in result.models if chosen(m)]
+    if not models:
+        return result
+    from patchcraft.harness.runner import smoke_tree
+
+    texts = {change.source.path: change.after for change in result.changes}
+    run = smoke_tree(result.tree, (), models=models, texts=texts)
+    verdicts: dict[str, tuple[str, str]] = {}
+    for row in run.results:
+        if row.status == "pass":
+            verdicts[row.model] = (PASSED, "")
+        elif row.status in ("fail", "error"):
+            verdicts[row.model] = (FAILED, f"harness {row.status}: {row.message}")
+    return withhold(result, verdicts)
+
