@@ -488,11 +488,11 @@ def _with_inheriting_inits(graph: ModelGraph, plans: dict[tuple[str, str], Model
         init = _init_owner(graph, cls)
         if found is None or init is None:
             continue
-        key = (str(found[0].path), found[0].name, "forward")
+        forward_key = (str(found[0].path), found[0].name, "forward")
         site = EditSite(kind="init", path=init.path, module=init.module, cls=init.name, method="__init__")
-        if site not in forwards.setdefault(key, []):
-            forwards[key].append(site)
-    result = {}
+        if site not in forwards.setdefault(forward_key, []):
+            forwards[forward_key].append(site)
+    result: dict[tuple[str, str], ModelPlan] = {}
     for key, plan in plans.items():
         # In file and class order: a single-file run loads classes in another order than the whole tree.
         extra = sorted((i for s in plan.sites if s.kind == "forward" for i in forwards.get(s.key, ())), key=lambda i: (str(i.path), i.cls))
