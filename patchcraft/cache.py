@@ -74,13 +74,18 @@ def inputs(tree: SglangTree) -> list[Path]:
         files.extend(sorted(folder.rglob("*.py")))
     files.extend(tree.package / name for name in VERSION_FILES)
     files.append(tree.package / COLLECTORS)  # whether a collector copies (plan.collector_copies)
+    # The allreduce-fusion row: the decision it edits, and whether layers reduce at their boundary.
+    files.append(tree.package / "srt" / "layers" / "communicator.py")
+    files.append(tree.package / "srt" / "layers" / "layer_boundary" / "__init__.py")
     return files
 
 
-def run_key(tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool) -> str | None:
+def run_key(tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool, fusion: bool = True) -> str | None:
     """The key of a run: a hex digest, or None when an input cannot be read."""
     digest = hashlib.sha256()
     header = (FORMAT, __version__, code_hash(), sys.version, _libcst_version(), mode.value, tuple(names), runner)
+    if not fusion:  # the default run keeps the key it had before the fusion row existed
+        header += ("no-fusion-fix",)
     digest.update(repr(header).encode())
     digest.update(repr((str(tree.package), str(tree.root), tuple(map(str, tree.only_files)))).encode())
     for path in inputs(tree):
@@ -202,18 +207,18 @@ def _remove(path: Path) -> None:
 
 
 def cached_run(
-    tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool, compute: Callable[[], RunResult]
+    tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool, compute: Callable[[], RunResult], fusion: bool = True
 ) -> RunResult:
     """``compute()``, or its stored result when nothing it depends on changed since."""
     if mode not in CACHEABLE or not enabled():
         return compute()
-    key = run_key(tree, mode, names, runner)
+    key = run_key(tree, mode, names, runner, fusion)
     if key is not None:
         hit = load(key)
         if hit is not None:
             return hit
     result = compute()
-    if key is not None and run_key(tree, mode, names, runner) == key:
+    if key is not None and run_key(tree, mode, names, runner, fusion) == key:
         store(key, result)
     return result
 

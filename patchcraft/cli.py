@@ -23,6 +23,7 @@ REPORT_FORMATS = click.Choice(["text", "json", "github"])
 COLORS = click.Choice(["auto", "always", "never"])
 _JOBS = "patchcraft.jobs"
 _STRICT = "patchcraft.strict"
+_NO_FUSION = "patchcraft.no_fusion_fix"
 
 
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -32,7 +33,8 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--color", type=COLORS, default="auto", show_default=True, help="Colour; NO_COLOR is honoured.")(func)
     func = click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache (fetched on first use) instead of TARGET.")(func)
     func = click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ alone (no CUDA graphs: the runner fix is not needed).")(func)
-    # Not a parameter of each command: _options reads it from the context.
+    # Not parameters of each command: _options reads them from the context.
+    func = click.option("--no-fusion-fix", "no_fusion_fix", is_flag=True, expose_value=False, callback=_remember_no_fusion, help="Leave srt/layers/communicator.py alone (the allreduce-fusion row: TP 1, or fusion disabled when serving).")(func)
     func = click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N", expose_value=False, callback=_remember_jobs, help="Patch N files at once (default: one per core).")(func)
     func = click.option("--strict", is_flag=True, expose_value=False, callback=_remember_strict, help="Unsupported models fail the run (as when named with --model).")(func)
     return func
@@ -40,6 +42,10 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _remember_jobs(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
     ctx.meta[_JOBS] = value
+
+
+def _remember_no_fusion(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    ctx.meta[_NO_FUSION] = value
 
 
 def _remember_strict(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -63,6 +69,7 @@ def _options(targets, models, output_format, color, show_diff=False, release=Non
         color=color,
         show_diff=show_diff,
         runner=not no_runner,
+        fusion=not meta.get(_NO_FUSION),
         jobs=meta.get(_JOBS),
         strict=bool(meta.get(_STRICT)),
     )
@@ -175,11 +182,12 @@ def fetch(version, dest) -> None:
 @click.option("--model", metavar="NAME", help="Model file stem or class, e.g. deepseek_v2.")
 @click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
-def explain(target, layer_ids, num_layers, model, release, output_format) -> None:
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).")
+def explain(target, layer_ids, num_layers, model, release, output_format, tp) -> None:
     """Show which hidden states these aux layer ids capture on this install."""
     from patchcraft.commands.explain import ExplainOptions, explain_command
 
-    sys.exit(explain_command(ExplainOptions(layer_ids, num_layers, target, release, model, output_format)))
+    sys.exit(explain_command(ExplainOptions(layer_ids, num_layers, target, release, model, output_format, tp=tp)))
 
 
 @cli.command(name="check-draft")
@@ -192,11 +200,12 @@ def explain(target, layer_ids, num_layers, model, release, output_format) -> Non
 @click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
 @click.option("--no-cuda-graph", "no_cuda_graph", is_flag=True, help="The server runs with --disable-cuda-graph.")
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
-def check_draft(draft_dir, target, target_model, trained_on, model, num_layers, release, no_cuda_graph, output_format) -> None:
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).")
+def check_draft(draft_dir, target, target_model, trained_on, model, num_layers, release, no_cuda_graph, output_format, tp) -> None:
     """Check a draft's aux layer ids and fc width against this install and target."""
     from patchcraft.commands.check_draft import CheckDraftOptions, check_draft_command
 
-    options = CheckDraftOptions(draft_dir, target_model, target, release, model, num_layers, trained_on, not no_cuda_graph, output_format)
+    options = CheckDraftOptions(draft_dir, target_model, target, release, model, num_layers, trained_on, not no_cuda_graph, output_format, tp=tp)
     sys.exit(check_draft_command(options))
 
 

@@ -286,9 +286,10 @@ def check_draft(
     training: Training | None,
     num_layers: int,
     cuda_graph: bool = True,
+    tp: int = 1,
 ) -> DraftReport:
-    """Compare what this install feeds ``draft`` with what it was trained on."""
-    explanation = explain(model, draft.layer_ids, num_layers)
+    """Compare what this install feeds ``draft`` with what it was trained on (served at TP ``tp``)."""
+    explanation = explain(model, draft.layer_ids, num_layers, tp=tp)
     hidden = (target.hidden_size if target else None) or draft.target_hidden_size or draft.hidden_size
     fc_states = draft.fc_in // hidden if draft.fc_in and hidden and draft.fc_in % hidden == 0 else None
     expected = expected_states(training, draft, fc_states)
@@ -301,12 +302,21 @@ def check_draft(
         _check_convention(expected, explanation),
         _check_cuda_graph(explanation, expected, cuda_graph),
     ]
+    if tp > 1:
+        checks.append(_check_fusion(explanation, tp))
     failed = [c for c in checks if c.ok is False]
     suggestion, suggestion_text = _suggest(model, expected, explanation, num_layers, bool(failed))
     verdict = failed[0].message if failed else "ok: SGLang will feed the draft " + (
         "the states it was trained on" if expected and not expected.problem else "states of the expected shape"
     )
     return DraftReport(draft, target, explanation, hidden, expected, tuple(checks), verdict, suggestion, suggestion_text)
+
+
+def _check_fusion(explanation: Explanation, tp: int) -> Check:
+    found = explanation.findings("fusion")
+    if found:
+        return Check("fusion", False, found[0].message)
+    return Check("fusion", True, f"captured layer states are all-reduced at TP {tp}")
 
 
 def _check_ids(draft: DraftConfig, explanation: Explanation) -> Check:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS
     from patchcraft.transforms import configure_ids_before_graphs as runner_transform
+    from patchcraft.transforms import keep_captured_states_reduced as fusion_transform
     from patchcraft.transforms._base import ClassSlices, Outcome, RemoveMarked, code_with_ending, marked_classes
 else:
     # libcst and the transforms load on first use: a run answered from the
@@ -38,6 +39,7 @@ else:
     BY_KIND = Deferred("patchcraft.transforms", "BY_KIND")
     RUNNER_TRANSFORMS = Deferred("patchcraft.transforms", "RUNNER_TRANSFORMS")
     runner_transform = Deferred("patchcraft.transforms.configure_ids_before_graphs")
+    fusion_transform = Deferred("patchcraft.transforms.keep_captured_states_reduced")
     ClassSlices = Deferred("patchcraft.transforms._base", "ClassSlices")
     Outcome = Deferred("patchcraft.transforms._base", "Outcome")
     RemoveMarked = Deferred("patchcraft.transforms._base", "RemoveMarked")
@@ -327,7 +329,7 @@ def _gc_paused(func: Callable[..., RunResult]) -> Callable[..., RunResult]:
 
 
 @_gc_paused
-def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = True, jobs: int = 1) -> RunResult:
+def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = True, jobs: int = 1, fusion: bool = True) -> RunResult:
     """Plan, transform and judge every selected model; no file is written here.
 
     With ``runner`` (the default), a run over a tree also checks that CUDA
@@ -336,16 +338,26 @@ def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = 
     with the default layers when the runner resets them. ``--model runner``
     selects that row alone; single-file targets leave it out.
 
+    With ``fusion`` (the default), one more row, ``allreduce-fusion``:
+    EAGLE-3 turns off the deferred all-reduce of ``srt/layers/communicator.py``
+    where a model would capture per-rank partial sums at TP > 1
+    (``--no-fusion-fix`` leaves it out; ``--model allreduce-fusion`` selects it alone).
+
     ``jobs`` > 1 patches that many files at once in worker processes; the
     result is the same as with ``jobs=1``, in the same order.
     """
-    model_names = tuple(n for n in names if n.lower() != runner_transform.ROW)
+    rows = (runner_transform.ROW, fusion_transform.ROW)
+    model_names = tuple(n for n in names if n.lower() not in rows)
+    wanted_rows = {n.lower() for n in names if n.lower() in rows}
     if names and not model_names:
         result = RunResult(mode=mode, tree=tree, version=tree.version, models=(), changes=())
     else:
         result = _run_models(tree, mode, model_names, jobs=jobs)
-    if runner and not tree.only_files:
-        row, changes = _runner_results(tree, mode)
+    extra = ((runner, runner_transform.ROW, _runner_results), (fusion, fusion_transform.ROW, _fusion_results))
+    for enabled, name, rows_of in extra:
+        if not enabled or tree.only_files or (wanted_rows and not model_names and name not in wanted_rows):
+            continue
+        row, changes = rows_of(tree, mode)
         if row is not None:
             result = replace(result, models=result.models + (row,), changes=result.changes + changes)
     return result
@@ -683,6 +695,62 @@ def _revert_runner(tree: SglangTree, row: dict) -> tuple[ModelResult, tuple[File
     if changes:
         return ModelResult(**row, status=REVERTED, message="patchcraft edits removed", files=files), tuple(changes)
     return ModelResult(**row, status=CLEAN, message="no patchcraft edits found"), ()
+
+
+# -- all-reduce fusion: captured states stay reduced at TP > 1 ---------------------
+
+def _fusion_results(tree: SglangTree, mode: Mode) -> tuple[ModelResult | None, tuple[FileChange, ...]]:
+    """The ``allreduce-fusion`` row and its change (none for a tree without ``srt/layers/``'s decision).
+
+    ``not-needed`` where no model both defers its all-reduce and captures
+    ``hidden_states + residual``, or where the release reduces at layer
+    boundaries (``srt/layers/layer_boundary``, 0.5.21 on). A partial copy of
+    a release (no ``communicator.py``, no ``layer_boundary``) gets no row.
+    """
+    path = fusion_transform.communicator_path(tree.package)
+    row = dict(model=fusion_transform.ROW, path=tree.relative(path))
+    if not path.is_file():
+        boundary = tree.package / "srt" / "layers" / "layer_boundary"
+        if boundary.is_dir():
+            return ModelResult(**dict(row, path=tree.relative(boundary)), status=NOT_NEEDED, message="not needed: layers reduce at the layer boundary, before any capture (srt/layers/layer_boundary)"), ()
+        return None, ()
+    if mode is Mode.REVERT:
+        source = read_source(path)
+        after = revert_text(source.text, path) if MARKER in source.text else source.text
+        if after != source.text:
+            return ModelResult(**row, status=REVERTED, message="patchcraft edits removed", files=(row["path"],)), (FileChange(source=source, rel=row["path"], after=after),)
+        return ModelResult(**row, status=CLEAN, message="no patchcraft edits found"), ()
+    try:
+        plan = fusion_transform.plan(tree.package, tree.models_dir)
+    except PatchcraftError as exc:
+        return ModelResult(**row, status=ERROR, message=str(exc)), ()
+    notes = tuple(f"captures partial sums: {tree.relative(p)}" for p in plan.affected)
+    if plan.not_needed:
+        return ModelResult(**row, status=NOT_NEEDED, message=plan.not_needed), ()
+    if plan.unsupported or plan.site is None:
+        return ModelResult(**row, status=UNSUPPORTED, message=plan.unsupported or "no decision found", notes=notes), ()
+    site = plan.site
+    try:
+        source = read_source(path)
+        patch = patch_text(source.text, path, [site], {fusion_transform.KIND: fusion_transform})
+    except PatchcraftError as exc:
+        return ModelResult(**row, status=ERROR, message=str(exc), notes=notes), ()
+    outcome = patch.outcomes.get(site.key)
+    files = (row["path"],)
+    edits = (EditResult(site.kind, fusion_transform.NAME, row["path"], site.cls, site.method, outcome.status if outcome else "error", outcome.detail if outcome else ""),)
+    common = dict(row, edits=edits, files=files, notes=notes)
+    compiles = _compiles(source) if mode is Mode.VERIFY else None
+    if patch.errors:
+        return ModelResult(**common, status=ERROR, message=next(iter(patch.errors.values()))), ()
+    assert outcome is not None
+    if outcome.status in ("present", "hand-applied"):
+        hand = " (hand-applied edits recognised)" if outcome.status == "hand-applied" else ""
+        return ModelResult(**common, status=ALREADY, message=f"EAGLE-3 captures reduced states at TP > 1{hand}", compiles=compiles, idempotent=True), ()
+    changes = (FileChange(source=source, rel=row["path"], after=patch.after),)
+    if mode is Mode.APPLY:
+        return ModelResult(**common, status=PATCHED, message="added: EAGLE-3 turns off the deferred all-reduce (captured states stay reduced)"), changes
+    message = "missing: at TP > 1 with all-reduce fusion, captured layer states are per-rank partial sums"
+    return ModelResult(**common, status=WOULD, message=message, compiles=compiles, idempotent=False if mode is Mode.VERIFY else None), changes
 
 
 def withhold(result: RunResult, verdicts: Mapping[str, tuple[str, str]]) -> RunResult:

@@ -328,7 +328,7 @@ class Served:
 class Finding:
     """One warning: ``kind`` says what it is about (check-draft sorts on it)."""
 
-    kind: str  # "startup" | "legacy" | "range" | "heuristic" | "embedding" | "cuda-graph"
+    kind: str  # "startup" | "legacy" | "range" | "heuristic" | "embedding" | "cuda-graph" | "fusion"
     message: str
 
     def __str__(self) -> str:
@@ -386,8 +386,10 @@ def serve(model: Model, layer_ids: Sequence[int] | None, num_layers: int, after_
     return Served(run, ((0,) if run.embedding else ()) + tuple(loop), reach)
 
 
-def explain(model: Model, layer_ids: Sequence[int] | None, num_layers: int) -> Explanation:
-    """Explain what ``layer_ids`` capture on ``model``'s install."""
+def explain(model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp: int = 1) -> Explanation:
+    """Explain what ``layer_ids`` capture on ``model``'s install (served at tensor parallelism ``tp``)."""
+    if tp < 1:
+        raise PatchcraftError(f"--tp must be positive, not {tp}")
     if num_layers < 1:
         raise PatchcraftError(f"--num-layers must be positive, not {num_layers}")
     ids = tuple(layer_ids) if layer_ids is not None else None
@@ -408,6 +410,10 @@ def explain(model: Model, layer_ids: Sequence[int] | None, num_layers: int) -> E
         num_layers=num_layers,
     )
     warnings, notes = _judge(facts)
+    if tp > 1:
+        partial = fusion_defect(model)
+        if partial:
+            warnings.append(Finding("fusion", partial))
     calls = tuple(str(c) for c in run.calls)
     return Explanation(
         version=model.tree.version,
@@ -606,6 +612,14 @@ def _runner_message(facts: _Facts, warnings: list[Finding], notes: list[str]) ->
         ))
     else:
         notes.append(f"this release resets the ids before CUDA-graph capture ({where})")
+
+
+def fusion_defect(model: Model) -> str | None:
+    """At TP > 1: the partial-sum warning when this model's capture precedes a deferred all-reduce."""
+    from patchcraft.transforms import keep_captured_states_reduced as fusion
+
+    files = tuple(model.plan.files) + (model.plan.path, model.cls.path)
+    return fusion.defect(model.tree.package, files)
 
 
 # -- the inverse: ids that capture given states --------------------------------------

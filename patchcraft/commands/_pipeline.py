@@ -28,6 +28,8 @@ class Options:
     fail_on_change: bool = False
     #: Also make CUDA-graph capture use the configured ids (``--no-runner`` turns it off).
     runner: bool = True
+    #: Also keep captured states reduced under all-reduce fusion (``--no-fusion-fix`` turns it off).
+    fusion: bool = True
     #: Files patched at once, in worker processes (``--jobs``; None: one per core).
     jobs: int | None = None
     #: Run the CPU harness before apply writes, and on hand-made edits in verify (``--no-smoke``: off).
@@ -75,6 +77,7 @@ def _run_and_write(
     runner: bool = True,
     jobs: int = 1,
     proof: Callable[[RunResult], RunResult] | None = None,
+    fusion: bool = True,
 ) -> list[RunResult]:
     """Read, transform, prove and (for apply/revert) write, holding each tree's lock throughout.
 
@@ -87,7 +90,7 @@ def _run_and_write(
     with lock.hold([t.models_dir for t in trees] if writes else [], on_wait=output.print_line):
         if writes:
             remove_stale_temp_files(d for t in trees for d in (t.models_dir, t.executor_dir))
-        results = [_run(tree, mode, models, runner, jobs) for tree in trees]
+        results = [_run(tree, mode, models, runner, jobs, fusion) for tree in trees]
         if proof is not None:
             results = [proof(result) for result in results]
         if writes:
@@ -98,9 +101,9 @@ def _run_and_write(
     return results
 
 
-def _run(tree: SglangTree, mode: Mode, models: Sequence[str], runner: bool, jobs: int) -> RunResult:
+def _run(tree: SglangTree, mode: Mode, models: Sequence[str], runner: bool, jobs: int, fusion: bool = True) -> RunResult:
     """One tree's run; a read-only one comes from the result cache when nothing it reads changed."""
-    return cache.cached_run(tree, mode, models, runner, lambda: run(tree, mode, models, runner=runner, jobs=jobs))
+    return cache.cached_run(tree, mode, models, runner, lambda: run(tree, mode, models, runner=runner, jobs=jobs, fusion=fusion), fusion=fusion)
 
 
 def warn_unserved(results: Sequence[RunResult], options: Options, mode: Mode) -> None:
@@ -121,7 +124,7 @@ def run_pipeline(options: Options, mode: Mode) -> int:
     trees = resolve_targets(options.targets)
     jobs = options.jobs if options.jobs is not None else default_jobs()
     proof = _proof.gate(mode.value, options.smoke, quiet=options.output_format == "json")
-    results = _run_and_write(trees, mode, options.models, options.runner, jobs, proof)
+    results = _run_and_write(trees, mode, options.models, options.runner, jobs, proof, fusion=options.fusion)
     code = report.exit_code(results, options.models, options.strict)
     if options.fail_on_change and mode is Mode.APPLY and code == report.OK and any(r.changes for r in results):
         code = report.CHANGED

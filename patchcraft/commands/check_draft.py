@@ -25,6 +25,8 @@ class CheckDraftOptions:
     trained_on: str | None = None
     cuda_graph: bool = True
     output_format: str = "text"
+    #: Tensor parallelism the server runs with (all-reduce fusion matters only above 1).
+    tp: int = 1
 
 
 def check_draft_command(options: CheckDraftOptions) -> int:
@@ -38,7 +40,7 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     name = options.model or (target.architectures[0] if target and target.architectures else None)
     tree = resolve_tree(options.target, options.release)
     model = load_model(tree, name)
-    report = check_draft(model, draft, target, training, num_layers, cuda_graph=options.cuda_graph)
+    report = check_draft(model, draft, target, training, num_layers, cuda_graph=options.cuda_graph, tp=options.tp)
     code = OK if report.ok else CHANGED
     return output.print_report(options.output_format, code, lambda: report_json(report, code), lambda: report_text(report))
 

@@ -21,6 +21,8 @@ class ExplainOptions:
     release: str | None = None
     model: str | None = None
     output_format: str = "text"
+    #: Tensor parallelism the server runs with (all-reduce fusion matters only above 1).
+    tp: int = 1
 
 
 def resolve_tree(target: str | None, release: str | None) -> SglangTree:
@@ -49,7 +51,7 @@ def explain_command(options: ExplainOptions) -> int:
     """Print the explanation; exit 1 when any id will not capture what it says."""
     tree = resolve_tree(options.target, options.release)
     model = load_model(tree, options.model)
-    result = explain(model, parse_ids(options.layer_ids), options.num_layers)
+    result = explain(model, parse_ids(options.layer_ids), options.num_layers, tp=options.tp)
     code = CHANGED if result.warnings else OK
     return output.print_report(options.output_format, code, lambda: explanation_json(result, code), lambda: explanation_text(result))
 
