@@ -209,6 +209,52 @@ def check_draft(draft_dir, target, target_model, trained_on, model, num_layers, 
     sys.exit(check_draft_command(options))
 
 
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--target", metavar="TARGET", help="The sglang the command imports (default: the installed one).")
+@click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="Use a prebuilt overlay (patchcraft overlay build --out DIR).")
+@click.option("--no-preflight", "no_preflight", is_flag=True, help="Launch without checking the draft against what this SGLang feeds it.")
+@click.option("--trained-on", metavar="CONV", help="The draft's training convention, as for check-draft (hf:0,3,31, specforge, speculators-v1).")
+@click.option("--no-smoke", "no_smoke", is_flag=True, help="Build the overlay without running the CPU harness on it.")
+@click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ out of the overlay.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(target, overlay_dir, no_preflight, trained_on, no_smoke, no_runner, command) -> None:
+    """Run a server command with the patches active, the install untouched: patchcraft run -- python -m sglang.launch_server ..."""
+    from patchcraft.commands.run import RunOptions, run_command
+
+    options = RunOptions(tuple(command), target, overlay_dir, not no_preflight, trained_on, not no_smoke, not no_runner)
+    sys.exit(run_command(options))
+
+
+@cli.group()
+def overlay() -> None:
+    """Patched SGLang files served at import time (for images and read-only installs)."""
+
+
+@overlay.command(name="build")
+@click.argument("target", required=False, type=click.Path())
+@click.option("--out", type=click.Path(file_okay=False), help="Write the overlay to DIR (default: a directory in the cache, keyed by the install).")
+@click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on the patched files.")
+@click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ out of the overlay.")
+@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
+def overlay_build(target, out, no_smoke, no_runner, output_format) -> None:
+    """Write the overlay and its bootstrap; print the PYTHONPATH=DIR line to set (Dockerfile ENV, manifest)."""
+    from patchcraft.commands.run import overlay_build as build
+
+    sys.exit(build(target, out, not no_runner, not no_smoke, output_format))
+
+
+@overlay.command(name="verify")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.argument("target", required=False, type=click.Path())
+@click.option("--format", "output_format", type=REPORT_FORMATS, default="text", show_default=True)
+@click.option("--color", type=COLORS, default="auto", show_default=True)
+def overlay_verify(directory, target, output_format, color) -> None:
+    """Check that an overlay matches the install it was built from and is fully patched."""
+    from patchcraft.commands.run import overlay_verify as check
+
+    sys.exit(check(directory, target, output_format, color))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point with the error policy."""
     if argv is None:
