@@ -107,9 +107,17 @@ def apply(targets, models, output_format, color, release, no_runner, check, show
 @_common
 @click.option("--smoke", "smoke_run", is_flag=True, help="Also run the patched methods on CPU stand-ins (needs patchcraft[smoke]).")
 @click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on hand-made edits (it runs when torch is installed).")
-def verify(targets, models, output_format, color, release, no_runner, smoke_run, no_smoke) -> None:
+@click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="Check the overlay in DIR instead: it matches the install (TARGET) and is fully patched.")
+def verify(targets, models, output_format, color, release, no_runner, smoke_run, no_smoke, overlay_dir) -> None:
     """Check each edit is present and correct; write nothing."""
     from dataclasses import replace
+
+    if overlay_dir:
+        from patchcraft.commands.run import overlay_verify
+
+        if len(targets) > 1:
+            raise click.UsageError("--overlay checks one install: give at most one TARGET")
+        sys.exit(overlay_verify(overlay_dir, targets[0] if targets else None, output_format, color))
 
     options = replace(_options(targets, models, output_format, color, release=release, no_runner=no_runner), smoke=not no_smoke)
     if smoke_run:

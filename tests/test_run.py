@@ -150,7 +150,7 @@ def test_a_changed_install_is_refused_by_name(install: dict) -> None:
 
 
 def test_overlay_verify_checks_it_is_fully_patched(install: dict) -> None:
-    proc = subprocess.run([sys.executable, "-m", "patchcraft", "overlay", "verify", str(install["overlay"]), str(install["package"]), "--format", "json"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "patchcraft", "verify", "--overlay", str(install["overlay"]), str(install["package"]), "--format", "json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     document = json.loads(proc.stdout)
     assert {m["status"] for m in document["models"]} <= {"already-patched", "not-needed", "unsupported", "not-applicable"}
