@@ -7,22 +7,33 @@
 # on the installed sglang; `patchcraft verify`; then the smoke run under
 # `timeout`. See docs/smoke.md for what it checks and how to read the result.
 #
+# Needs what SGLang itself needs: NVIDIA GPUs and SGLang with its CUDA
+# packages (torch with CUDA, flashinfer, sgl-kernel), as on a serving box or in
+# the SGLang image; the install step fetches them from the package index (or
+# WHEEL_DIR), which takes minutes and is not part of the smoke's time bound.
+#
 # Environment:
 #   TP              tensor-parallel size (default 1)
-#   SGLANG_VERSION  install this sglang release if it is not the installed one
+#   SGLANG_VERSION  install this sglang release if it is not the installed one (default 0.5.10)
 #   WHEEL_DIR       offline machine: pip installs from this folder (--no-index)
-#   SMOKE_TIMEOUT   seconds for the whole smoke run (default 1800)
+#   ENGINE_TIMEOUT  seconds per engine run (default 200; two runs)
+#   SMOKE_TIMEOUT   seconds for the whole smoke command (default 540, so with the
+#                   60 s kill grace it fits a 10-minute window)
+#   SMOKE_OUT       where spec.log, base.log and summary.json go (default: a new temp dir)
 #   SMOKE_FORMAT    text | json (default text)
 #   PYTHON          interpreter (default python3)
 #   SKIP_INSTALL=1  use the environment as it is
 #
 # Exit code: the smoke's (0 pass, 1 fail, 2 environment error); 124 on timeout.
+# Any failure to install sglang or patchcraft is an environment error: 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 TP=${TP:-1}
-SMOKE_TIMEOUT=${SMOKE_TIMEOUT:-1800}
+SGLANG_VERSION=${SGLANG_VERSION:-0.5.10}
+ENGINE_TIMEOUT=${ENGINE_TIMEOUT:-200}
+SMOKE_TIMEOUT=${SMOKE_TIMEOUT:-540}
 SMOKE_FORMAT=${SMOKE_FORMAT:-text}
 
 say() { printf 'gpu_smoke.sh: %s\n' "$*" >&2; }
@@ -36,13 +47,20 @@ pip_install() {
 }
 
 installed_sglang() {
-    "$PY" - <<'EOF'
+    "$PY" - <<'EOF' || { say "environment error: $PY cannot run"; exit 2; }
 import importlib.metadata as m
 try:
     print(m.version("sglang"))
 except m.PackageNotFoundError:
     pass
 EOF
+}
+
+install_or_exit() {  # install failures are the environment's: exit 2, never 1
+    if ! pip_install "$@"; then
+        say "environment error: pip install $* failed (network, index, WHEEL_DIR or CUDA packages; see above)"
+        exit 2
+    fi
 }
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -53,13 +71,13 @@ nvidia-smi -L >&2
 
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
     have=$(installed_sglang)
-    if [ -z "$have" ] || { [ -n "${SGLANG_VERSION:-}" ] && [ "$have" != "$SGLANG_VERSION" ]; }; then
+    if [ -z "$have" ] || { [ -n "$SGLANG_VERSION" ] && [ "$have" != "$SGLANG_VERSION" ]; }; then
         # sglang first: it brings the CUDA torch and the transformers it pins
         say "installing sglang${SGLANG_VERSION:+==$SGLANG_VERSION}"
-        pip_install "sglang${SGLANG_VERSION:+==$SGLANG_VERSION}"
+        install_or_exit "sglang${SGLANG_VERSION:+==$SGLANG_VERSION}"
     fi
-    pip_install -e '.[smoke]'
-    "$PY" -c 'import safetensors' 2>/dev/null || pip_install safetensors
+    install_or_exit -e '.[smoke]'
+    "$PY" -c 'import safetensors' 2>/dev/null || install_or_exit safetensors
 fi
 
 "$PY" - <<'EOF' || { say "environment error: torch/transformers/sglang not usable (see above)"; exit 2; }
@@ -75,16 +93,19 @@ say "sglang $(installed_sglang)"
 patchcraft apply
 patchcraft verify --model deepseek_v2
 
-if patchcraft smoke --help >/dev/null 2>&1; then
+OUT_DIR=${SMOKE_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/patchcraft-smoke-out.XXXXXX")}
+help=$(patchcraft smoke --help 2>/dev/null || true)
+if [[ "$help" == *--timeout* && "$help" == *--out* ]]; then
     cmd=(patchcraft smoke --device cuda)
 else
-    cmd=("$PY" -m patchcraft.gpu_smoke.run)  # same code, before the CLI wires `smoke`
+    cmd=("$PY" -m patchcraft.gpu_smoke.run)  # same code, for a CLI without --timeout/--out
 fi
 
 rc=0
 timeout --signal=TERM --kill-after=60 "$SMOKE_TIMEOUT" \
-    "${cmd[@]}" --tp "$TP" --format "$SMOKE_FORMAT" "$@" || rc=$?
+    "${cmd[@]}" --tp "$TP" --format "$SMOKE_FORMAT" --timeout "$ENGINE_TIMEOUT" --out "$OUT_DIR" "$@" || rc=$?
 if [ "$rc" = 124 ]; then
     say "smoke run exceeded ${SMOKE_TIMEOUT}s and was stopped"
 fi
+say "logs and summary: $OUT_DIR"
 exit "$rc"

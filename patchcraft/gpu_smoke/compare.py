@@ -12,8 +12,9 @@ patchcraft id ``-1`` means ``hs[0]``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 # bf16 has an 8-bit mantissa (relative step 2**-8 ~ 0.4 %).  A few layers of
 # bf16 kernels against an fp32 reference stay around 1 %; a capture of the
@@ -210,49 +211,149 @@ def compare_embedding_entry(recorded_entry: Any, embed_weight: Any, input_ids: S
     return compare_aux_hidden_states([recorded_entry], [ref0], [-1], token_rtol=token_rtol, min_good_fraction=1.0)
 
 
+# Greedy speculative decoding reproduces the baseline only up to rounding: the
+# target verifies 4 tokens at once (M=4) where the baseline decodes one (M=1),
+# and bf16 GEMMs round differently per shape.  Where the baseline's top two
+# candidates are closer than this (log-probabilities, i.e. logits, in nats),
+# a flip is rounding, not a bug.  bf16 rounds a logit of 8 to steps of 0.0625,
+# and a 1 % hidden-state error moves the tiny target's logits (std ~4.5) by
+# ~0.05; its top-2 gap is typically ~1.
+DEFAULT_TIE_MARGIN = 0.25
+
+
+def top2_margins(meta_info: Dict[str, Any]) -> Optional[List[Optional[float]]]:
+    """Per output token, the baseline's top-1 minus top-2 log-probability.
+
+    ``meta_info["output_top_logprobs"]`` as SGLang's ``Engine.generate``
+    returns it with ``return_logprob=True, top_logprobs_num=2``: one entry per
+    output token, each a list of ``(logprob, token_id, text)`` (lists after
+    JSON).  None when the key is missing or empty; an entry with fewer than two
+    finite candidates gives None at that position.
+    """
+    tops = (meta_info or {}).get("output_top_logprobs")
+    if not tops:
+        return None
+    out: List[Optional[float]] = []
+    for entry in tops:
+        vals = []
+        for cand in entry or []:
+            try:
+                v = float(cand[0])
+            except (TypeError, ValueError, IndexError):
+                continue
+            if math.isfinite(v):
+                vals.append(v)
+        vals.sort(reverse=True)
+        out.append(vals[0] - vals[1] if len(vals) >= 2 else None)
+    return out
+
+
 @dataclass
 class LosslessResult:
     ok: bool
     num_prompts: int
-    num_tokens_compared: int
+    num_tokens_compared: int  # tokens that gate the check (before each prompt's first near tie)
     first_divergence: Optional[Dict[str, int]]  # {"prompt": i, "position": j}
     message: str
+    mode: str = "exact"  # "exact" (no margins) or "margin" (gated up to the first near tie)
+    tie_margin: Optional[float] = None
+    num_tokens_total: int = 0
+    near_ties: List[Dict[str, Any]] = field(default_factory=list)  # {"prompt", "position", "margin"}
+    info: List[str] = field(default_factory=list)  # after a near tie: reported, never gating
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
 
-def compare_token_ids(spec: Sequence[Sequence[int]], base: Sequence[Sequence[int]]) -> LosslessResult:
-    """Greedy speculative decoding must reproduce the non-speculative tokens."""
-    if len(spec) != len(base):
+def _gate_end(n: int, margins: Optional[Sequence[Optional[float]]], tie_margin: float) -> Tuple[int, Optional[float]]:
+    """First position that does not gate (a near tie or an unknown margin), and its margin."""
+    if margins is None:
+        return n, None
+    for j in range(n):
+        m = margins[j] if j < len(margins) else None
+        if m is None or not math.isfinite(m) or m < tie_margin:
+            return j, m
+    return n, None
+
+
+def compare_token_ids(
+    spec: Sequence[Sequence[int]],
+    base: Sequence[Sequence[int]],
+    margins: Optional[Sequence[Optional[Sequence[Optional[float]]]]] = None,
+    *,
+    tie_margin: float = DEFAULT_TIE_MARGIN,
+) -> LosslessResult:
+    """Greedy speculative decoding must reproduce the non-speculative tokens.
+
+    Without ``margins`` every token must be identical.  With ``margins`` (per
+    prompt, from :func:`top2_margins` of the baseline; None for a prompt
+    means exact), a prompt's tokens are compared up to its first position
+    whose baseline top-2 margin is below ``tie_margin`` (or unknown).  From
+    there on the two runs may legitimately part: what happens is reported in
+    ``info`` and never fails the check.  A divergence before that point,
+    where the baseline's choice was clear, fails.  Different lengths fail
+    (the smoke ignores EOS, so both runs return ``max_new_tokens``).
+    """
+    mode = "margin" if margins is not None and any(m is not None for m in margins) else "exact"
+    total = sum(len(b) for b in base)
+    common = dict(num_prompts=len(base), mode=mode, tie_margin=tie_margin if mode == "margin" else None, num_tokens_total=total)
+    if len(spec) != len(base) or (margins is not None and len(margins) != len(base)):
+        n_m = "" if margins is None else f", {len(margins)} margin lists"
         return LosslessResult(
-            ok=False, num_prompts=len(base), num_tokens_compared=0, first_divergence=None,
-            message=f"{len(spec)} speculative outputs vs {len(base)} baseline outputs",
+            ok=False, num_tokens_compared=0, first_divergence=None,
+            message=f"{len(spec)} speculative outputs vs {len(base)} baseline outputs{n_m}", **common,
         )
     compared = 0
+    ties: List[Dict[str, Any]] = []
+    info: List[str] = []
     for i, (s, b) in enumerate(zip(spec, base)):
         s, b = list(s), list(b)
-        n = min(len(s), len(b))
-        for j in range(n):
+        m_i = margins[i] if margins is not None else None
+        end, tie = _gate_end(len(b), m_i, tie_margin)
+        for j in range(min(end, len(s))):
             if s[j] != b[j]:
+                why = ""
+                if m_i is not None:
+                    why = f"; baseline top-2 margin {m_i[j]:.3g} >= {tie_margin:g}, a clear choice"
                 return LosslessResult(
-                    ok=False, num_prompts=len(base), num_tokens_compared=compared + j,
+                    ok=False, num_tokens_compared=compared + j,
                     first_divergence={"prompt": i, "position": j},
-                    message=(
-                        f"prompt {i}: speculative output diverges at token {j} "
-                        f"(spec {s[j]} vs baseline {b[j]})"
-                    ),
+                    message=f"prompt {i}: speculative output diverges at token {j} (spec {s[j]} vs baseline {b[j]}{why})",
+                    near_ties=ties, info=info, **common,
                 )
-        compared += n
         if len(s) != len(b):
             return LosslessResult(
-                ok=False, num_prompts=len(base), num_tokens_compared=compared,
-                first_divergence={"prompt": i, "position": n},
+                ok=False, num_tokens_compared=compared + min(end, len(s)),
+                first_divergence={"prompt": i, "position": min(len(s), len(b))},
                 message=f"prompt {i}: speculative output has {len(s)} tokens, baseline {len(b)}",
+                near_ties=ties, info=info, **common,
             )
+        compared += end
+        if end < len(b):
+            ties.append({"prompt": i, "position": end, "margin": tie})
+            what = f"margin {tie:.3g} < {tie_margin:g}" if tie is not None and math.isfinite(tie) else "margin unknown"
+            diff = next((j for j in range(end, len(b)) if s[j] != b[j]), None)
+            after = "identical to the end" if diff is None else f"the outputs differ from token {diff} on"
+            info.append(f"prompt {i}: near tie at token {end} ({what}); not compared from there: {after}")
+    n_tied = len(ties)
+    if mode == "exact":
+        message = f"speculative output identical to baseline ({compared} tokens, {len(base)} prompts)"
+    elif n_tied == 0:
+        message = (
+            f"speculative output identical to baseline ({compared} tokens, {len(base)} prompts; "
+            f"no baseline top-2 margin below {tie_margin:g})"
+        )
+    else:
+        message = (
+            f"speculative output identical to baseline up to each prompt's first near tie "
+            f"({compared} of {total} tokens compared, {len(base)} prompts; {n_tied} with a top-2 margin "
+            f"below {tie_margin:g}, reported as info)"
+        )
+        if compared == 0:
+            message += "; no token was compared"
     return LosslessResult(
-        ok=True, num_prompts=len(base), num_tokens_compared=compared, first_divergence=None,
-        message=f"speculative output identical to baseline ({compared} tokens, {len(base)} prompts)",
+        ok=True, num_tokens_compared=compared, first_divergence=None, message=message,
+        near_ties=ties, info=info, **common,
     )
 
 

@@ -16,8 +16,23 @@ Reader = Callable[[str], Optional[str]]
 
 SERVER_ARGS_PATH = "sglang/srt/server_args.py"
 
-# Knob renamed in 0.5.15 (decode/prefill split); first one present wins.
+# Knob renamed in 0.5.14 (decode/prefill split); first one present wins.
 CUDA_GRAPH_BS_KEYS = ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")
+# The prefill-side graph: "piecewise CUDA graph" up to 0.5.13, the "prefill
+# CUDA graph" (breakable / tc_piecewise backends) from 0.5.14; first one present
+# wins.  SGLang turns it off by itself for speculative runs only, so the
+# baseline would prefill through other kernels than the speculative run: both
+# engines get it off.
+PREFILL_GRAPH_OFF_KEYS = ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph")
+# At tp > 1 on Hopper/Blackwell, SGLang turns the FlashInfer allreduce (+
+# add-norm) fusion on by itself for DeepSeek-style models.  patchcraft's edits
+# do not cover that path yet, so the smoke run switches the fusion off where
+# this field exists (0.5.10 on) and says so in its summary.
+ALLREDUCE_FUSION_OFF_KEY = "enforce_disable_flashinfer_allreduce_fusion"
+ENGINE_PATH = "sglang/srt/entrypoints/engine.py"
+# What the baseline asks ``Engine.generate`` for: the top-2 logprobs of every
+# output token, so near ties can be told from real divergences.
+BASELINE_LOGPROB_KWARGS = {"return_logprob": True, "top_logprobs_num": 2}
 
 
 def _module_to_paths(module: str) -> List[str]:
@@ -114,11 +129,11 @@ def build_engine_kwargs(
     eagle_topk: int = 1,
     num_draft_tokens: Optional[int] = None,
     mem_fraction_static: float = 0.3,
-    cuda_graph_max_bs: int = 4,
-    max_running_requests: int = 4,
+    cuda_graph_max_bs: int = 1,
+    max_running_requests: int = 1,
     trust_remote_code: bool = False,
     random_seed: int = 0,
-    log_level: str = "error",
+    log_level: str = "warning",
     fields: Optional[Set[str]] = None,
 ) -> Dict[str, Any]:
     """Keyword arguments for ``sglang.Engine(**kwargs)``.
@@ -127,7 +142,12 @@ def build_engine_kwargs(
     (aux layers frozen into graphs captured before the draft's ids were set)
     only shows up on graph replay.  ``eagle_topk=1`` makes every verify batch a
     plain chain of tokens, so the reference is one causal forward.  ``fields``
-    (from :func:`server_args_fields`) picks release-specific knob names.
+    (from :func:`server_args_fields`) picks release-specific knob names and
+    adds the switches that exist only in some releases: the prefill-side
+    (piecewise) graph off for both engines, and at ``tp_size > 1`` the
+    FlashInfer allreduce fusion off (:data:`ALLREDUCE_FUSION_OFF_KEY`).
+    Without ``fields`` the 0.5.10 names are used.  Prompts run one at a time,
+    so ``cuda_graph_max_bs = max_running_requests = 1``.
     """
     if tp_size < 1:
         raise ValueError("tp_size must be >= 1")
@@ -149,6 +169,13 @@ def build_engine_kwargs(
         bs_key = next((k for k in CUDA_GRAPH_BS_KEYS if k in fields), "")
     if bs_key:
         kw[bs_key] = int(cuda_graph_max_bs)
+    pw_key = PREFILL_GRAPH_OFF_KEYS[0]
+    if fields is not None:
+        pw_key = next((k for k in PREFILL_GRAPH_OFF_KEYS if k in fields), "")
+    if pw_key:
+        kw[pw_key] = True
+    if tp_size > 1 and (fields is None or ALLREDUCE_FUSION_OFF_KEY in fields):
+        kw[ALLREDUCE_FUSION_OFF_KEY] = True
     if speculative:
         if not draft_path:
             raise ValueError("speculative run needs a draft_path")
@@ -166,6 +193,38 @@ def build_engine_kwargs(
 
 def greedy_sampling_params(max_new_tokens: int) -> Dict[str, Any]:
     return {"temperature": 0.0, "max_new_tokens": int(max_new_tokens), "ignore_eos": True}
+
+
+def allreduce_fusion_note(kwargs: Dict[str, Any]) -> str:
+    """One line for the summary: how the run treats the FlashInfer allreduce fusion."""
+    if int(kwargs.get("tp_size", 1)) <= 1:
+        return "not applicable (tp 1)"
+    if kwargs.get(ALLREDUCE_FUSION_OFF_KEY):
+        return f"disabled ({ALLREDUCE_FUSION_OFF_KEY}=True), not run patched"
+    return f"release default: this release has no {ALLREDUCE_FUSION_OFF_KEY}, the fusion was not switched off"
+
+
+def engine_generate_params(read: Reader) -> Optional[Set[str]]:
+    """Parameter names of ``Engine.generate`` in the release behind ``read``
+    (None when ``engine.py`` or the method cannot be found)."""
+    src = read(ENGINE_PATH)
+    if src is None:
+        return None
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.ClassDef) and node.name == "Engine":
+            for fn in node.body:
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == "generate":
+                    a = fn.args
+                    return {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} - {"self"}
+    return None
+
+
+def baseline_generate_kwargs(read: Reader) -> Dict[str, Any]:
+    """``BASELINE_LOGPROB_KWARGS`` if this release's ``Engine.generate`` takes them, else ``{}``."""
+    params = engine_generate_params(read)
+    if params is None or not set(BASELINE_LOGPROB_KWARGS) <= params:
+        return {}
+    return dict(BASELINE_LOGPROB_KWARGS)
 
 
 def check_engine_kwargs(kwargs: Dict[str, Any], read: Reader) -> List[str]:

@@ -35,11 +35,29 @@ HOOK = (
 _state = {"seq": 0}
 
 
+def _tp_rank(runner) -> int:
+    """``ModelRunner.tp_rank`` where it exists (0.5.10, 0.5.14); releases that
+    dropped the attribute (0.5.16 to 0.5.18, 0.5.22, 0.5.23: the rank lives in
+    a parallel-state object) get the process's ``torch.distributed`` rank.  The smoke runs with pp 1, where the
+    global rank is the tp rank."""
+    rank = getattr(runner, "tp_rank", None)
+    if rank is not None:
+        return int(rank)
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        pass
+    return 0
+
+
 def _record(runner, forward_batch, result) -> None:
     out_dir = os.environ.get(ENV_DIR)
     if not out_dir:
         return
-    if getattr(runner, "is_draft_worker", False) or int(getattr(runner, "tp_rank", 0) or 0) != 0:
+    if getattr(runner, "is_draft_worker", False) or _tp_rank(runner) != 0:
         return
     logits_output = getattr(result, "logits_output", result)
     hs = getattr(logits_output, "hidden_states", None)

@@ -7,11 +7,18 @@ Flow of :func:`run_cuda_smoke`:
 2. build a tiny DeepSeek-V3 target and/or a random EAGLE-3 draft when not given;
 3. copy the installed sglang package to a temporary directory and add a
    recording probe to the *copy* (the installation is never written to);
-4. run ``sglang.Engine`` twice in child processes, greedy, CUDA graphs on:
-   with EAGLE-3 (probed copy) and without speculation (plain install);
+4. run ``sglang.Engine`` twice in child processes, greedy, decode CUDA graphs
+   on (the prefill-side piecewise graph off in both): with EAGLE-3 (probed
+   copy) and without speculation (plain install, top-2 logprobs returned);
+   each run is bounded by ``timeout_s`` (default 200 s, so the whole smoke
+   fits a 10-minute window);
 5. compare the recorded aux hidden states (prefill and verify/graph-replay
    batches) with the reference ``[hs[0], hs[a+1], hs[b+1]]``, the token ids of
-   both runs, and summarise accept length and throughput.
+   both runs up to each prompt's first near tie in the baseline, and
+   summarise accept length and throughput.
+
+With ``out_dir``, ``spec.log``, ``base.log`` (the engines' full output), their
+results (``spec.json``, ``base.json``) and ``summary.json`` are written there.
 
 Exit codes: 0 pass, 1 a check failed, 2 environment error.  torch, sglang
 and transformers are imported lazily, so this module imports anywhere.
@@ -24,6 +31,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,12 +40,23 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from . import compare as cmp
-from .engine_args import build_engine_kwargs, check_engine_kwargs, greedy_sampling_params, server_args_fields
+from .engine_args import (
+    allreduce_fusion_note,
+    baseline_generate_kwargs,
+    build_engine_kwargs,
+    check_engine_kwargs,
+    greedy_sampling_params,
+    server_args_fields,
+)
 from .wheels import source_reader
 
 EXIT_PASS, EXIT_FAIL, EXIT_ENV = 0, 1, 2
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 HF_REFERENCE_MAX_BYTES = 4 << 30  # larger targets get the embedding-only reference
+# Per engine run (start, graph capture, 4 prompts, shutdown): two runs plus the
+# checkpoint and the reference fit a 10-minute window.
+DEFAULT_ENGINE_TIMEOUT_S = 200.0
+SUMMARY_NAME = "summary.json"
 
 
 class EnvironmentProblem(RuntimeError):
@@ -201,8 +220,13 @@ def render_text(summary: Dict[str, Any]) -> str:
     lines.append(f"  layer ids  {summary.get('layer_ids')} -> {summary.get('expected')}  (reference: {summary.get('reference')})")
     if summary.get("sglang"):
         lines.append(f"  sglang     {summary['sglang'].get('version')} ({summary['sglang'].get('file')})")
+    eng = summary.get("engine") or {}
+    if eng.get("allreduce_fusion"):
+        lines.append(f"  allreduce  FlashInfer allreduce fusion: {eng['allreduce_fusion']}")
     for c in summary.get("checks", []):
         lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}]{' ' if c['ok'] else ''} {c['name']}: {c['message']}")
+    for line in (summary.get("lossless") or {}).get("info", []):
+        lines.append(f"  info   {line}")
     sp = summary.get("speed") or {}
     spec, base = sp.get("speculative") or {}, sp.get("baseline") or {}
     if spec:
@@ -212,6 +236,8 @@ def render_text(summary: Dict[str, Any]) -> str:
         )
     if summary.get("work_dir"):
         lines.append(f"  files  {summary['work_dir']}")
+    if summary.get("out_dir"):
+        lines.append(f"  out    {summary['out_dir']}")
     return "\n".join(lines)
 
 
@@ -227,6 +253,7 @@ def build_summary(
     lossless: cmp.LosslessResult,
     spec_run: Dict[str, Any],
     base_run: Dict[str, Any],
+    engine: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     checks = []
     for phase, label in (("prefill", "aux hidden states, prefill"), ("verify", "aux hidden states, verify (CUDA graph replay)")):
@@ -254,6 +281,7 @@ def build_summary(
         "records": {"used": len(assignment.items), "skipped": assignment.skipped},
         "lossless": lossless.to_dict(),
         "speed": {"speculative": spec_speed, "baseline": base_speed},
+        "engine": engine or {},
     }
 
 
@@ -328,16 +356,38 @@ def _embedding_rows_loader(model_dir: Path) -> Callable[[List[int]], Any]:
     return rows
 
 
+def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
+    """Stop the worker and everything it started (SGLang's scheduler and
+    detokenizer processes hold the GPUs): TERM the process group, then KILL."""
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _run_worker(job: Dict[str, Any], job_path: Path, env: Dict[str, str], timeout_s: float, log_path: Path) -> Dict[str, Any]:
+    """One engine run in its own session; past ``timeout_s`` the whole group is stopped."""
     job_path.write_text(json.dumps(job))
     with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "patchcraft.gpu_smoke.worker", str(job_path)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
         try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "patchcraft.gpu_smoke.worker", str(job_path)],
-                env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s,
-            )
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            _kill_group(proc)
             raise RuntimeError(f"sglang engine run timed out after {timeout_s:.0f}s (log: {log_path})") from None
+        except BaseException:
+            _kill_group(proc)
+            raise
+        _kill_group(proc)  # leftovers of a worker that exited (its children)
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
         raise RuntimeError(f"sglang engine run failed (exit {proc.returncode}, log: {log_path}): " + " | ".join(tail))
@@ -358,8 +408,9 @@ def run_cuda_smoke(
     output_format: str = "text",
     *,
     max_new_tokens: int = 24,
-    timeout_s: float = 900.0,
+    timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
     work_dir: Optional[str] = None,
+    out_dir: Optional[str] = None,
     keep_work_dir: bool = False,
     mem_fraction_static: Optional[float] = None,
     stream: Optional[TextIO] = None,
@@ -373,14 +424,34 @@ def run_cuda_smoke(
     config when a draft is given (must agree if both), default
     ``[-1, 1, n // 2]``.  ``output_format``: ``"text"`` or ``"json"``.
     ``mem_fraction_static``: default 0.3 for small targets, 0.85 for real
-    ones (SGLang's fraction covers the weights too).
+    ones (SGLang's fraction covers the weights too).  ``timeout_s``: limit
+    per engine run.  ``out_dir``: where ``spec.log``, ``base.log``, the run
+    results and ``summary.json`` go (default: the work directory, logs only).
     """
     stream = stream or sys.stdout
     if output_format not in ("text", "json"):
         raise ValueError("output_format must be 'text' or 'json'")
     tmp_root: Optional[Path] = None
     probed_root: Optional[Path] = None
+    out: Optional[Path] = Path(out_dir) if out_dir else None
+
+    def finish(summary: Dict[str, Any]) -> int:
+        if out is not None:
+            summary["out_dir"] = str(out)
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+            except OSError as e:  # the summary still goes to the stream
+                summary["out_dir_error"] = f"{type(e).__name__}: {e}"
+        emit(summary, output_format, stream)
+        return summary["exit_code"]
+
     try:
+        if out is not None:
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise EnvironmentProblem(f"--out {out}: {type(e).__name__}: {e}") from None
         tp = _check_cuda(tp)
         pkg_dir = _sglang_pkg_dir()
         read = source_reader(pkg_dir)
@@ -391,6 +462,7 @@ def run_cuda_smoke(
 
         tmp_root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="patchcraft-smoke-"))
         tmp_root.mkdir(parents=True, exist_ok=True)
+        logs = out if out is not None else tmp_root
 
         from .checkpoint import make_tiny_deepseek_v3, read_config
         from .draft import draft_layer_ids, make_tiny_eagle3_draft
@@ -422,6 +494,7 @@ def run_cuda_smoke(
         spec_kw = build_engine_kwargs(str(target), str(draft), **common)
         base_kw = build_engine_kwargs(str(target), None, speculative=False, **common)
         problems = check_engine_kwargs(spec_kw, read)
+        problems += [p for p in check_engine_kwargs(base_kw, read) if p not in problems]
         if problems:
             raise EnvironmentProblem(f"installed sglang ({pkg_dir}) does not accept the smoke settings: " + "; ".join(problems))
 
@@ -452,15 +525,16 @@ def run_cuda_smoke(
         spec_env["PYTHONPATH"] = os.pathsep.join(p for p in [str(probed_root), str(PROJECT_ROOT), pp] if p)
         spec_env[ENV_DIR] = str(probe_dir)
 
+        base_gen = baseline_generate_kwargs(read)
         spec_run = _run_worker(
             {"engine_kwargs": spec_kw, "prompts": prompts, "sampling_params": sampling,
-             "out": str(tmp_root / "spec.json"), "expect_sglang_under": str(probed_root)},
-            tmp_root / "spec-job.json", spec_env, timeout_s, tmp_root / "spec.log",
+             "out": str(logs / "spec.json"), "expect_sglang_under": str(probed_root)},
+            tmp_root / "spec-job.json", spec_env, timeout_s, logs / "spec.log",
         )
         base_run = _run_worker(
             {"engine_kwargs": base_kw, "prompts": prompts, "sampling_params": sampling,
-             "out": str(tmp_root / "base.json"), "expect_sglang_under": None},
-            tmp_root / "base-job.json", base_env, timeout_s, tmp_root / "base.log",
+             "generate_kwargs": base_gen, "out": str(logs / "base.json"), "expect_sglang_under": None},
+            tmp_root / "base-job.json", base_env, timeout_s, logs / "base.log",
         )
 
         records = _load_records(probe_dir)
@@ -479,26 +553,34 @@ def run_cuda_smoke(
         else:
             aux = compare_items_embedding_only(assignment.items, ids, _embedding_rows_loader(target))
             reference = "embedding-only"
-        lossless = cmp.compare_token_ids(spec_run["output_ids"], base_run["output_ids"])
+        metas = base_run.get("meta_info") or []
+        margins = [cmp.top2_margins(m) for m in metas] if base_gen else None
+        lossless = cmp.compare_token_ids(spec_run["output_ids"], base_run["output_ids"], margins)
+        if base_gen and lossless.mode == "exact":
+            lossless.info.append("the baseline returned no top-2 logprobs: exact comparison")
+        elif not base_gen:
+            lossless.info.append("this release's Engine.generate takes no top_logprobs_num: exact comparison")
+        engine = {
+            "speculative": spec_kw, "baseline": base_kw, "baseline_generate": base_gen,
+            "timeout_s": timeout_s, "allreduce_fusion": allreduce_fusion_note(spec_kw),
+        }
         summary = build_summary(
             tp=tp, target=str(target), draft=str(draft), layer_ids=ids, reference=reference,
             aux=aux, assignment=assignment, lossless=lossless, spec_run=spec_run, base_run=base_run,
+            engine=engine,
         )
         if not summary["ok"] or keep_work_dir or work_dir:
             summary["work_dir"] = str(tmp_root)
-        emit(summary, output_format, stream)
-        return summary["exit_code"]
+        return finish(summary)
     except (EnvironmentProblem, ValueError, KeyError, FileNotFoundError) as e:
         # environment, or unusable input (bad draft config, tp the tiny target cannot split, ...)
         msg = str(e) if isinstance(e, EnvironmentProblem) else f"{type(e).__name__}: {e}"
-        emit({"ok": False, "exit_code": EXIT_ENV, "tp": tp, "error": msg}, output_format, stream)
-        return EXIT_ENV
+        return finish({"ok": False, "exit_code": EXIT_ENV, "tp": tp, "error": msg})
     except RuntimeError as e:  # engine crashed / timed out: a failed smoke
         summary = {"ok": False, "exit_code": EXIT_FAIL, "tp": tp, "checks": [{"name": "sglang run", "ok": False, "message": str(e)}]}
         if tmp_root:
             summary["work_dir"] = str(tmp_root)
-        emit(summary, output_format, stream)
-        return EXIT_FAIL
+        return finish(summary)
     finally:
         if probed_root is not None:
             shutil.rmtree(probed_root, ignore_errors=True)
@@ -514,8 +596,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--layer-ids", help="e.g. -1,2,30")
     ap.add_argument("--format", choices=["text", "json"], default="text")
     ap.add_argument("--max-new-tokens", type=int, default=24)
-    ap.add_argument("--timeout", type=float, default=900.0, help="per engine run, seconds")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_ENGINE_TIMEOUT_S, help="per engine run, seconds (default %(default)s)")
     ap.add_argument("--work-dir")
+    ap.add_argument("--out", help="write spec.log, base.log, spec.json, base.json and summary.json here")
     ap.add_argument("--mem-fraction-static", type=float, default=None)
     argv = list(sys.argv[1:] if argv is None else argv)
     for i, tok in enumerate(argv[:-1]):  # "--layer-ids -1,2,30": value starts with "-"
@@ -531,7 +614,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return run_cuda_smoke(
         a.tp, a.model_path, a.draft_path, ids, a.format,
         max_new_tokens=a.max_new_tokens, timeout_s=a.timeout, work_dir=a.work_dir,
-        mem_fraction_static=a.mem_fraction_static,
+        out_dir=a.out, mem_fraction_static=a.mem_fraction_static,
     )
 
 

@@ -2,7 +2,9 @@
 
 ``python -m patchcraft.gpu_smoke.worker JOB.json`` reads
 ``{"engine_kwargs": {...}, "prompts": [[ids]], "sampling_params": {...},
-"out": "result.json", "expect_sglang_under": "/tmp/..." | null}``, runs the
+"generate_kwargs": {...}, "out": "result.json", "expect_sglang_under":
+"/tmp/..." | null}`` (``generate_kwargs``, optional: extra keywords for
+``Engine.generate``, e.g. ``return_logprob``), runs the
 prompts one at a time (so every forward batch belongs to one request) and
 writes ``{"output_ids": [[...]], "meta_info": [...], "elapsed_s": ...,
 "sglang_file": ..., "sglang_version": ...}``.
@@ -45,7 +47,7 @@ def main(argv=None) -> int:
         outputs, metas = [], []
         start = time.perf_counter()
         for prompt in job["prompts"]:
-            res = engine.generate(input_ids=prompt, sampling_params=job["sampling_params"])
+            res = engine.generate(input_ids=prompt, sampling_params=job["sampling_params"], **job.get("generate_kwargs", {}))
             if isinstance(res, list):
                 res = res[0]
             outputs.append([int(t) for t in res["output_ids"]])

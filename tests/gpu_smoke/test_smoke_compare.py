@@ -101,3 +101,86 @@ def test_summarize_speculation():
     assert s["accept_length"] == 2.0 and s["tokens_per_s"] == 24.0 and s["verify_steps"] == 24
     b = cmp.summarize_speculation([{"completion_tokens": 10}], 0.5)
     assert b["accept_length"] is None and b["tokens_per_s"] == 20.0
+
+
+# ------------------------------------------------- margin-aware lossless check
+
+# Baseline meta_info in the shape SGLang 0.5.10's Engine.generate returns with
+# return_logprob=True, top_logprobs_num=2 and skip_tokenizer_init (so text is
+# None), after the worker's JSON round trip: per output token, the top two
+# (logprob, token_id, text).  The values are written for the test, not taken
+# from a GPU run.  Prompt 0: clear choices, then a near tie at token 3 (margin
+# 0.03).  Prompt 1: clear choices throughout.
+BASE_OUT = [[11, 12, 13, 14, 15, 16], [21, 22, 23, 24]]
+BASE_META = [
+    {"completion_tokens": 6, "output_top_logprobs": [
+        [[-0.21, 11, None], [-2.35, 40, None]],
+        [[-0.48, 12, None], [-1.52, 41, None]],
+        [[-0.90, 13, None], [-1.30, 42, None]],
+        [[-0.72, 14, None], [-0.75, 43, None]],  # near tie: 14 vs 43
+        [[-0.10, 15, None], [-3.10, 44, None]],
+        [[-0.33, 16, None], [-1.90, 45, None]],
+    ]},
+    {"completion_tokens": 4, "output_top_logprobs": [
+        [[-0.05, 21, None], [-3.60, 50, None]],
+        [[-0.62, 22, None], [-1.12, 51, None]],
+        [[-0.41, 23, None], [-1.77, 52, None]],
+        [[-0.26, 24, None], [-2.01, 53, None]],
+    ]},
+]
+
+
+def _margins(metas=BASE_META):
+    return [cmp.top2_margins(m) for m in metas]
+
+
+def test_top2_margins_from_recorded_meta_info():
+    m = _margins()
+    assert [round(x, 6) for x in m[0]] == [2.14, 1.04, 0.4, 0.03, 3.0, 1.57]
+    assert [round(x, 6) for x in m[1]] == [3.55, 0.5, 1.36, 1.75]
+    # tuples (before JSON) and unsorted candidates give the same margin
+    assert cmp.top2_margins({"output_top_logprobs": [[(-1.5, 7, None), (-0.5, 8, None)]]}) == [1.0]
+    assert cmp.top2_margins({"completion_tokens": 3}) is None  # no logprobs returned
+    assert cmp.top2_margins({"output_top_logprobs": [None, [[-0.1, 1, None]]]}) == [None, None]
+
+
+def test_near_tie_flip_does_not_fail():
+    # the speculative run (verify, M=4) took the runner-up at the near tie, then went its own way
+    spec = [[11, 12, 13, 43, 60, 61], [21, 22, 23, 24]]
+    res = cmp.compare_token_ids(spec, BASE_OUT, _margins())
+    assert res.ok, res.message
+    assert res.mode == "margin" and res.tie_margin == cmp.DEFAULT_TIE_MARGIN
+    assert res.num_tokens_compared == 3 + 4 and res.num_tokens_total == 10
+    assert res.near_ties == [{"prompt": 0, "position": 3, "margin": pytest.approx(0.03)}]
+    assert res.info == ["prompt 0: near tie at token 3 (margin 0.03 < 0.25); not compared from there: the outputs differ from token 3 on"]
+    assert "7 of 10 tokens compared" in res.message
+    # the same data compared exactly (the old check) fails falsely
+    assert not cmp.compare_token_ids(spec, BASE_OUT).ok
+
+
+def test_clear_margin_divergence_fails():
+    spec = [[11, 12, 13, 14, 15, 16], [21, 51, 23, 24]]  # token 1 of prompt 1: margin 0.5
+    res = cmp.compare_token_ids(spec, BASE_OUT, _margins())
+    assert not res.ok
+    assert res.first_divergence == {"prompt": 1, "position": 1}
+    assert "diverges at token 1 (spec 51 vs baseline 22; baseline top-2 margin 0.5 >= 0.25" in res.message
+    # before the near tie of prompt 0, a divergence fails as well
+    spec0 = [[11, 12, 42, 14, 15, 16], [21, 22, 23, 24]]
+    res0 = cmp.compare_token_ids(spec0, BASE_OUT, _margins())
+    assert not res0.ok and res0.first_divergence == {"prompt": 0, "position": 2}
+    # a stricter threshold ungates token 1 of prompt 1 (margin 0.5): then it is info only
+    assert cmp.compare_token_ids(spec, BASE_OUT, _margins(), tie_margin=0.6).ok
+
+
+def test_unknown_margin_stops_gating_and_lengths_still_count():
+    metas = [dict(BASE_META[0]), {"completion_tokens": 4, "output_top_logprobs": BASE_META[1]["output_top_logprobs"][:2]}]
+    margins = _margins(metas)  # prompt 1: margins for 2 of its 4 tokens only
+    res = cmp.compare_token_ids([BASE_OUT[0], [21, 22, 99, 98]], BASE_OUT, margins)
+    assert res.ok and res.near_ties[-1] == {"prompt": 1, "position": 2, "margin": None}
+    assert "margin unknown" in res.info[-1]
+    # a prompt without margins is compared exactly
+    assert not cmp.compare_token_ids([BASE_OUT[0], [21, 22, 99, 98]], BASE_OUT, [margins[0], None]).ok
+    # different lengths fail whatever the margins (the smoke ignores EOS)
+    short = cmp.compare_token_ids([BASE_OUT[0][:3], BASE_OUT[1]], BASE_OUT, _margins())
+    assert not short.ok and "has 3 tokens, baseline 6" in short.message
+    assert not cmp.compare_token_ids(BASE_OUT, BASE_OUT, _margins()[:1]).ok

@@ -51,3 +51,45 @@ def test_script_syntax_and_no_gpu_exit(tmp_path):
     p = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 2
     assert "no NVIDIA GPU visible" in p.stderr
+
+
+def _gpu_ok_env(tmp_path, pythonpath):
+    """A PATH whose nvidia-smi reports one GPU, and a PYTHONPATH whose ``pip`` fails."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    smi = fake_bin / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-fake)'\n")
+    smi.chmod(0o755)
+    fake_pip = tmp_path / "fakepip" / "pip"
+    fake_pip.mkdir(parents=True)
+    (fake_pip / "__init__.py").write_text("")
+    (fake_pip / "__main__.py").write_text(
+        "import sys\nprint('ERROR: Could not find a version that satisfies the requirement (fake pip)', file=sys.stderr)\nsys.exit(1)\n"
+    )
+    env = dict(os.environ, PATH=f"{fake_bin}{os.pathsep}{os.environ.get('PATH', '')}", PYTHON=sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "fakepip"), *pythonpath])
+    for k in ("SKIP_INSTALL", "SGLANG_VERSION", "WHEEL_DIR"):
+        env.pop(k, None)
+    return env
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_script_install_failure_is_exit_2(tmp_path):
+    # sglang missing: installing sglang==0.5.10 (the default) fails -> 2, not pip's 1
+    p = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=_gpu_ok_env(tmp_path, []), timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "installing sglang==0.5.10" in p.stderr
+    assert "environment error: pip install sglang==0.5.10 failed" in p.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_script_patchcraft_install_failure_is_exit_2(tmp_path):
+    # sglang 0.5.10 "installed" (metadata only): the next install, patchcraft[smoke], fails -> 2
+    site = tmp_path / "site"
+    dist = site / "sglang-0.5.10.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.10\n")
+    p = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=_gpu_ok_env(tmp_path, [str(site)]), timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "installing sglang" not in p.stderr
+    assert "environment error: pip install -e .[smoke] failed" in p.stderr

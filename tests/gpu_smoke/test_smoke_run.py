@@ -116,6 +116,13 @@ def _fake_sglang(root, engine_kwargs_fields):
     (pkg / "srt" / "server_args.py").write_text(
         "from dataclasses import dataclass\n@dataclass\nclass ServerArgs:\n" + fields
     )
+    (pkg / "srt" / "entrypoints").mkdir(parents=True)
+    (pkg / "srt" / "entrypoints" / "engine.py").write_text(  # read statically, as the real one is
+        "class Engine:\n"
+        "    def generate(self, prompt=None, sampling_params=None, input_ids=None,\n"
+        "                 return_logprob=False, logprob_start_len=None, top_logprobs_num=None):\n"
+        "        pass\n"
+    )
     (pkg / "srt" / "model_executor" / "model_runner.py").write_text(textwrap.dedent("""
         import types
 
@@ -135,6 +142,13 @@ def _fake_sglang(root, engine_kwargs_fields):
         class Engine:
             def __init__(self, **kw):
                 self.spec = kw.get("speculative_algorithm") == "EAGLE3"
+                if os.environ.get("FAKE_SGLANG_HANG"):
+                    import subprocess, sys, time
+                    # a child like SGLang's scheduler: must not outlive the timeout
+                    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+                    with open(os.environ["FAKE_SGLANG_HANG"], "w") as f:
+                        f.write(str(child.pid))
+                    time.sleep(300)
                 with open(os.environ["FAKE_SGLANG_SCRIPT"]) as f:
                     self.script = json.load(f)
                 if self.spec:
@@ -155,10 +169,20 @@ def _fake_sglang(root, engine_kwargs_fields):
                 fb.fake_hs = f["hs"][:, :2]
                 self.draft.forward(fb)  # draft outputs are never recorded
 
-            def generate(self, input_ids, sampling_params):
+            def generate(self, input_ids, sampling_params, return_logprob=False, top_logprobs_num=None):
                 key = json.dumps(input_ids)
-                out = self.script[key][: sampling_params["max_new_tokens"]]
+                entry = self.script[key]
+                if isinstance(entry, dict):  # {"spec": [...], "base": [...], "margins": [...]}
+                    out, margins = entry["spec" if self.spec else "base"], entry["margins"]
+                else:
+                    out, margins = entry, [2.0] * len(entry)
+                out = out[: sampling_params["max_new_tokens"]]
                 meta = {"completion_tokens": len(out)}
+                if return_logprob and top_logprobs_num:
+                    meta["output_top_logprobs"] = [
+                        [(-0.1, t, None), (-0.1 - m, (t + 1) % 256, None)][:top_logprobs_num]
+                        for t, m in zip(out, margins)
+                    ]
                 if self.spec:
                     for f in self.forwards[key]:
                         self._run(f)
@@ -215,8 +239,12 @@ def test_probe_is_added_to_a_copy_only(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- end to end
 
 
-def _prepare(tmp_path, hf_model, bug=None, n_new=5):
-    """Script the fake engine from the HF reference; ``bug`` corrupts verify batches."""
+def _prepare(tmp_path, hf_model, bug=None, n_new=5, flip=None):
+    """Script the fake engine from the HF reference; ``bug`` corrupts verify batches.
+
+    ``flip``: the baseline's output for prompt 0 parts from the speculative one
+    at token 2, where its top-2 margin is 0.05 (``"near-tie"``) or 1.0 (``"clear"``).
+    """
     import torch
 
     from patchcraft.gpu_smoke.checkpoint import hf_reference_hidden_states
@@ -228,6 +256,10 @@ def _prepare(tmp_path, hf_model, bug=None, n_new=5):
         full = p + out
         key = json.dumps(p)
         script[key] = out
+        if flip and p == prompts[0]:
+            margins = [2.0] * n_new
+            margins[2] = 0.05 if flip == "near-tie" else 1.0
+            script[key] = {"spec": out, "base": out[:2] + [(t + 3) % 250 + 2 for t in out[2:]], "margins": margins}
         fw = []
 
         def aux(seq, rows, which=(0, 2, 3)):
@@ -317,3 +349,111 @@ def test_tp_the_tiny_target_cannot_split_is_exit_2(tmp_path, fake_env):
     assert code == 2
     assert s.getvalue().startswith("patchcraft smoke: environment error: ValueError")
     assert "not divisible by tp_size=3" in s.getvalue()
+
+
+@pytest.mark.parametrize("flip", ["near-tie", "clear"])
+def test_lossless_is_margin_aware_end_to_end(tmp_path, monkeypatch, fake_env, hf_model, tiny_target, flip):
+    script, forwards = _prepare(tmp_path, hf_model, flip=flip)
+    monkeypatch.setenv("FAKE_SGLANG_SCRIPT", str(script))
+    monkeypatch.setenv("FAKE_SGLANG_FORWARDS", str(forwards))
+    out_dir = tmp_path / "out"
+    s = io.StringIO()
+    code = smoke.run_cuda_smoke(
+        None, str(tiny_target), None, [-1, 1, 2], "text",
+        max_new_tokens=5, timeout_s=120, work_dir=str(tmp_path / "work"), out_dir=str(out_dir), stream=s,
+    )
+    summary = json.loads((out_dir / "summary.json").read_text())
+    for name in ("spec.log", "base.log", "spec.json", "base.json"):
+        assert (out_dir / name).is_file(), name
+    assert summary["exit_code"] == code and summary["out_dir"] == str(out_dir)
+    eng = summary["engine"]
+    assert eng["baseline_generate"] == {"return_logprob": True, "top_logprobs_num": 2}
+    for kw in (eng["speculative"], eng["baseline"]):
+        assert kw["disable_piecewise_cuda_graph"] is True and kw["log_level"] == "warning"
+        assert kw["cuda_graph_max_bs"] == 1 and kw["max_running_requests"] == 1
+    assert eng["allreduce_fusion"] == "not applicable (tp 1)" and eng["timeout_s"] == 120
+    text = s.getvalue()
+    assert "allreduce  FlashInfer allreduce fusion: not applicable (tp 1)" in text
+    lossless = summary["lossless"]
+    assert lossless["mode"] == "margin"
+    if flip == "near-tie":
+        assert code == 0 and summary["ok"], summary["checks"]
+        assert lossless["near_ties"] == [{"prompt": 0, "position": 2, "margin": pytest.approx(0.05)}]
+        assert "info   prompt 0: near tie at token 2 (margin 0.05 < 0.25)" in text
+    else:
+        assert code == 1 and not summary["ok"]
+        assert lossless["first_divergence"] == {"prompt": 0, "position": 2}
+        assert "baseline top-2 margin 1 >= 0.25, a clear choice" in lossless["message"]
+        assert "[FAIL] lossless greedy output" in text
+
+
+def test_engine_timeout_stops_the_run_and_its_children(tmp_path, monkeypatch, fake_env, tiny_target):
+    import os
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv("FAKE_SGLANG_HANG", str(pid_file))
+    monkeypatch.setenv("FAKE_SGLANG_SCRIPT", str(tmp_path / "unused.json"))
+    (tmp_path / "unused.json").write_text("{}")
+    out_dir = tmp_path / "out"
+    s = io.StringIO()
+    start = time.monotonic()
+    code = smoke.run_cuda_smoke(
+        None, str(tiny_target), None, [-1, 1, 2], "json",
+        timeout_s=8, work_dir=str(tmp_path / "work"), out_dir=str(out_dir), stream=s,
+    )
+    assert time.monotonic() - start < 60
+    out = json.loads(s.getvalue())
+    assert code == 1 and "timed out after 8s" in out["checks"][0]["message"]
+    assert json.loads((out_dir / "summary.json").read_text())["exit_code"] == 1
+    assert (out_dir / "spec.log").is_file()
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":  # dead, waiting for a reaper
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(child, 9)
+        pytest.fail("the engine's child process outlived the timeout")
+
+
+def test_probe_reads_the_rank_from_torch_distributed_without_tp_rank(tmp_path, monkeypatch):
+    """0.5.16+ (e.g. 0.5.23): ModelRunner has no tp_rank; rank 1 must not record."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    from patchcraft.gpu_smoke import probe
+
+    class Runner:  # like 0.5.23's ModelRunner: is_draft_worker, no tp_rank
+        is_draft_worker = False
+
+        def forward(self, forward_batch):
+            return types.SimpleNamespace(logits_output=types.SimpleNamespace(hidden_states=torch.ones(2, 6)))
+
+    probe.install(Runner)
+    out_dir = tmp_path / "rec"
+    out_dir.mkdir()
+    monkeypatch.setenv(probe.ENV_DIR, str(out_dir))
+    fb = types.SimpleNamespace(
+        forward_mode=types.SimpleNamespace(name="EXTEND"), batch_size=1,
+        input_ids=torch.tensor([3, 4]), positions=torch.tensor([0, 1]),
+    )
+    rank = {"r": 1}
+    monkeypatch.setattr(torch.distributed, "is_available", lambda: True)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: rank["r"])
+    Runner().forward(fb)
+    assert list(out_dir.glob("rec-*.pt")) == []  # rank 1: nothing
+    rank["r"] = 0
+    Runner().forward(fb)
+    assert len(list(out_dir.glob("rec-*.pt"))) == 1
+    # an explicit tp_rank still wins (0.5.10)
+    r = Runner()
+    r.tp_rank = 1
+    r.forward(fb)
+    assert len(list(out_dir.glob("rec-*.pt"))) == 1
