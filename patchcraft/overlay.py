@@ -120,7 +120,7 @@ def _write(tree: SglangTree, result: RunResult, directory: Path) -> Overlay:
             }
         manifest = {"patchcraft": __version__, "sglang_version": tree.version, "package": str(tree.package.resolve()), "modules": modules}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        (staging / BOOTSTRAP).write_text(BOOTSTRAP_SOURCE, encoding="utf-8")
+        (staging / BOOTSTRAP).write_text(BOOTSTRAP_SOURCE.replace("__MODULES__", repr(modules)), encoding="utf-8")
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(staging, directory)
@@ -148,7 +148,8 @@ def stale(directory: Path) -> list[str]:
     return problems
 
 
-#: The bootstrap: stdlib only (no patchcraft, libcst, rich or torch at server start).
+#: The bootstrap: stdlib only (no patchcraft, libcst, rich or torch at server start), and cheap:
+#: the module table is a literal (no json import), hashlib and importlib.util load only when used.
 BOOTSTRAP_SOURCE = '''\
 """patchcraft overlay bootstrap: serves SGLang modules patched by patchcraft from this directory.
 
@@ -156,27 +157,24 @@ Written by patchcraft; see its docs/run.md. Stdlib only. Runs the sitecustomize
 that would have run without it, if any.
 """
 
+MODULES = __MODULES__
+
 
 def _install():
-    import hashlib
-    import importlib.machinery
-    import importlib.util
-    import json
     import os
     import sys
+    from importlib.machinery import PathFinder
 
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "patchcraft_overlay.json"), encoding="utf-8") as handle:
-        modules = json.load(handle)["modules"]
 
     class PatchcraftOverlayFinder:
         """Claims only the modules patchcraft patched; steps aside for everything else."""
 
         def find_spec(self, name, path=None, target=None):
-            entry = modules.get(name)
+            entry = MODULES.get(name)
             if entry is None:
                 return None
-            original = importlib.machinery.PathFinder.find_spec(name, path)
+            original = PathFinder.find_spec(name, path)
             if original is None or not original.origin:
                 return None
             origin = os.path.realpath(original.origin)
@@ -188,6 +186,8 @@ def _install():
                 )
             stat = os.stat(origin)
             if (stat.st_size, stat.st_mtime_ns) != (entry["size"], entry["mtime_ns"]):
+                import hashlib
+
                 with open(origin, "rb") as handle:
                     if hashlib.sha256(handle.read()).hexdigest() != entry["sha256"]:
                         raise ImportError(
@@ -195,14 +195,19 @@ def _install():
                             "(SGLang upgraded?); rebuild it (patchcraft overlay build, or patchcraft run)" % (origin, here),
                             name=name,
                         )
+            import importlib.util
+
             return importlib.util.spec_from_file_location(name, os.path.join(here, entry["file"]))
 
     sys.meta_path.insert(0, PatchcraftOverlayFinder())
 
     # The sitecustomize this one shadows (further down sys.path) still runs.
-    rest = [p for p in sys.path if os.path.realpath(p or os.curdir) != os.path.realpath(here)]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    real = os.path.realpath(here)
+    rest = [p for p in sys.path if os.path.realpath(p or os.curdir) != real]
+    spec = PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
+        import importlib.util
+
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
 
