@@ -31,7 +31,7 @@ apart from ours (it is refused, naming the line).
 
 def transforms() -> list:
     found = list(registry.MODEL_TRANSFORMS)
-    found += list(getattr(registry, "RUNNER_TRANSFORMS", ()))
+    found += list(registry.TREE_TRANSFORMS)
     return found
 
 

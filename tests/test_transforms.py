@@ -10,11 +10,13 @@ import libcst as cst
 import pytest
 
 from patchcraft.engine import revert_text
-from patchcraft.transforms import MODEL_TRANSFORMS
+from patchcraft.transforms import MODEL_TRANSFORMS, keep_captured_states_reduced
 
+#: The model transforms and the fusion transform (the runner's examples: tests/test_runner_transform.py).
+CHECKED = (*MODEL_TRANSFORMS, keep_captured_states_reduced)
 CASES = [
     pytest.param(t, ex, id=f"{t.NAME}/{i}-{ex.title[:40]}")
-    for t in MODEL_TRANSFORMS
+    for t in CHECKED
     for i, ex in enumerate(t.EXAMPLES)
 ]
 
@@ -34,7 +36,7 @@ def test_example(transform, example) -> None:
         assert revert_text(once, example.site.path) == example.before
 
 
-@pytest.mark.parametrize("transform", MODEL_TRANSFORMS, ids=lambda t: t.NAME)
+@pytest.mark.parametrize("transform", CHECKED, ids=lambda t: t.NAME)
 def test_every_transform_is_documented(transform) -> None:
     assert transform.DESCRIPTION and transform.EXAMPLES
     assert any(ex.before != ex.after for ex in transform.EXAMPLES)

@@ -23,7 +23,8 @@ BY_KIND: dict[str, ModuleType] = {t.KIND: t for t in MODEL_TRANSFORMS}
 
 
 def __getattr__(name: str) -> Any:
-    """``RUNNER_TRANSFORMS``: the transforms of ``srt/model_executor/`` (not of a model class).
+    """``RUNNER_TRANSFORMS``: the transforms of ``srt/model_executor/`` (not of a model class);
+    ``TREE_TRANSFORMS``: those and the all-reduce fusion transform of ``srt/layers/``.
 
     They run once per tree, are reported as their own row and are skipped
     with ``--no-runner``. Imported on first use: a pre-commit run on model
@@ -33,4 +34,9 @@ def __getattr__(name: str) -> Any:
         from patchcraft.transforms import configure_ids_before_graphs
 
         return (configure_ids_before_graphs,)
+    if name == "TREE_TRANSFORMS":
+        # Once per tree, each its own row: the runner (--no-runner) and the all-reduce fusion decision (--no-fusion-fix).
+        from patchcraft.transforms import configure_ids_before_graphs, keep_captured_states_reduced
+
+        return (configure_ids_before_graphs, keep_captured_states_reduced)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
