@@ -36,12 +36,17 @@ def torch_importable() -> bool:
     return True
 
 
+def _model_class(model: ModelResult) -> bool:
+    """A model class row (``module.Class``), not a tree row such as ``runner`` or ``allreduce-fusion``."""
+    return "." in model.model
+
+
 def _hand_made(model: ModelResult) -> bool:
-    return model.status == ALREADY and any(e.status == "hand-applied" for e in model.edits)
+    return _model_class(model) and model.status == ALREADY and any(e.status == "hand-applied" for e in model.edits)
 
 
 def _written(model: ModelResult) -> bool:
-    return model.status == PATCHED and model.model != "runner"
+    return _model_class(model) and model.status == PATCHED
 
 
 def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResult], RunResult] | None:
