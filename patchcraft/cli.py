@@ -136,13 +136,15 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
 @click.option("--model-path", type=click.Path(exists=True, file_okay=False), help="cuda: target checkpoint (default: a tiny random DeepSeek-V3).")
 @click.option("--draft-path", type=click.Path(exists=True, file_okay=False), help="cuda: EAGLE-3 draft (default: a tiny random one).")
 @click.option("--layer-ids", metavar="IDS", help="cuda: aux layer ids for the tiny draft, e.g. -1,1,2.")
-def smoke(targets, models, output_format, color, release, no_runner, device, tp, model_path, draft_path, layer_ids) -> None:
+@click.option("--engine", type=click.Choice(["sglang", "harness"]), default="sglang", show_default=True, help="cuda: sglang runs the GPU smoke test; harness runs the CPU harness's scenarios, a CUDA graph replay and torch.compile on the GPU (torch only).")
+@click.option("--compile", "compiled", is_flag=True, help="Compile each patched forward with torch.compile(fullgraph=True) (cpu: instead of the scenarios; --engine harness: as well); fail on a graph break the original does not have.")
+def smoke(targets, models, output_format, color, release, no_runner, device, tp, model_path, draft_path, layer_ids, engine, compiled) -> None:
     """Run the real patched methods on tiny tensors; check they capture the right states."""
     from patchcraft.commands.smoke import smoke as run
 
     options = _options(targets, models, output_format, color, release=release, no_runner=no_runner)
     cuda = dict(tp=tp, model_path=model_path, draft_path=draft_path, layer_ids=layer_ids)
-    sys.exit(run(options, device=device, cuda=cuda))
+    sys.exit(run(options, device=device, cuda=cuda, engine=engine, compiled=compiled))
 
 
 @cli.command()

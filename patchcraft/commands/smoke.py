@@ -11,11 +11,17 @@ from patchcraft.errors import PatchcraftError
 from patchcraft.harness import require_torch
 
 
-def smoke(options: Options, device: str = "cpu", cuda: dict | None = None) -> int:
-    """The CPU harness on every patched model class (``cuda``: the GPU smoke test instead)."""
+def smoke(options: Options, device: str = "cpu", cuda: dict | None = None, engine: str = "sglang", compiled: bool = False) -> int:
+    """The CPU harness on every patched model class (``cuda``: the GPU smoke test instead).
+
+    ``compiled``: the torch.compile check instead of the scenarios (patchcraft.harness.compiled).
+    ``device="cuda", engine="harness"``: the harness on a CUDA device (patchcraft.harness.cuda).
+    """
+    if device != "cpu" and engine == "harness":
+        return _device_harness(options, device, compiled)
     if device == "cuda":
         return _cuda(options, **(cuda or {}))
-    return _verify_and_smoke(options, show_verify=False)
+    return _verify_and_smoke(options, show_verify=False, compiled=compiled)
 
 
 def verify_smoke(options: Options) -> int:
@@ -23,7 +29,7 @@ def verify_smoke(options: Options) -> int:
     return _verify_and_smoke(options, show_verify=True)
 
 
-def _verify_and_smoke(options: Options, show_verify: bool) -> int:
+def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = False, device: str = "cpu") -> int:
     require_torch()  # before any work: without torch this is one line, exit 2
     from patchcraft.harness import report as smoke_report
     from patchcraft.harness.runner import smoke_tree
@@ -31,23 +37,43 @@ def _verify_and_smoke(options: Options, show_verify: bool) -> int:
     results: list[RunResult] = [
         run(tree, Mode.VERIFY, options.models, runner=options.runner) for tree in resolve_targets(options.targets)
     ]
-    runs = [smoke_tree(r.tree, options.models, models=r.models) for r in results]
+    if device != "cpu":
+        from patchcraft.harness.cuda import device_check
+
+        check = device_check(device, compiled)
+        label = f"{device}, scenarios + graph replay" + (" + compile" if compiled else "")
+    elif compiled:
+        from patchcraft.harness.compiled import compiler
+
+        check, label = compiler(), "cpu, torch.compile fullgraph"
+    else:
+        check, label = None, "cpu"
+    runs = [smoke_tree(r.tree, options.models, models=r.models, **({"check": check} if check else {})) for r in results]
     code = report.exit_code(results, options.models, options.strict)
     if code == report.OK and smoke_report.failed(runs):
         code = report.CHANGED
     if options.output_format == "json":
         document = report.to_json(results, code) if show_verify else {"schema": report.SCHEMA_VERSION, "command": "smoke", "exit_code": code}
-        document["smoke"] = smoke_report.to_json(runs)
+        document["smoke"] = smoke_report.to_json(runs, label)
         output.print_json(document)
         return code
     if show_verify:
         output.print_results(results, options.color)
-    for line in smoke_report.text_lines(runs):
+    for line in smoke_report.text_lines(runs, label):
         output.print_line(line)
     if options.output_format == "github":
         # verify's annotations too: they say why a model class was not run (not patched, unsupported).
         output.print_github(report.github_lines(results, code) + smoke_report.github_lines(runs))
     return code
+
+
+def _device_harness(options: Options, device: str, compiled: bool) -> int:
+    """The CPU harness's scenarios, a graph capture and replay, and (``compiled``) torch.compile, on ``device``."""
+    require_torch()
+    from patchcraft.harness.cuda import require_device
+
+    require_device(device)  # no CUDA here: one line, exit 2
+    return _verify_and_smoke(options, show_verify=False, compiled=compiled, device=device)
 
 
 def _cuda(options: Options, tp: int | None = None, model_path: str | None = None, draft_path: str | None = None, layer_ids: str | None = None) -> int:

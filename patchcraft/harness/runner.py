@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 
@@ -107,6 +107,7 @@ def smoke_tree(
     names: Sequence[str] = (),
     models: Optional[Sequence[ModelResult]] = None,
     texts: Optional[Mapping[Path, str]] = None,
+    check: Callable[[ModelGraph, ModelPlan, dict[str, Program], str], SmokeResult] = smoke_model,
 ) -> SmokeRun:
     """Smoke-run the patched model classes of ``tree``; one row each.
 
@@ -114,7 +115,9 @@ def smoke_tree(
     patched are run, the others get a ``skipped`` row saying why. Without
     them every supported model class selected by ``names`` is run, patched
     or not (a mutation test wants that). ``texts``: file texts to use
-    instead of the files on disk, e.g. what apply would write.
+    instead of the files on disk, e.g. what apply would write. ``check``:
+    what one row runs (:func:`smoke_model`, the five scenarios; or
+    :func:`patchcraft.harness.compiled.compile_model`).
     """
     graph, planned = _planned(tree.models_dir)
     plans = {p.label: p for p in select(planned, tree, names)}
@@ -134,5 +137,5 @@ def smoke_tree(
             rows.append(SmokeResult(label, path, SKIPPED, reason))
             continue
         with torch.no_grad():
-            rows.append(smoke_model(graph, plans[label], programs, path))
+            rows.append(check(graph, plans[label], programs, path))
     return SmokeRun(tree=tree, version=tree.version, results=tuple(rows))

@@ -259,7 +259,8 @@ class Scenarios:
         if not self.s.pipeline:
             return Check("pipeline", NOT_APPLICABLE, "this forward has no later-stage path")
         generator = torch.Generator().manual_seed(1)
-        received = torch.randn(TOKENS, HIDDEN, generator=generator), torch.randn(TOKENS, HIDDEN, generator=generator)
+        here = torch.empty(0).device  # the default device (patchcraft.harness.cuda runs under ``torch.device``)
+        received = tuple(torch.randn(TOKENS, HIDDEN, generator=generator, device="cpu").to(here) for _ in range(2))
         known = {"the received hidden_states": received[0].clone()}
         stream = received[0] + received[1]
         for index in range(LAYERS // 2, LAYERS + 1):  # this stage's own states, from the received pair

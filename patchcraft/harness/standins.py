@@ -366,7 +366,7 @@ class RecordingEmbedding(nn.Embedding):
     def __init__(self, vocab: int, hidden: int, generator: torch.Generator) -> None:
         super().__init__(vocab, hidden)
         with torch.no_grad():
-            self.weight.copy_(torch.randn(vocab, hidden, generator=generator))
+            self.weight.copy_(torch.randn(vocab, hidden, generator=generator, device=generator.device))
         self.outputs: list[torch.Tensor] = []
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import types
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -105,11 +105,26 @@ class Subject:
         with activate(world):
             getattr(instance.outer, SETTER)(list(ids) if ids is not None else None)
 
-    def run(self, instance: Instance, world: World, proxy: Optional[PPProxyTensors] = None) -> list[torch.Tensor]:
-        owner: Any = self.programs[instance.variant].stand_in(self.forward_owner)
-        method = types.MethodType(owner.forward, instance.inner)
+    def run(
+        self,
+        instance: Instance,
+        world: World,
+        proxy: Optional[PPProxyTensors] = None,
+        *,
+        tokens: Optional[torch.Tensor] = None,
+        wrap: Optional[Callable[[Any], Any]] = None,
+        raw: bool = False,
+    ) -> Any:
+        """Run the forward: the aux states it returns (``raw``: its whole result).
+
+        ``tokens``: input ids to use (a static buffer for graph capture);
+        ``wrap``: applied to the forward function first (``torch.compile``).
+        """
+        function = self.forward_function(instance.variant)
+        method = types.MethodType(wrap(function) if wrap is not None else function, instance.inner)
+        signature = inspect.signature(types.MethodType(function, instance.inner))
         inputs = {
-            "input_ids": input_ids(),
+            "input_ids": input_ids() if tokens is None else tokens,
             "positions": torch.arange(TOKENS),
             "forward_batch": ForwardBatch(),
             "input_embeds": None,
@@ -117,8 +132,13 @@ class Subject:
             "pp_proxy_tensors": proxy,
         }
         with activate(world):
-            result = method(**_arguments(method, inputs))
-        return _aux_states(result)
+            result = method(**_arguments(signature, inputs))
+        return result if raw else _aux_states(result)
+
+    def forward_function(self, variant: str) -> Any:
+        """The plain function of the capturing ``forward`` in ``variant`` (compiled from the file)."""
+        owner: Any = self.programs[variant].stand_in(self.forward_owner)
+        return owner.forward
 
 
 def input_ids() -> torch.Tensor:
@@ -140,9 +160,9 @@ def _equip(inner: Any, world: World, subject: "Subject") -> RecordingEmbedding:
     return embedding
 
 
-def _arguments(method: Any, inputs: dict) -> dict:
+def _arguments(signature: inspect.Signature, inputs: dict) -> dict:
     arguments = {}
-    for name, parameter in inspect.signature(method).parameters.items():
+    for name, parameter in signature.parameters.items():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         if name in inputs:

@@ -192,7 +192,31 @@ def drop_plus_one_block(text: str) -> str:
     return _changed(text, pattern.sub("", text), "+1 block after the convention test")
 
 
+def _into_block(text: str, statements: Callable[[str], str], what: str) -> str:
+    """Insert ``statements(indent)`` at the top of the inserted capture block's body."""
+    lines = _lines(text)
+    start, _ = _capture_block(lines)
+    body = _indent(lines[start + 2]) * " "
+    return _changed(text, "".join(lines[: start + 2]) + statements(body) + "".join(lines[start + 2 :]), what)
+
+
+def block_print(text: str) -> str:
+    """A ``print()`` in the capture block: eager output unchanged, a graph break under torch.compile."""
+    return _into_block(text, lambda pad: f'{pad}print("patchcraft: capturing the embedding output")\n', "print in block")
+
+
+def block_item_branch(text: str) -> str:
+    """A Python branch on ``.item()`` in the capture block (never taken): a data-dependent graph break."""
+    return _into_block(
+        text,
+        lambda pad: f"{pad}if hidden_states.float().abs().sum().item() > 1e30:\n{pad}    raise RuntimeError('overflow')\n",
+        ".item() branch in block",
+    )
+
+
 MUTATIONS: dict[str, Callable[[str], str]] = {
+    "compile-print": block_print,
+    "compile-item-branch": block_item_branch,
     "a-no-flag-init": drop_flag_init,
     "b-add-none": add_without_none_check,
     "c-no-clone": drop_clone,
