@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -138,12 +139,19 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
 @click.option("--layer-ids", metavar="IDS", help="cuda: aux layer ids for the tiny draft, e.g. -1,1,2.")
 @click.option("--engine", type=click.Choice(["sglang", "harness"]), default="sglang", show_default=True, help="cuda: sglang runs the GPU smoke test; harness runs the CPU harness's scenarios, a CUDA graph replay and torch.compile on the GPU (torch only).")
 @click.option("--compile", "compiled", is_flag=True, help="Compile each patched forward with torch.compile(fullgraph=True) (cpu: instead of the scenarios; --engine harness: as well); fail on a graph break the original does not have.")
-def smoke(targets, models, output_format, color, release, no_runner, device, tp, model_path, draft_path, layer_ids, engine, compiled) -> None:
+@click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS", help="cuda (sglang): the time bound per engine (default 200).")
+@click.option("--out", type=click.Path(file_okay=False), help="cuda (sglang): write spec.log, base.log and summary.json to DIR.")
+@click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="cpu: run the harness on the files of the overlay in DIR (patchcraft overlay build).")
+def smoke(targets, models, output_format, color, release, no_runner, device, tp, model_path, draft_path, layer_ids, engine, compiled, timeout, out, overlay_dir) -> None:
     """Run the real patched methods on tiny tensors; check they capture the right states."""
     from patchcraft.commands.smoke import smoke as run
 
+    if overlay_dir:
+        if targets or release:
+            raise click.UsageError("--overlay is the target: give no TARGET or --release with it")
+        targets = (str(Path(overlay_dir) / "tree" / "sglang"),)
     options = _options(targets, models, output_format, color, release=release, no_runner=no_runner)
-    cuda = dict(tp=tp, model_path=model_path, draft_path=draft_path, layer_ids=layer_ids)
+    cuda = dict(tp=tp, model_path=model_path, draft_path=draft_path, layer_ids=layer_ids, timeout=timeout, out=out)
     sys.exit(run(options, device=device, cuda=cuda, engine=engine, compiled=compiled))
 
 

@@ -27,6 +27,27 @@ def test_options_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path)
                     "layer_ids": [-1, 2, 30], "output_format": "json"}
 
 
+def test_timeout_and_out_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    seen: dict = {}
+    monkeypatch.setattr("patchcraft.gpu_smoke.run.run_cuda_smoke", lambda **kwargs: seen.update(kwargs) or 0)
+    result = CliRunner().invoke(cli, ["smoke", "--device", "cuda", "--timeout", "150", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert seen["timeout_s"] == 150 and seen["out_dir"] == str(tmp_path / "out")
+
+
+def test_smoke_overlay_runs_the_harness_on_the_overlay_tree(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    seen: dict = {}
+
+    def fake(options, **kwargs):
+        seen["targets"] = options.targets
+        return 0
+
+    monkeypatch.setattr("patchcraft.commands.smoke.smoke", fake)
+    result = CliRunner().invoke(cli, ["smoke", "--overlay", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert seen["targets"] == (str(tmp_path / "tree" / "sglang"),)
+
+
 def test_bad_tp_and_layer_ids_are_usage_errors() -> None:
     assert CliRunner().invoke(cli, ["smoke", "--device", "cuda", "--tp", "9"]).exit_code == 2
     result = CliRunner().invoke(cli, ["smoke", "--device", "cuda", "--layer-ids", "a,b"])

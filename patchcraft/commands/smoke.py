@@ -76,7 +76,15 @@ def _device_harness(options: Options, device: str, compiled: bool) -> int:
     return _verify_and_smoke(options, show_verify=False, compiled=compiled, device=device)
 
 
-def _cuda(options: Options, tp: int | None = None, model_path: str | None = None, draft_path: str | None = None, layer_ids: str | None = None) -> int:
+def _cuda(
+    options: Options,
+    tp: int | None = None,
+    model_path: str | None = None,
+    draft_path: str | None = None,
+    layer_ids: str | None = None,
+    timeout: float | None = None,
+    out: str | None = None,
+) -> int:
     if options.targets:
         raise PatchcraftError("--device cuda tests the installed sglang; it takes no TARGET")
     try:
@@ -98,4 +106,6 @@ def _cuda(options: Options, tp: int | None = None, model_path: str | None = None
         draft_path=draft_path,
         layer_ids=ids,
         output_format=options.output_format if options.output_format in fmt else "text",
+        **({"timeout_s": timeout} if timeout is not None else {}),
+        **({"out_dir": out} if out is not None else {}),
     )
