@@ -37,12 +37,7 @@ PAGE = ROOT / "docs" / "coverage.md"
 
 #: Smoke failures other engineers are fixing right now. Strict: once the smoke passes, the
 #: xfail turns red; then delete the entry (and rewrite the release's docs row).
-SMOKE_IN_FLIGHT = {
-    "0.5.12": "gemma4 forward fix in progress (gemma4_causal, gemma4_mm: capture with ids [-1, 1, 4] raises "
-    "UnboundLocalError: residual at gemma4_causal.py:841)",
-    "0.5.21": "harness stand-ins for 0.5.21's residual_batch forwards are being written "
-    "(HarnessError: residual_batch.norm has no stand-in; qwen2: not enough values to unpack)",
-}
+SMOKE_IN_FLIGHT: dict[str, str] = {}  # none today (0.5.12 gemma4 and 0.5.21 stand-ins: fixed)
 
 _SWEPT: dict[str, ReleaseResult] = {}
 
