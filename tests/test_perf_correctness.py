@@ -48,9 +48,9 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
     calls: list = []
     real = _pipeline.run
 
-    def counting(tree, mode, names=(), runner=True, jobs=1):
+    def counting(tree, mode, names=(), runner=True, jobs=1, **options):
         calls.append((tree, mode))
-        return real(tree, mode, names, runner=runner, jobs=jobs)
+        return real(tree, mode, names, runner=runner, jobs=jobs, **options)
 
     monkeypatch.setattr(_pipeline, "run", counting)
     return calls

@@ -100,5 +100,16 @@ def prove(result: RunResult, chosen: Callable[[ModelResult], bool]) -> RunResult
             verdicts[row.model] = (PASSED, "")
         elif row.status in ("fail", "error"):
             verdicts[row.model] = (FAILED, f"harness {row.status}: {row.message}")
+    if any(proof == FAILED for proof, _ in verdicts.values()) and not _changes_compile(result):
+        return result  # the write refuses the whole run, naming the file that does not compile (exit 2)
     return withhold(result, verdicts)
+
+
+def _changes_compile(result: RunResult) -> bool:
+    for change in result.changes:
+        try:
+            compile(change.after, str(change.source.path), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError):
+            return False
+    return True
 
