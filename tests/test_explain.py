@@ -121,6 +121,15 @@ def test_first_id_heuristic_after_the_setter_edit_means_plus_one_with_minus_one(
     assert explain(edited, [2, 30, 58], KIMI_LAYERS).served == (2, 30, 58)
 
 
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.15", "0.5.23"])
+def test_a_config_for_0_5_10_serves_the_same_states_on_every_release(release_copy, version):
+    """[-1, 2, 30] serves hs[0], hs[3], hs[31] on the +1-rule release and on the first-id-heuristic ones."""
+    edited = _setter_edited(release_copy, version, "deepseek_v2")
+    assert explain(edited, [-1, 2, 30], KIMI_LAYERS).served == (0, 3, 31)
+    if version == "0.5.23":  # without -1, upstream's own choice: raw
+        assert explain(edited, [2, 30, 58], KIMI_LAYERS).served == (2, 30, 58)
+
+
 def test_max_heuristic_after_the_setter_edit_means_plus_one_with_minus_one(release_copy):
     edited = _setter_edited(release_copy, "0.5.20", "gpt_oss")
     assert explain(edited, [-1, 2, 30], KIMI_LAYERS).served == (0, 3, 31)
