@@ -7,7 +7,8 @@ temporary directory and runs, in process through :func:`patchcraft.cli.main`
 
 1. ``patchcraft apply DIR --format json``
 2. ``patchcraft verify DIR --format json``
-3. ``patchcraft smoke DIR --format json`` (only when torch is importable)
+3. ``patchcraft smoke DIR --format json`` (only when torch is importable), then
+   ``patchcraft smoke DIR --compile``: each patched forward under torch.compile(fullgraph=True)
 4. ``patchcraft apply --check DIR --format json``
 5. ``patchcraft revert DIR --format json``
 
@@ -128,6 +129,8 @@ class ReleaseResult:
     #: Files whose bytes differ from the pristine package after revert, or that exist on one side only.
     revert_differs: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: ``smoke --compile``: every patched forward under torch.compile(fullgraph=True) (None: not run).
+    compiled: Optional[Command] = None
 
     # -- what the record says -------------------------------------------------
 
@@ -206,7 +209,7 @@ class ReleaseResult:
     def problems(self) -> list[str]:
         """One line per thing that did not pass (empty: the release passes)."""
         found = []
-        for command in (self.apply, self.verify, self.smoke, self.check, self.revert):
+        for command in (self.apply, self.verify, self.smoke, self.compiled, self.check, self.revert):
             if command is not None and (command.code in BROKEN_CODES or command.document is None):
                 found.append(f"{command.name}: exit {command.code}, {command.error_line() or 'no JSON document'}")
         found += [f"{model}: error: {message}" for model, message in self.error_rows]
@@ -218,7 +221,16 @@ class ReleaseResult:
             shown = ", ".join(self.revert_differs[:5]) + (f" and {len(self.revert_differs) - 5} more" if len(self.revert_differs) > 5 else "")
             found.append(f"revert: exit {self.revert.code}, not byte-identical: {shown or 'no file listed'}")
         found += [f"smoke: {model}: {status}: {message}" for model, status, message in self.smoke_problems]
+        found += [f"compile: {model}: {status}: {message}" for model, status, message in self.compile_problems]
         return found
+
+    @property
+    def compile_problems(self) -> list[tuple[str, str, str]]:
+        """(model, status, message) of each ``smoke --compile`` row that failed or errored."""
+        if self.compiled is None:
+            return []
+        rows = list(((self.compiled.document or {}).get("smoke") or {}).get("models") or [])
+        return [(row["model"], row["status"], row.get("message", "")) for row in rows if row["status"] in ("fail", "error")]
 
     @property
     def ok(self) -> bool:
@@ -327,13 +339,15 @@ def sweep_release(
         apply = step("apply", "apply")
         verify = step("verify", "verify")
         smoked = step("smoke", "smoke") if run_smoke else None
+        # SGLang compiles the forward (--enable-torch-compile, piecewise CUDA graphs): no graph break may come from the patch.
+        compiled = step("compile", "smoke", "--compile") if run_smoke else None
         check = step("check", "apply", "--check")
         if hooks:
-            raise ValueError(f"no step named {', '.join(hooks)} (apply, verify, smoke, check)")
+            raise ValueError(f"no step named {', '.join(hooks)} (apply, verify, smoke, compile, check)")
         revert = cli("revert", target, "--format", "json")
         # Every file, the release's and any a command left (a backup, a __pycache__): all must match.
         differs = differing_files(Path(pristine), package)
-    return ReleaseResult(version, apply, verify, smoked, check, revert, differs, time.perf_counter() - start)
+    return ReleaseResult(version, apply, verify, smoked, check, revert, differs, time.perf_counter() - start, compiled)
 
 
 def sweep(versions: Iterable[str], report: Optional[Callable[[ReleaseResult], None]] = None, **options: Any) -> list[ReleaseResult]:

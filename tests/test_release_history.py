@@ -77,6 +77,8 @@ def test_release_smoke(version: str) -> None:
     assert counts is not None
     assert counts["fail"] == 0 and counts["error"] == 0, "\n".join(f"{m}: {s}: {msg}" for m, s, msg in result.smoke_problems)
     assert not result.smoke_problems
+    # Every patched forward traces under torch.compile(fullgraph=True) with no graph break from the patch.
+    assert result.compiled is not None and result.compiled.code == 0, "\n".join(f"{m}: {s}: {msg}" for m, s, msg in result.compile_problems)
 
 
 @pytest.mark.parametrize("version", MINOR_RELEASES)
