@@ -142,7 +142,8 @@ def preflight(server: ServerArgs, package: Path, trained_on: str | None) -> int:
     if target is None:
         output.print_line("patchcraft run: warning: --model-path is not a local directory: the draft's ids are checked without the target's config")
         return OK
-    code = check_draft_command(CheckDraftOptions(str(draft_dir), target_model=str(target), target=str(package), trained_on=trained_on))
+    options = CheckDraftOptions(str(draft_dir), target_model=str(target), target=str(package), trained_on=trained_on, tp=server.tp)
+    code = check_draft_command(options)
     if code != OK:
         output.print_line("patchcraft run: refused to launch: the draft would be fed other hidden states than it was trained on (above); --no-preflight skips this check")
     return code
