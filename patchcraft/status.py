@@ -1,0 +1,52 @@
+"""Statuses: what a transform found at one edit site, and what a run says of one model.
+
+Both are ``str`` enums, so they compare equal to, and serialise (JSON, text) as,
+the strings of the JSON schema: ``EditStatus.APPLIED == "applied"``. Code
+compares with the members; "done" is defined once per kind, here.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class _Status(str, enum.Enum):
+    """A status whose ``str()`` and ``format()`` are its schema string on every Python."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class EditStatus(_Status):
+    """What one transform found or did at one edit site."""
+
+    #: The transform made the edit (apply, diff, check: would make it).
+    APPLIED = "applied"
+    #: patchcraft's own edit is there.
+    PRESENT = "present"
+    #: An edit by hand that does what patchcraft's edit does.
+    HAND_APPLIED = "hand-applied"
+    #: Something edited the site, but not in a way that does the job.
+    MODIFIED = "modified"
+
+
+#: The edit statuses that mean the site does its job once the run is written.
+EDIT_DONE = frozenset({EditStatus.APPLIED, EditStatus.PRESENT, EditStatus.HAND_APPLIED})
+
+
+class ModelStatus(_Status):
+    """What a run says of one model (the JSON schema's ``status``)."""
+
+    PATCHED = "patched"
+    ALREADY = "already-patched"
+    WOULD = "would-patch"
+    UNSUPPORTED = "unsupported"
+    ERROR = "error"
+    REVERTED = "reverted"
+    CLEAN = "not-patched"
+    #: The runner row on a release whose graph capture already gets the configured ids.
+    NOT_NEEDED = "not-needed"
+    #: A class with the setter that is no EAGLE-3 target (a draft or NextN head capturing nothing).
+    NOT_APPLICABLE = "not-applicable"
