@@ -460,9 +460,9 @@ around planning, slicing, transforms, `compile`, printing), on 0.5.23:
 
 **A single-file pre-commit run on a changed file** used to plan the whole class graph
 (~60 model files parsed with `ast`, ~0.6 s of CPU on 0.5.23). It now plans only what
-can reach the staged file (`plan.plan_reaching`): the staged file's classes, the model
+can reach the staged file (`selection.plan_reaching`): the staged file's classes, the model
 files that import it, transitively, of which only those that may hold a class with the
-setter are parsed (`plan.Reach`: text facts, or the exact class names of files already
+setter are parsed (`scope.Reach`: text facts, or the exact class names of files already
 parsed; the docstring gives the argument that no model is lost), the files their
 classes inherit from and build, and again for the files the chosen models share,
 until nothing new is touched. The text filters read only the logical lines around

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import gc
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -19,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite, ModelPlan, parse_python
-from patchcraft.plan import plan_models, plan_reaching, scan
+from patchcraft.selection import plan_tree
 from patchcraft.sources import Source, check_writable, read_source, write_all
 from patchcraft.tree import SglangTree
+from patchcraft.workers import gc_paused, map_files
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -213,122 +212,7 @@ def _revert_module(module: cst.Module, text: str) -> cst.Module:
 
 # -- whole tree ----------------------------------------------------------------
 
-def select(plans: Iterable[ModelPlan], tree: SglangTree, names: Sequence[str], whole_files: bool = False) -> list[ModelPlan]:
-    """The plans ``names`` pick, closed over what they share with the others.
-
-    A model named with ``--model`` brings along every model that shares one
-    of its edit sites (``whole_files``: one of its files): patching
-    ``DeepseekV2Model.forward`` for deepseek_v2 changes Glm4MoeLite, whose
-    own ``__init__`` must then set the flag that forward reads, or its
-    server crashes on the first forward. Revert works on whole files, so it
-    closes over files. Each model brought along says why (``included_by``).
-    """
-    plans = list(plans)
-    chosen = named(plans, names)
-    if names:
-        chosen = _closure(chosen, plans, whole_files)
-    return _touching(chosen, set(tree.only_files)) if tree.only_files else chosen
-
-
-def named(plans: Iterable[ModelPlan], names: Sequence[str]) -> list[ModelPlan]:
-    """The plans ``names`` name (a model file stem, a class, or ``module.Class``); all without names."""
-    wanted = {n.lower().removesuffix(".py") for n in names}
-    return [p for p in plans if not wanted or {p.module.lower(), p.cls.lower(), p.label.lower()} & wanted]
-
-
-def _closure(chosen: Sequence[ModelPlan], plans: Sequence[ModelPlan], whole_files: bool) -> list[ModelPlan]:
-    """``chosen`` plus every plan sharing a site (or a file) with one in it, to a fixpoint; in plan order."""
-
-    def shared(plan: ModelPlan) -> dict[Any, str]:
-        if whole_files:
-            return {path.resolve(): path.name for path in plan.files}
-        # A shared forward is named first: it is what crashes without its __init__ edit.
-        sites = sorted(plan.sites, key=lambda site: site.kind != "forward")
-        return {site.key: f"{site.cls}.{site.method}" for site in sites}
-
-    why: dict[str, str | None] = {plan.label: None for plan in chosen}
-    owners: dict[Any, ModelPlan] = {}
-    for plan in chosen:
-        for item in shared(plan):
-            owners.setdefault(item, plan)
-    grown = True
-    while grown:
-        grown = False
-        for plan in plans:
-            if plan.label in why:
-                continue
-            items = shared(plan)
-            hit = next((item for item in items if item in owners), None)
-            if hit is None:
-                continue
-            why[plan.label] = f"shares {items[hit]} with {owners[hit].label}"
-            for item in items:
-                owners.setdefault(item, plan)
-            grown = True
-    return [replace(plan, included_by=why[plan.label]) if why[plan.label] else plan for plan in plans if plan.label in why]
-
-
-def _touching(plans: Sequence[ModelPlan], files: set[Path]) -> list[ModelPlan]:
-    """The plans whose files meet ``files``, closed over the files they share.
-
-    A file one chosen model edits is checked for every model that edits it:
-    a run on qwen3.py also edits qwen2.py (Qwen2Model), so Qwen2ForCausalLM
-    comes along, and no file is left half patched (the pre-commit hooks
-    then pass on the very next run).
-    """
-    files = set(files)
-    chosen: set[int] = set()
-    grown = True
-    while grown:
-        grown = False
-        for index, plan in enumerate(plans):
-            touched = {p.resolve() for p in plan.files} | {plan.path.resolve()}
-            if index not in chosen and touched & files:
-                chosen.add(index)
-                files |= touched
-                grown = True
-    return [plan for index, plan in enumerate(plans) if index in chosen]
-
-
-def plan_tree(tree: SglangTree, names: Sequence[str] = (), whole_files: bool = False) -> list[ModelPlan]:
-    if not tree.models_dir.is_dir():
-        raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
-    scoped = None
-    if tree.only_files:
-        # Plan only what can reach the files named (the pre-commit case); same plans as the whole tree's.
-        scoped = plan_reaching(tree.models_dir, tree.only_files, lambda plans, files: select(plans, replace(tree, only_files=tuple(sorted(files))), names, whole_files))
-    plans = scoped if scoped is not None else select(plan_models(scan(tree.models_dir)), tree, names, whole_files)
-    if names and not plans:
-        raise PatchcraftError(
-            f"{tree.models_dir}: no model matches --model {', '.join(names)} "
-            "(names are model files like deepseek_v2, or classes like DeepseekV2ForCausalLM)"
-        )
-    return plans
-
-
-def _gc_paused(func: Callable[..., RunResult]) -> Callable[..., RunResult]:
-    """Run ``func`` with the cyclic garbage collector off.
-
-    A run allocates millions of small objects (ast and libcst nodes) that
-    live until it ends; the collector would rescan them over and over, which
-    is 30-60% of a cold run (docs/performance.md). Nothing is lost: the
-    collector is switched back on afterwards and reclaims any cycles then.
-    """
-
-    @functools.wraps(func)
-    def paused(*args: Any, **kwargs: Any) -> RunResult:
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return func(*args, **kwargs)
-        finally:
-            if enabled:
-                gc.enable()
-
-    return paused
-
-
-@_gc_paused
+@gc_paused
 def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = True, jobs: int = 1, fusion: bool = True) -> RunResult:
     """Plan, transform and judge every selected model; no file is written here.
 
@@ -377,7 +261,7 @@ def _run_models(tree: SglangTree, mode: Mode, names: Sequence[str] = (), jobs: i
     patches: dict[Path, FilePatch] = {}
     file_errors: dict[Path, str] = {}
     items = sorted(by_file.items())
-    for (path, _), (source, patch, error) in zip(items, _map_files(_patch_file, items, jobs)):
+    for (path, _), (source, patch, error) in zip(items, map_files(_patch_file, items, jobs)):
         if source is not None:
             sources[path] = source
         if patch is not None:
@@ -490,103 +374,6 @@ def _patch_file(item: tuple[Path, Sequence[EditSite]]) -> tuple[Source | None, F
     except PatchcraftError as exc:
         error = str(exc)
     return source, patch, error
-
-
-#: Files each worker must have for ``--jobs`` to start worker processes at all
-#: (0.5.23: 29 files, 1.31 s with one job, 1.12 s with two; two files: no gain).
-FILES_PER_WORKER = 4
-
-
-def _map_files(func: Callable[[Any], Any], items: Sequence[tuple[Path, Sequence[EditSite]]], jobs: int) -> list:
-    """``[func(item) for item in items]``, on up to ``jobs`` processes, in the order of ``items``.
-
-    Workers are forked after the transforms are imported, so they start in
-    milliseconds; the biggest files go first, so that one big file does not
-    come last and leave the other workers idle. Without ``fork`` (not Linux)
-    the files are patched here, one after the other. So are runs with fewer
-    than :data:`FILES_PER_WORKER` files per worker: only the edited methods
-    are parsed, a file takes milliseconds, and starting the pool would cost
-    more than it saves (a pre-commit run on llama.py patches two files).
-    """
-    workers = min(jobs, len(items) // FILES_PER_WORKER)
-    if workers <= 1:
-        return [func(item) for item in items]
-    import multiprocessing  # only now: a small run (pre-commit) does without it
-
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return [func(item) for item in items]
-    from concurrent.futures import ProcessPoolExecutor
-
-    import patchcraft.transforms  # noqa: F401  (libcst and the transforms: imported once, before forking)
-    order = sorted(range(len(items)), key=lambda i: -_size(items[i][0]))
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start, initargs=(os.getpid(),)) as pool:
-        futures = {i: pool.submit(func, items[i]) for i in order}
-        return [futures[i].result() for i in range(len(items))]
-
-
-def _worker_start(parent: int) -> None:
-    """Set up a forked worker so that it never outlives, or outlocks, its parent.
-
-    A worker inherits the parent's descriptors, the tree lock's among them,
-    and would wait for work forever if the parent were killed (``SIGKILL``,
-    the OOM killer): the next ``apply`` would then wait on a lock that no
-    live run holds. So the worker drops its copy of the lock and dies with
-    its parent. Ctrl-C reaches the whole process group: only the parent
-    handles it (one "interrupted" line, exit 130), not every worker.
-    """
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _close_inherited_locks()
-    _die_with_parent(parent)
-
-
-def _close_inherited_locks() -> None:
-    from patchcraft.lock import LOCK_NAME
-
-    try:
-        descriptors = os.listdir("/proc/self/fd")
-    except OSError:  # no /proc: the lock is then released when the workers exit
-        return
-    for name in descriptors:
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if os.path.basename(target.removesuffix(" (deleted)")) == LOCK_NAME:
-            os.close(int(name))  # the parent's own descriptor keeps the lock
-
-
-def _die_with_parent(parent: int) -> None:
-    import signal
-
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        armed = libc.prctl(1, signal.SIGKILL) == 0  # PR_SET_PDEATHSIG (Linux)
-    except (OSError, AttributeError):
-        armed = False
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
-    if not armed:
-        import threading
-        import time
-
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(0.2)
-            os._exit(1)
-
-        threading.Thread(target=watch, daemon=True).start()
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
 
 
 @functools.lru_cache(maxsize=64)  # a file shared by several models is compiled once

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from patchcraft.engine import named, patch_text
+from patchcraft.engine import patch_text
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import SETTER, ClassNode, EditSite, ModelGraph, ModelPlan, read_setter
 from patchcraft.plan import plan_model, plan_models, scan
+from patchcraft.selection import named
 from patchcraft.sources import decode, read_source
 from patchcraft.standins import Config, Layer, NotEvaluable, Pipeline, SetterRun, run_setter
 from patchcraft.tree import SglangTree

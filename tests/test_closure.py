@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package
-from patchcraft.engine import select
 from patchcraft.plan import _capturing_forward, _init_owner, plan_models, scan
 from patchcraft.releases import ALL_RELEASES
+from patchcraft.selection import select
 from patchcraft.tree import resolve_target
 
 

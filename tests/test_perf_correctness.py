@@ -20,6 +20,7 @@ from patchcraft import cache, engine
 from patchcraft.commands import _pipeline
 from patchcraft.engine import Mode
 from patchcraft.tree import resolve_target
+from patchcraft.workers import FILES_PER_WORKER, map_files
 
 RELEASE = "0.5.2"
 INIT = b"self.layers_to_capture = []"
@@ -344,11 +345,11 @@ def _name(item: tuple) -> str:
 def test_workers_start_only_when_each_gets_enough_files() -> None:
     """A two-file pre-commit run stays in process; a whole tree's files go to the workers, in order."""
     few = [(Path(f"f{i}.py"), ()) for i in range(2)]
-    many = [(Path(f"f{i}.py"), ()) for i in range(2 * engine.FILES_PER_WORKER)]
-    assert set(engine._map_files(_pid, few, 2)) == {os.getpid()}
-    assert os.getpid() not in engine._map_files(_pid, many, 2)
-    assert set(engine._map_files(_pid, many, 1)) == {os.getpid()}
-    assert engine._map_files(_name, many, 2) == [p.name for p, _ in many]
+    many = [(Path(f"f{i}.py"), ()) for i in range(2 * FILES_PER_WORKER)]
+    assert set(map_files(_pid, few, 2)) == {os.getpid()}
+    assert os.getpid() not in map_files(_pid, many, 2)
+    assert set(map_files(_pid, many, 1)) == {os.getpid()}
+    assert map_files(_name, many, 2) == [p.name for p, _ in many]
 
 
 def test_jobs_must_be_positive(capsys) -> None:
@@ -388,8 +389,8 @@ def test_workers_die_with_a_killed_parent_and_never_hold_the_lock(tmp_path: Path
         try:
             os.close(read_end)
             with lock.hold([models], on_wait=lambda message: None):
-                items = [(Path(str(write_end)), ())] * (2 * engine.FILES_PER_WORKER)
-                engine._map_files(_report_and_block, items, 2)
+                items = [(Path(str(write_end)), ())] * (2 * FILES_PER_WORKER)
+                map_files(_report_and_block, items, 2)
         finally:
             os._exit(0)
     os.close(write_end)

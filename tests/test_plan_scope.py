@@ -1,9 +1,9 @@
 """A single-file run plans only what can reach the file, and gets the whole tree's plans.
 
-``engine.plan_tree`` on a tree with ``only_files`` plans the staged file's
+``selection.plan_tree`` on a tree with ``only_files`` plans the staged file's
 classes, the files importing it (found by a bytes search) and what those
 resolve, instead of every model file. The plans must be exactly those of
-the whole-tree plan filtered to the file (``engine.select``), on real
+the whole-tree plan filtered to the file (``selection.select``), on real
 releases, for files in the middle of the class graph (llama.py, qwen2.py,
 deepseek_v2.py), leaves (qwen3_moe.py, gpt_oss.py) and files with no model.
 Reads the pristine cached releases, writes nothing; ~6 s of CPU.
@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package
-from patchcraft import plan
-from patchcraft.engine import plan_tree, select
-from patchcraft.plan import ModelTexts, import_map, importers, plan_models, scan
+from patchcraft import selection
+from patchcraft.plan import plan_models, scan
+from patchcraft.scope import ModelTexts, import_map, importers
+from patchcraft.selection import plan_reaching, plan_tree, select
 from patchcraft.tree import SglangTree, resolve_target
 
 FILES = {
@@ -65,7 +66,7 @@ def test_the_comparison_catches_a_scope_that_misses_importers(trees, monkeypatch
     """With the reverse imports left out, qwen2.py's plans lose the models built on Qwen2Model."""
     tree, whole = trees["0.5.23"]
     single = _single(tree, "qwen2")
-    monkeypatch.setattr(plan, "importers", lambda imports, stems: set(stems))
+    monkeypatch.setattr(selection, "importers", lambda imports, stems: set(stems))
     assert plan_tree(single) != select(whole, single, ())
 
 
@@ -99,4 +100,4 @@ def test_importers_see_imports_anywhere_on_a_line_and_skip_comments() -> None:
 
 
 def test_a_file_outside_the_models_dir_plans_the_whole_tree(tmp_path: Path) -> None:
-    assert plan.plan_reaching(tmp_path / "models", [tmp_path / "x.py"], lambda plans, files: plans) is None
+    assert plan_reaching(SglangTree(package=tmp_path, root=tmp_path, only_files=(tmp_path / "x.py",))) is None

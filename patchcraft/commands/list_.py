@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 import sys
 
-from patchcraft.engine import plan_tree
+from patchcraft.selection import plan_tree
 from patchcraft.transforms import MODEL_TRANSFORMS
 from patchcraft.tree import resolve_target
 

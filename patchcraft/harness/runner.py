@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 
-from patchcraft.engine import ALREADY, ModelResult, select
+from patchcraft.engine import ALREADY, ModelResult
 from patchcraft.engine import PATCHED as APPLIED
 from patchcraft.graph import ModelGraph, ModelPlan
 from patchcraft.harness.assemble import Program, Sources
@@ -24,6 +24,7 @@ from patchcraft.harness.shapes import ShapeError
 from patchcraft.harness.standins import HarnessError
 from patchcraft.harness.subject import Subject, subjects
 from patchcraft.plan import plan_models, scan
+from patchcraft.selection import select
 from patchcraft.tree import SglangTree
 
 __all__ = ["ERROR", "FAIL", "NOT_APPLICABLE", "PASS", "SKIPPED", "Check", "SmokeResult", "SmokeRun", "smoke_model", "smoke_tree"]
