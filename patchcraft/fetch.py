@@ -85,3 +85,22 @@ def fetch(version: str, dest: Path | None = None) -> Path:
         return release / "sglang"
     wheel = download_wheel(version, cache_dir() / "wheels")
     return unpack(wheel, release)
+
+
+#: The parts of an SGLang package patchcraft reads and patches (never the whole package: it is big).
+PATCHED_PARTS = ("srt/models", "srt/model_executor", "srt/layers/aux_hidden_states.py", "version.py", "_version.py", "__init__.py")
+
+
+def copy_parts(source: Path, package: Path, parts: tuple[str, ...] = PATCHED_PARTS) -> Path:
+    """Copy ``parts`` (files or folders, relative to the package root) of ``source`` into ``package``.
+
+    Parts a release does not have are skipped; ``__pycache__`` is never copied.
+    """
+    for part in parts:
+        src = source / part
+        if src.is_dir():
+            shutil.copytree(src, package / part, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+        elif src.is_file():
+            (package / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, package / part)
+    return package

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from patchcraft.fetch import cache_dir, fetch
+from patchcraft.fetch import PATCHED_PARTS, cache_dir, copy_parts, fetch
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "golden"
-#: Parts of a release a test tree needs (never the whole package: it is big).
-COPIED = ("srt/models", "srt/model_executor", "srt/layers/aux_hidden_states.py", "version.py", "_version.py", "__init__.py")
+#: Parts of a release a test tree needs: what patchcraft reads (never the whole package: it is big).
+COPIED = PATCHED_PARTS
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,18 +38,9 @@ def release_package(version: str) -> Path:
     return fetch(version, cache_dir() / "test-releases" / version)
 
 
-def copy_release(version: str, dest: Path) -> Path:
-    """Copy the parts of release ``version`` that patchcraft reads into ``dest/sglang``."""
-    source = release_package(version)
-    package = dest / "sglang"
-    for part in COPIED:
-        src = source / part
-        if src.is_dir():
-            shutil.copytree(src, package / part, ignore=shutil.ignore_patterns("__pycache__"))
-        elif src.is_file():
-            (package / part).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, package / part)
-    return package
+def copy_release(version: str, dest: Path, extra: tuple[str, ...] = ()) -> Path:
+    """Copy the parts of release ``version`` that patchcraft reads, and ``extra`` parts, into ``dest/sglang``."""
+    return copy_parts(release_package(version), dest / "sglang", COPIED + extra)
 
 
 @pytest.fixture

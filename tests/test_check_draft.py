@@ -6,7 +6,6 @@ shape is all the check reads), so no torch is needed to write them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
 from functools import lru_cache
@@ -23,7 +22,6 @@ from patchcraft.tree import resolve_target
 
 LAYERS, HIDDEN = 61, 7168  # Kimi-K2.5
 FC_IN = 3 * HIDDEN  # 21504
-RUNNER = importlib.util.find_spec("patchcraft.transforms.configure_ids_before_graphs")
 
 
 @lru_cache(maxsize=None)
@@ -121,7 +119,6 @@ def test_kimi_minus_1_2_30_on_a_patched_install_passes(tmp_path, patched_0_5_10)
     assert report.suggestion_text == ""
 
 
-@pytest.mark.skipif(RUNNER is None, reason="needs the runner transform (configure_ids_before_graphs)")
 def test_kimi_minus_1_2_30_with_cuda_graphs_needs_the_runner_patched_too(tmp_path):
     draft = sglang_draft(tmp_path / "draft", [-1, 2, 30])
     package = patched("0.5.10", tmp_path / "sg", ("kimi_k25", "runner"))

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft import report
+from patchcraft import coverage, report
 from patchcraft.engine import ERROR, NOT_APPLICABLE, UNSUPPORTED
 from patchcraft.graph import ModelGraph
 from patchcraft.plan import plan_models, scan
+from patchcraft.releases import BETWEEN, MATRIX
 
 from conftest import release_package
-from test_golden import BETWEEN, COVERAGE, MATRIX, applied
+from test_golden import applied
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTER = "set_eagle3_layers_to_capture"
@@ -129,7 +130,7 @@ def test_unsupported_is_exactly_the_justified_set(version: str, session_tmp: Pat
     assert set(unsupported) == EXPECTED_UNSUPPORTED[version]
     page = (ROOT / "docs" / "coverage.md").read_text(encoding="utf-8")
     for model, reason in unsupported.items():
-        justification = COVERAGE.justification(reason)
+        justification = coverage.justification(reason)
         assert justification, f"{model}: no justification in scripts/coverage_table.py for: {reason}"
         assert justification in page and reason in page
 
@@ -150,9 +151,9 @@ def test_verify_json_lists_every_model_and_no_error(version: str, session_tmp: P
 def test_coverage_page_is_generated(session_tmp: Path) -> None:
     def cov(version: str):
         state = applied(version, session_tmp)
-        return COVERAGE.coverage(version, state.first, state.verify)
+        return coverage.coverage(version, state.first, state.verify)
 
-    text = COVERAGE.render([cov(v) for v in MATRIX], [cov(v) for v in BETWEEN])
+    text = coverage.render([cov(v) for v in MATRIX], [cov(v) for v in BETWEEN])
     page = ROOT / "docs" / "coverage.md"
     assert page.read_text(encoding="utf-8") == text, "docs/coverage.md is stale: run python scripts/coverage_table.py"
 
@@ -164,19 +165,19 @@ def test_both_generators_keep_each_others_part(tmp_path: Path) -> None:
     page = (ROOT / "docs" / "coverage.md").read_text(encoding="utf-8")
     _, section, after = split_page(page)
     assert section and section.startswith(START) and section.rstrip().endswith(END) and after == ""
-    assert page.count(START) == 1 and COVERAGE.history() == section
+    assert page.count(START) == 1 and coverage.history() == section
     # coverage_table.render puts the section it is given at the end, the one on the page by default
-    assert COVERAGE.render([], [], history_section=section).endswith("\n" + section)
-    assert COVERAGE.render([], []) == COVERAGE.render([], [], history_section=section)
+    assert coverage.render([], [], history_section=section).endswith("\n" + section)
+    assert coverage.render([], []) == coverage.render([], [], history_section=section)
     # the sweep rewrites the section and nothing else; rewriting with no new rows changes nothing
     copy = tmp_path / "coverage.md"
     copy.write_text(page, encoding="utf-8")
     write_history(copy, [])
     assert copy.read_text(encoding="utf-8") == page
     # a page without the section (as coverage_table wrote it before any sweep) gets it appended
-    bare = COVERAGE.render([], [], history_section="")
+    bare = coverage.render([], [], history_section="")
     copy.write_text(bare, encoding="utf-8")
     write_history(copy, [])
     written = copy.read_text(encoding="utf-8")
     assert written.startswith(bare) and history_rows(written) == {}
-    assert COVERAGE.render([], [], history_section=split_page(written)[1]) == written
+    assert coverage.render([], [], history_section=split_page(written)[1]) == written

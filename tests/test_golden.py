@@ -15,8 +15,6 @@ transforms, so they must come out just as clean.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,26 +22,11 @@ import pytest
 
 from patchcraft.diffs import unified_diff
 from patchcraft.engine import ALREADY, ERROR, NOT_APPLICABLE, PATCHED, UNSUPPORTED, Mode, RunResult, revert_text, run, write_changes
+from patchcraft.releases import BETWEEN, MATRIX  # the matrix has golden/<release>/ sets; BETWEEN has none
 from patchcraft.tree import resolve_target
 
 from conftest import GOLDEN, copy_release, release_package
 
-
-def _load_script(name: str):
-    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-#: scripts/coverage_table.py: the release lists and the docs/coverage.md generator.
-COVERAGE = _load_script("coverage_table")
-#: The coverage matrix: every release here has a golden/<release>/ set (0.4.6 patches nothing).
-MATRIX: tuple = COVERAGE.MATRIX
-#: Releases in between, checked without golden files.
-BETWEEN: tuple = COVERAGE.BETWEEN
 #: Runner-file goldens live beside ours; tests/test_runner_transform.py owns them.
 RUNNER_STEMS = {"model_runner", "cuda_graph_runner"}
 
