@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from patchcraft import MARKER
+from patchcraft import MARKER, runner_plan
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite, ModelPlan, parse_python
 from patchcraft.selection import plan_tree
@@ -230,14 +230,14 @@ def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = 
     ``jobs`` > 1 patches that many files at once in worker processes; the
     result is the same as with ``jobs=1``, in the same order.
     """
-    rows = (runner_transform.ROW, fusion_transform.ROW)
+    rows = (runner_plan.ROW, fusion_transform.ROW)
     model_names = tuple(n for n in names if n.lower() not in rows)
     wanted_rows = {n.lower() for n in names if n.lower() in rows}
     if names and not model_names:
         result = RunResult(mode=mode, tree=tree, version=tree.version, models=(), changes=())
     else:
         result = _run_models(tree, mode, model_names, jobs=jobs)
-    extra = ((runner, runner_transform.ROW, _runner_results), (fusion, fusion_transform.ROW, _fusion_results))
+    extra = ((runner, runner_plan.ROW, _runner_results), (fusion, fusion_transform.ROW, _fusion_results))
     for enabled, name, rows_of in extra:
         if not enabled or tree.only_files or (wanted_rows and not model_names and name not in wanted_rows):
             continue
@@ -417,11 +417,11 @@ def _runner_results(tree: SglangTree, mode: Mode) -> tuple[ModelResult | None, t
     directory = tree.executor_dir
     if not directory.is_dir():
         return None, ()
-    row = dict(model=runner_transform.ROW, path=tree.relative(directory))
+    row: dict[str, Any] = dict(model=runner_plan.ROW, path=tree.relative(directory))
     if mode is Mode.REVERT:
         return _revert_runner(tree, row)
     try:
-        plan = runner_transform.plan(directory)
+        plan = runner_plan.plan_runner(directory)
     except PatchcraftError as exc:
         return ModelResult(**row, status=ERROR, message=str(exc)), ()
     if plan.not_needed:
@@ -437,7 +437,7 @@ def _runner_results(tree: SglangTree, mode: Mode) -> tuple[ModelResult | None, t
         try:
             sources[path] = read_source(path)
             sites = [s for s in plan.sites if s.path == path]
-            patch = patch_text(sources[path].text, path, sites, {runner_transform.KIND: runner_transform})
+            patch = patch_text(sources[path].text, path, sites, {runner_plan.KIND: runner_transform})
         except PatchcraftError as exc:
             errors.append(str(exc))
             continue
@@ -449,7 +449,7 @@ def _runner_results(tree: SglangTree, mode: Mode) -> tuple[ModelResult | None, t
         afters[path] = patch.after
     files = tuple(tree.relative(f) for f in plan.files)
     notes = tuple(f"{e.file}: {e.cls}.{e.method}" for e in edits)
-    common = dict(row, edits=tuple(edits), files=files, notes=notes)
+    common: dict[str, Any] = dict(row, edits=tuple(edits), files=files, notes=notes)
     compiles = all(_compiles(src) for src in sources.values()) if mode is Mode.VERIFY else None
     if errors:
         return ModelResult(**common, status=ERROR, message=errors[0]), ()

@@ -34,6 +34,7 @@ from patchcraft.engine import patch_text
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import SETTER, ClassNode, EditSite, ModelGraph, ModelPlan, read_setter
 from patchcraft.plan import plan_model, plan_models, scan
+from patchcraft.runner_plan import setter_calls
 from patchcraft.selection import named
 from patchcraft.sources import decode, read_source
 from patchcraft.standins import Config, Layer, NotEvaluable, Pipeline, SetterRun, run_setter
@@ -259,44 +260,19 @@ def runner_resets(tree: SglangTree) -> tuple[RunnerReset, ...]:
     makes this call before graph capture, so the replayed graphs capture
     the default layers whatever the draft config says. The runner
     transform gives every such call the configured ids, so on a patched
-    runner none is left; from 0.5.13 there is none to begin with.
+    runner none is left; from 0.5.13 there is none to begin with. The calls
+    are the runner planner's (:func:`patchcraft.runner_plan.setter_calls`);
+    a file that does not parse is passed over.
     """
-    found: list[RunnerReset] = []
     directory = tree.executor_dir
     if not directory.is_dir():
         return ()
-    for path in sorted(directory.rglob("*.py")):
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
-        if SETTER.encode() not in data:
-            continue
-        try:
-            module = ast.parse(decode(path, data).text)
-        except SyntaxError:
-            continue
-        for function, call in _no_id_calls(module):
-            found.append(RunnerReset(tree.relative(path), call.lineno, function))
+    found = [
+        RunnerReset(tree.relative(call.path), call.node.lineno, call.function)
+        for call in setter_calls(directory, strict=False)
+        if not call.has_ids and call.function is not None
+    ]
     return tuple(sorted(found, key=lambda r: (r.file, r.line)))
-
-
-def _no_id_calls(module: ast.Module) -> Iterable[tuple[str, ast.Call]]:
-    """Setter calls without arguments, with their innermost enclosing function."""
-    found: dict[int, tuple[str, ast.Call]] = {}
-    for func in ast.walk(module):  # breadth first: an inner function overrides its outer one
-        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for node in ast.walk(func):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == SETTER
-                and not node.args
-                and not node.keywords
-            ):
-                found[id(node)] = (func.name, node)
-    return found.values()
 
 
 # -- one explanation ---------------------------------------------------------------
