@@ -94,12 +94,7 @@ patchcraft apply
 patchcraft verify --model deepseek_v2
 
 OUT_DIR=${SMOKE_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/patchcraft-smoke-out.XXXXXX")}
-help=$(patchcraft smoke --help 2>/dev/null || true)
-if [[ "$help" == *--timeout* && "$help" == *--out* ]]; then
-    cmd=(patchcraft smoke --device cuda)
-else
-    cmd=("$PY" -m patchcraft.gpu_smoke.run)  # same code, for a CLI without --timeout/--out
-fi
+cmd=(patchcraft smoke --device cuda)
 
 rc=0
 timeout --signal=TERM --kill-after=60 "$SMOKE_TIMEOUT" \

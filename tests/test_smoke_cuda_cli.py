@@ -53,3 +53,9 @@ def test_bad_tp_and_layer_ids_are_usage_errors() -> None:
     result = CliRunner().invoke(cli, ["smoke", "--device", "cuda", "--layer-ids", "a,b"])
     assert isinstance(result.exception, PatchcraftError)  # main() turns it into one line, exit 2
     assert "--layer-ids 'a,b'" in str(result.exception)
+
+
+def test_layer_ids_below_minus_one_are_usage_errors() -> None:
+    result = CliRunner().invoke(cli, ["smoke", "--device", "cuda", "--layer-ids=-3,1,2"])
+    assert isinstance(result.exception, PatchcraftError)
+    assert "--layer-ids '-3,1,2': layer id -3 is invalid" in str(result.exception)

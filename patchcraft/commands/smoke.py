@@ -84,6 +84,8 @@ def _cuda(
     layer_ids: str | None = None,
     timeout: float | None = None,
     out: str | None = None,
+    via_run: bool = False,
+    mem_fraction_static: float | None = None,
 ) -> int:
     if options.targets:
         raise PatchcraftError("--device cuda tests the installed sglang; it takes no TARGET")
@@ -91,21 +93,28 @@ def _cuda(
         from patchcraft.gpu_smoke.run import run_cuda_smoke
     except ImportError as exc:
         raise PatchcraftError(f"the CUDA smoke test is not available in this patchcraft ({exc})") from None
-    ids = None
-    if layer_ids:
-        from patchcraft.gpu_smoke.run import parse_layer_ids
-
-        try:
-            ids = parse_layer_ids(layer_ids)
-        except ValueError as exc:
-            raise PatchcraftError(f"--layer-ids {layer_ids!r}: {exc}") from None
     fmt: Sequence[str] = ("text", "json")
+    given: dict = {"timeout_s": timeout, "out_dir": out, "via_run": via_run or None, "mem_fraction_static": mem_fraction_static}
     return run_cuda_smoke(
         tp=tp,
         model_path=model_path,
         draft_path=draft_path,
-        layer_ids=ids,
+        layer_ids=_cuda_layer_ids(layer_ids) if layer_ids else None,
         output_format=options.output_format if options.output_format in fmt else "text",
-        **({"timeout_s": timeout} if timeout is not None else {}),
-        **({"out_dir": out} if out is not None else {}),
+        **{name: value for name, value in given.items() if value is not None},  # the defaults stay run_cuda_smoke's
     )
+
+
+def _cuda_layer_ids(text: str) -> list[int] | None:
+    """``--layer-ids`` for the tiny draft: the shared syntax; ids below -1 refused (``none``: the defaults)."""
+    from patchcraft.gpu_smoke.compare import expected_hs_indices
+    from patchcraft.layer_ids import parse_layer_ids
+
+    ids = parse_layer_ids(text)
+    if ids is None:
+        return None
+    try:
+        expected_hs_indices(ids)
+    except ValueError as exc:
+        raise PatchcraftError(f"--layer-ids {text!r}: {exc}") from None
+    return list(ids)

@@ -8,7 +8,11 @@ Modules (torch / transformers / sglang are imported lazily, only where used):
 * :mod:`.compare` - pass/fail logic (aux hidden states, lossless tokens, accept length)
 * :mod:`.probe` - recording probe, installed only into a temporary copy of sglang
 * :mod:`.worker` - one engine run in a child process
-* :mod:`.run` - :func:`run_cuda_smoke`, the orchestrator (exit 0 pass / 1 fail / 2 env)
+* :mod:`.engines` - starting the workers (directly, or through ``patchcraft run`` with an overlay), time bounds
+* :mod:`.records` - probe records matched to the prompts and compared with the reference
+* :mod:`.summary` - the frozen summary record and its JSON (``patchcraft.output`` renders the text)
+* :mod:`.run` - :func:`run_cuda_smoke`: prepare, run the engines, compare (exit 0 pass / 1 fail;
+  a :class:`~patchcraft.errors.PatchcraftError`, exit 2, for the environment)
 """
 
 from __future__ import annotations

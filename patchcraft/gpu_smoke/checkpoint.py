@@ -279,7 +279,7 @@ def load_hf_reference_model(model_dir: PathLike):
 
     cfg = read_config(model_dir)
     model = DeepseekV3ForCausalLM(_hf_config(cfg))
-    sd = to_hf_state_dict(load_checkpoint_tensors(model_dir), model.state_dict().keys(), cfg)
+    sd = to_hf_state_dict(load_checkpoint_tensors(model_dir), list(model.state_dict().keys()), cfg)
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
     # rotary inv_freq style buffers are not in checkpoints
     missing = [k for k in missing if "rotary" not in k]

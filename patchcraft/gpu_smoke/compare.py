@@ -192,7 +192,7 @@ def compare_aux_hidden_states(
     ok = first_bad is None
     message = (
         f"all {len(entries)} aux entries match [{', '.join(f'hs[{k}]' for k in want)}]"
-        if ok
+        if first_bad is None
         else entries[first_bad].message
     )
     return AuxComparison(ok=ok, num_tokens=n_tok, entries=entries, first_mismatch=first_bad, message=message)
@@ -296,7 +296,7 @@ def compare_token_ids(
     """
     mode = "margin" if margins is not None and any(m is not None for m in margins) else "exact"
     total = sum(len(b) for b in base)
-    common = dict(num_prompts=len(base), mode=mode, tie_margin=tie_margin if mode == "margin" else None, num_tokens_total=total)
+    common: Dict[str, Any] = dict(num_prompts=len(base), mode=mode, tie_margin=tie_margin if mode == "margin" else None, num_tokens_total=total)
     if len(spec) != len(base) or (margins is not None and len(margins) != len(base)):
         n_m = "" if margins is None else f", {len(margins)} margin lists"
         return LosslessResult(

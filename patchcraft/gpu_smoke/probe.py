@@ -95,7 +95,7 @@ def install(model_runner_cls) -> None:
             print(f"[patchcraft probe] recording failed: {e!r}", flush=True)
         return result
 
-    forward.__wrapped__ = orig
+    forward.__wrapped__ = orig  # type: ignore[attr-defined]
     model_runner_cls.forward = forward
     model_runner_cls._patchcraft_probe = True
 

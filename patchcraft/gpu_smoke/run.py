@@ -1,45 +1,47 @@
 """``patchcraft smoke --device cuda``: a real-SGLang EAGLE-3 smoke run.
 
-Flow of :func:`run_cuda_smoke`:
+:func:`run_cuda_smoke` runs three steps:
 
-1. environment checks (torch + CUDA + enough GPUs, an importable-looking
-   sglang whose ``ServerArgs`` accepts our engine kwargs) -> exit 2 on failure;
-2. build a tiny DeepSeek-V3 target and/or a random EAGLE-3 draft when not given;
-3. copy the installed sglang package to a temporary directory and add a
-   recording probe to the *copy* (the installation is never written to);
-4. run ``sglang.Engine`` twice in child processes, greedy, decode CUDA graphs
-   on (the prefill-side piecewise graph off in both): with EAGLE-3 (probed
-   copy) and without speculation (plain install, top-2 logprobs returned);
-   each run is bounded by ``timeout_s`` (default 200 s, so the whole smoke
-   fits a 10-minute window);
-5. compare the recorded aux hidden states (prefill and verify/graph-replay
-   batches) with the reference ``[hs[0], hs[a+1], hs[b+1]]``, the token ids of
-   both runs up to each prompt's first near tie in the baseline, and
-   summarise accept length and throughput.
+1. :func:`prepare`: environment checks (torch + CUDA + enough GPUs, an
+   importable-looking sglang whose ``ServerArgs`` accepts our engine kwargs),
+   then a tiny DeepSeek-V3 target and/or a random EAGLE-3 draft when not
+   given. A problem here is a :class:`~patchcraft.errors.PatchcraftError`
+   (one line, exit 2).
+2. :func:`run_engines`: a copy of the installed sglang package gets a
+   recording probe (the installation is never written to), then
+   ``sglang.Engine`` runs twice in child processes (:mod:`.engines`), greedy,
+   decode CUDA graphs on (the prefill-side piecewise graph off in both): with
+   EAGLE-3 on the probed copy, and without speculation on the plain install
+   (top-2 logprobs returned). Each run is bounded by ``timeout_s`` (default
+   200 s, so the whole smoke fits a 10-minute window); a crash or a timeout
+   fails the smoke (exit 1).
+3. :func:`compare_runs`: the recorded aux hidden states (prefill and
+   verify/graph-replay batches) against the reference ``[hs[0], hs[a+1],
+   hs[b+1]]``, the token ids of both runs up to each prompt's first near tie
+   in the baseline, and accept length and throughput.
 
-With ``out_dir``, ``spec.log``, ``base.log`` (the engines' full output), their
-results (``spec.json``, ``base.json``) and ``summary.json`` are written there.
-
-Exit codes: 0 pass, 1 a check failed, 2 environment error.  torch, sglang
-and transformers are imported lazily, so this module imports anywhere.
+With ``out_dir``, ``spec.log``, ``base.log`` (the engines' full output),
+their results (``spec.json``, ``base.json``) and ``summary.json`` are
+written there. Exit codes (patchcraft.errors): 0 pass, 1 a check failed,
+2 environment error. torch, sglang and transformers are imported lazily, so
+this module imports anywhere.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import random
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import compare as cmp
+from patchcraft import output
+from patchcraft.errors import PatchcraftError
+
+from . import compare
 from .engine_args import (
     allreduce_fusion_note,
     baseline_generate_kwargs,
@@ -48,37 +50,20 @@ from .engine_args import (
     greedy_sampling_params,
     server_args_fields,
 )
+from .engines import EngineRunFailed, baseline_launch, build_overlay, run_engine, speculative_launch
+from .records import assign_records, compare_items, compare_items_embedding_only, load_records
+from .summary import Comparison, CudaSmokeSummary, build_summary, engine_failure, speed, to_json, write_summary
 from .wheels import source_reader
 
-EXIT_PASS, EXIT_FAIL, EXIT_ENV = 0, 1, 2
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 HF_REFERENCE_MAX_BYTES = 4 << 30  # larger targets get the embedding-only reference
 # Per engine run (start, graph capture, 4 prompts, shutdown): two runs plus the
 # checkpoint and the reference fit a 10-minute window.
 DEFAULT_ENGINE_TIMEOUT_S = 200.0
-SUMMARY_NAME = "summary.json"
-
-
-class EnvironmentProblem(RuntimeError):
-    """Something outside patchcraft is missing (exit code 2)."""
 
 
 # --------------------------------------------------------------------------
 # small pure helpers (CPU-tested)
 # --------------------------------------------------------------------------
-
-def parse_layer_ids(text: Optional[str]) -> Optional[List[int]]:
-    """``"-1,2,30"`` (or ``"[-1, 2, 30]"``) -> ``[-1, 2, 30]``; None/"" -> None."""
-    if text is None or not str(text).strip():
-        return None
-    raw = str(text).strip().strip("[]")
-    try:
-        ids = [int(p) for p in raw.replace(" ", "").split(",") if p != ""]
-    except ValueError:
-        raise ValueError(f"layer ids must be integers separated by commas, got {text!r}") from None
-    cmp.expected_hs_indices(ids)  # validates
-    return ids
-
 
 def default_layer_ids(num_layers: int) -> List[int]:
     """``[-1, 1, n // 2]``: embedding plus two layers.
@@ -98,216 +83,37 @@ def make_prompts(vocab_size: int, *, lengths: Sequence[int] = (7, 16, 29, 48), s
     return [[rng.randrange(lo, hi) for _ in range(n)] for n in lengths]
 
 
-@dataclass
-class RecordItem:
-    phase: str  # "prefill" or "verify"
-    prompt: int
-    sequence: List[int]  # token ids whose causal forward gives the reference
-    positions: List[int]  # rows of the reference that were recorded
-    hidden_states: Any  # [len(positions), n_aux * H]
-
-
-@dataclass
-class Assignment:
-    items: List[RecordItem] = field(default_factory=list)
-    skipped: Dict[str, int] = field(default_factory=dict)
-
-    def skip(self, why: str) -> None:
-        self.skipped[why] = self.skipped.get(why, 0) + 1
-
-
-def assign_records(records: Sequence[Dict[str, Any]], prompts: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]]) -> Assignment:
-    """Attach probe records to prompts and to the token sequence they ran on.
-
-    Prompts run one at a time, so records are chronological per request: a
-    prefill (``EXTEND``) whose input ids equal prompt *i* opens request *i*;
-    the ``TARGET_VERIFY`` records after it verify a chain ``[last token,
-    d1, d2, ...]`` at consecutive positions ``p, p+1, ...`` on top of
-    ``(prompt + output)[:p]``.
-    """
-    res = Assignment()
-    index = {tuple(p): i for i, p in enumerate(prompts)}
-    current: Optional[int] = None
-    for rec in sorted(records, key=lambda r: (r.get("pid", 0), r["seq"])):
-        mode = str(rec.get("mode", "")).upper()
-        ids = [int(x) for x in rec["input_ids"]]
-        pos = [int(x) for x in rec["positions"]]
-        hs = rec["hidden_states"]
-        bs = int(rec.get("batch_size", 1))
-        if bs not in (1, -1):
-            res.skip(f"batch size {bs}")
-            continue
-        if hs.shape[0] != len(ids) or len(pos) != len(ids):
-            res.skip(f"{mode}: rows != tokens")
-            continue
-        if "VERIFY" in mode:
-            if current is None:
-                res.skip("verify before any known prefill")
-                continue
-            full = list(prompts[current]) + list(outputs[current])
-            p0 = pos[0] if pos else 0
-            if pos != list(range(p0, p0 + len(ids))):
-                res.skip("verify: positions not a chain (topk > 1?)")
-                continue
-            if p0 >= len(full) or full[p0] != ids[0]:
-                res.skip("verify: beyond the returned output")
-                continue
-            res.items.append(RecordItem("verify", current, full[:p0] + ids, pos, hs))
-        elif "EXTEND" in mode or "MIXED" in mode:
-            key = tuple(ids)
-            if key in index and pos == list(range(len(ids))):
-                current = index[key]
-                res.items.append(RecordItem("prefill", current, list(ids), pos, hs))
-            else:
-                res.skip(f"{mode}: not a smoke prompt")
-        else:
-            res.skip(f"mode {mode}")
-    return res
-
-
-def compare_items(
-    items: Sequence[RecordItem],
-    layer_ids: Sequence[int],
-    reference: Callable[[List[int]], List[Any]],
-    **tol: Any,
-) -> Dict[str, cmp.AuxComparison]:
-    """Per phase, concatenate all recorded rows and compare with the reference."""
-    import torch
-
-    cache: Dict[Tuple[int, ...], List[Any]] = {}
-    by_phase: Dict[str, Tuple[List[Any], List[List[Any]]]] = {}
-    for it in items:
-        key = tuple(it.sequence)
-        if key not in cache:
-            cache[key] = reference(list(it.sequence))
-        hs = cache[key]
-        rec_rows, ref_rows = by_phase.setdefault(it.phase, ([], [[] for _ in hs]))
-        rec_rows.append(torch.as_tensor(it.hidden_states).float())
-        for k, h in enumerate(hs):
-            ref_rows[k].append(h[it.positions])
-    out: Dict[str, cmp.AuxComparison] = {}
-    for phase, (rec_rows, ref_rows) in by_phase.items():
-        out[phase] = cmp.compare_aux_hidden_states(
-            torch.cat(rec_rows), [torch.cat(r) for r in ref_rows], layer_ids, **tol
-        )
-    return out
-
-
-def compare_items_embedding_only(items: Sequence[RecordItem], layer_ids: Sequence[int], embed_rows: Callable[[List[int]], Any]) -> Dict[str, cmp.AuxComparison]:
-    """For big targets: only the ``-1`` entry is checked (against the embedding table)."""
-    import torch
-
-    if -1 not in layer_ids:
-        return {}
-    j = list(layer_ids).index(-1)
-    out: Dict[str, cmp.AuxComparison] = {}
-    phases: Dict[str, Tuple[List[Any], List[int]]] = {}
-    for it in items:
-        rec, ids = phases.setdefault(it.phase, ([], []))
-        rec.append(torch.as_tensor(it.hidden_states).float().chunk(len(layer_ids), dim=-1)[j])
-        ids += [it.sequence[p] for p in it.positions]
-    for phase, (rec, ids) in phases.items():
-        out[phase] = cmp.compare_aux_hidden_states([torch.cat(rec)], [embed_rows(ids)], [-1], token_rtol=1e-2, min_good_fraction=1.0)
-    return out
-
-
-def render_text(summary: Dict[str, Any]) -> str:
-    if summary.get("error"):
-        return f"patchcraft smoke: environment error: {summary['error']}"
-    lines = [f"patchcraft smoke (cuda, tp={summary.get('tp')}): {'PASS' if summary['ok'] else 'FAIL'}"]
-    lines.append(f"  target     {summary.get('target')}")
-    lines.append(f"  draft      {summary.get('draft')}")
-    lines.append(f"  layer ids  {summary.get('layer_ids')} -> {summary.get('expected')}  (reference: {summary.get('reference')})")
-    if summary.get("sglang"):
-        lines.append(f"  sglang     {summary['sglang'].get('version')} ({summary['sglang'].get('file')})")
-    eng = summary.get("engine") or {}
-    if eng.get("allreduce_fusion"):
-        lines.append(f"  allreduce  FlashInfer allreduce fusion: {eng['allreduce_fusion']}")
-    for c in summary.get("checks", []):
-        lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}]{' ' if c['ok'] else ''} {c['name']}: {c['message']}")
-    for line in (summary.get("lossless") or {}).get("info", []):
-        lines.append(f"  info   {line}")
-    sp = summary.get("speed") or {}
-    spec, base = sp.get("speculative") or {}, sp.get("baseline") or {}
-    if spec:
-        lines.append(
-            f"  info   accept length {spec.get('accept_length')}, {spec.get('tokens_per_s')} tok/s "
-            f"(baseline {base.get('tokens_per_s')} tok/s, batch 1)"
-        )
-    if summary.get("work_dir"):
-        lines.append(f"  files  {summary['work_dir']}")
-    if summary.get("out_dir"):
-        lines.append(f"  out    {summary['out_dir']}")
-    return "\n".join(lines)
-
-
-def build_summary(
-    *,
-    tp: int,
-    target: str,
-    draft: str,
-    layer_ids: Sequence[int],
-    reference: str,
-    aux: Dict[str, cmp.AuxComparison],
-    assignment: Assignment,
-    lossless: cmp.LosslessResult,
-    spec_run: Dict[str, Any],
-    base_run: Dict[str, Any],
-    engine: Optional[Dict[str, Any]] = None,
-) -> Dict[str, Any]:
-    checks = []
-    for phase, label in (("prefill", "aux hidden states, prefill"), ("verify", "aux hidden states, verify (CUDA graph replay)")):
-        c = aux.get(phase)
-        if c is None:
-            checks.append({"name": label, "ok": False, "message": "no batch of this kind was recorded"})
-        else:
-            checks.append({"name": f"{label}, {c.num_tokens} tokens", "ok": c.ok, "message": c.message})
-    checks.append({"name": "lossless greedy output", "ok": lossless.ok, "message": lossless.message})
-    spec_speed = cmp.summarize_speculation(spec_run.get("meta_info", []), spec_run.get("elapsed_s", 0.0))
-    base_speed = cmp.summarize_speculation(base_run.get("meta_info", []), base_run.get("elapsed_s", 0.0))
-    ok = all(c["ok"] for c in checks)
-    return {
-        "ok": ok,
-        "exit_code": EXIT_PASS if ok else EXIT_FAIL,
-        "tp": tp,
-        "target": target,
-        "draft": draft,
-        "layer_ids": list(layer_ids),
-        "expected": [f"hs[{k}]" for k in cmp.expected_hs_indices(layer_ids)],
-        "reference": reference,
-        "sglang": {"version": spec_run.get("sglang_version"), "file": base_run.get("sglang_file")},
-        "checks": checks,
-        "aux": {k: v.to_dict() for k, v in aux.items()},
-        "records": {"used": len(assignment.items), "skipped": assignment.skipped},
-        "lossless": lossless.to_dict(),
-        "speed": {"speculative": spec_speed, "baseline": base_speed},
-        "engine": engine or {},
-    }
-
-
-def emit(summary: Dict[str, Any], output_format: str, stream: TextIO) -> None:
-    if output_format == "json":
-        stream.write(json.dumps(summary, indent=2, default=str) + "\n")
-    else:
-        stream.write(render_text(summary) + "\n")
-    stream.flush()
-
-
 # --------------------------------------------------------------------------
-# GPU path
+# 1. prepare
 # --------------------------------------------------------------------------
 
-def _read_json(p: Path) -> Dict[str, Any]:
-    return json.loads(p.read_text())
+@dataclass(frozen=True)
+class Prepared:
+    """Everything both engine runs and the comparison need, checked before any engine starts."""
+
+    tp: int
+    package: Path  # the installed sglang package
+    work_dir: Path
+    logs_dir: Path  # --out, else the work directory
+    target: Path
+    draft: Path
+    layer_ids: Tuple[int, ...]
+    hf_reference: bool  # a full HF forward (small DeepSeek-V3), else the embedding rows only
+    speculative_kwargs: Dict[str, Any]
+    baseline_kwargs: Dict[str, Any]
+    baseline_generate: Dict[str, Any]  # top-2 logprobs where this release's Engine.generate takes them
+    prompts: List[List[int]]
+    sampling: Dict[str, Any]
+    timeout_s: float
 
 
-def _sglang_pkg_dir() -> Path:
+def _sglang_package() -> Path:
     try:
         spec = importlib.util.find_spec("sglang")
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise EnvironmentProblem("sglang is not installed (pip install sglang; then patchcraft apply)")
+        raise PatchcraftError("sglang is not installed (pip install sglang; then patchcraft apply)")
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -315,90 +121,262 @@ def _check_cuda(tp: Optional[int]) -> int:
     try:
         import torch
     except ImportError:
-        raise EnvironmentProblem("torch is not importable (pip install torch, a CUDA build)") from None
+        raise PatchcraftError("torch is not importable (pip install torch, a CUDA build)") from None
     if not torch.cuda.is_available():
-        raise EnvironmentProblem("CUDA is not available (torch.cuda.is_available() is False)")
-    n = torch.cuda.device_count()
-    tp = n if tp is None else int(tp)
-    if tp < 1 or tp > n:
-        raise EnvironmentProblem(f"--tp {tp} needs {tp} GPUs, {n} visible")
+        raise PatchcraftError("CUDA is not available (torch.cuda.is_available() is False)")
+    visible = torch.cuda.device_count()
+    tp = visible if tp is None else int(tp)
+    if tp < 1 or tp > visible:
+        raise PatchcraftError(f"--tp {tp} needs {tp} GPUs, {visible} visible")
     return tp
+
+
+def _require_module(name: str, why: str) -> None:
+    if importlib.util.find_spec(name) is None:
+        raise PatchcraftError(f"{name} is not installed ({why})")
+
+
+def _make_dir(path: Path, what: str) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PatchcraftError(f"{what} {path}: {type(exc).__name__}: {exc}") from None
+    return path
 
 
 def _safetensors_bytes(model_dir: Path) -> int:
     return sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
 
 
+def _target_and_draft(work_dir: Path, tp: int, model_path: Optional[str], draft_path: Optional[str], layer_ids: Optional[Sequence[int]]) -> Tuple[Path, Path, Tuple[int, ...], Dict[str, Any]]:
+    """The target (given, or a tiny random DeepSeek-V3), the draft (given, or a random one for the ids), the ids, the target's config.
+
+    A checkpoint that cannot be read, or a tiny one that cannot be built for
+    this ``tp``, is unusable input: a PatchcraftError.
+    """
+    from .checkpoint import make_tiny_deepseek_v3, read_config
+    from .draft import draft_layer_ids, make_tiny_eagle3_draft
+
+    try:
+        if model_path is None:
+            target = make_tiny_deepseek_v3(work_dir / "target", tp_size=tp)
+        else:
+            target = Path(model_path)
+            if not (target / "config.json").is_file():
+                raise PatchcraftError(f"{target} has no config.json (a local checkpoint dir is required)")
+        config = read_config(target)
+        num_layers = int((config.get("text_config") or config)["num_hidden_layers"])
+        if draft_path is not None:
+            draft = Path(draft_path)
+            ids = draft_layer_ids(draft)
+            if layer_ids is not None and list(layer_ids) != ids:
+                raise PatchcraftError(f"--layer-ids {list(layer_ids)} disagree with the draft's eagle_config {ids}")
+        else:
+            ids = list(layer_ids) if layer_ids is not None else default_layer_ids(num_layers)
+            draft = make_tiny_eagle3_draft(work_dir / "draft", config, ids, tp_size=tp)
+        _check_layer_ids(ids, num_layers)
+    except (ValueError, KeyError, OSError) as exc:
+        raise PatchcraftError(f"{type(exc).__name__}: {exc}") from None
+    return target, draft, tuple(ids), config
+
+
+def _check_layer_ids(ids: Sequence[int], num_layers: int) -> None:
+    compare.expected_hs_indices(ids)  # ValueError for ids below -1
+    beyond = [i for i in ids if i >= num_layers]
+    if beyond:
+        raise ValueError(f"layer ids {beyond} are beyond the target's {num_layers} layers")
+
+
+def _engine_kwargs(package: Path, read: Callable[[str], Optional[str]], target: Path, draft: Path, tp: int, trust_remote_code: bool, mem_fraction_static: float) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Both engines' kwargs, checked against this release's ``ServerArgs`` (read, never imported)."""
+    try:
+        fields = server_args_fields(read)
+    except (ValueError, OSError) as exc:
+        raise PatchcraftError(f"installed sglang ({package}): cannot read its ServerArgs: {exc}") from None
+    speculative = build_engine_kwargs(str(target), str(draft), tp_size=tp, trust_remote_code=trust_remote_code, fields=fields, mem_fraction_static=mem_fraction_static)
+    baseline = build_engine_kwargs(str(target), None, speculative=False, tp_size=tp, trust_remote_code=trust_remote_code, fields=fields, mem_fraction_static=mem_fraction_static)
+    problems = check_engine_kwargs(speculative, read)
+    problems += [p for p in check_engine_kwargs(baseline, read) if p not in problems]
+    if problems:
+        raise PatchcraftError(f"installed sglang ({package}) does not accept the smoke settings: " + "; ".join(problems))
+    return speculative, baseline
+
+
+def prepare(
+    tp: Optional[int],
+    model_path: Optional[str],
+    draft_path: Optional[str],
+    layer_ids: Optional[Sequence[int]],
+    *,
+    work_dir: Optional[str],
+    out: Optional[Path],
+    max_new_tokens: int,
+    timeout_s: float,
+    mem_fraction_static: Optional[float],
+) -> Prepared:
+    """Check the environment and write what the engines load; PatchcraftError (exit 2) for anything missing."""
+    checked_tp = _check_cuda(tp)
+    package = _sglang_package()
+    read = source_reader(package)
+    _require_module("safetensors", "pip install -e '.[smoke]'")
+    work = _make_dir(Path(work_dir), "--work-dir") if work_dir else Path(tempfile.mkdtemp(prefix="patchcraft-smoke-"))
+    target, draft, ids, config = _target_and_draft(work, checked_tp, model_path, draft_path, layer_ids)
+    if mem_fraction_static is None:
+        mem_fraction_static = 0.3 if _safetensors_bytes(target) < (8 << 30) else 0.85
+    speculative, baseline = _engine_kwargs(package, read, target, draft, checked_tp, bool(config.get("auto_map")), mem_fraction_static)
+    hf_reference = (
+        config.get("model_type") == "deepseek_v3"
+        and "quantization_config" not in config
+        and _safetensors_bytes(target) <= HF_REFERENCE_MAX_BYTES
+    )
+    if hf_reference:
+        _require_module("transformers", "needed for the reference forward")
+    return Prepared(
+        tp=checked_tp, package=package, work_dir=work, logs_dir=out or work, target=target, draft=draft,
+        layer_ids=ids, hf_reference=hf_reference, speculative_kwargs=speculative, baseline_kwargs=baseline,
+        baseline_generate=baseline_generate_kwargs(read),
+        prompts=make_prompts(int((config.get("text_config") or config)["vocab_size"])),
+        sampling=greedy_sampling_params(max_new_tokens), timeout_s=timeout_s,
+    )
+
+
+# --------------------------------------------------------------------------
+# 2. run the engines
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EngineRuns:
+    speculative: Dict[str, Any]  # the worker's result: output_ids, meta_info, elapsed_s, sglang_file, sglang_version
+    baseline: Dict[str, Any]
+    records: List[Dict[str, Any]]  # what the probe recorded in the speculative run
+
+
+def _fresh_probe_dir(work_dir: Path) -> Path:
+    probe_dir = work_dir / "probe"
+    probe_dir.mkdir(exist_ok=True)
+    for stale in probe_dir.glob("rec-*.pt"):  # a reused --work-dir
+        stale.unlink()
+    return probe_dir
+
+
+def run_engines(prepared: Prepared, via_run: bool = False) -> EngineRuns:
+    """The speculative run on a probed copy of the install, then the baseline on the install; EngineRunFailed on a crash or timeout.
+
+    ``via_run``: the install is not patched; the speculative worker starts
+    through ``patchcraft run`` with an overlay built from the probed copy.
+    """
+    from .probe import make_probed_sglang_copy
+
+    probe_dir = _fresh_probe_dir(prepared.work_dir)
+    probed_root = prepared.work_dir / "sglang-probed"
+    overlay_dir = prepared.work_dir / "overlay"
+    try:
+        make_probed_sglang_copy(prepared.package, probed_root)
+        overlay = build_overlay(probed_root, overlay_dir) if via_run else None
+        speculative = run_engine(
+            speculative_launch(os.environ, probed_root, probe_dir, overlay),
+            _job(prepared, prepared.speculative_kwargs, "spec", {}),
+            prepared.work_dir / "spec-job.json", prepared.timeout_s, prepared.logs_dir / "spec.log",
+        )
+        baseline = run_engine(
+            baseline_launch(os.environ),
+            _job(prepared, prepared.baseline_kwargs, "base", prepared.baseline_generate),
+            prepared.work_dir / "base-job.json", prepared.timeout_s, prepared.logs_dir / "base.log",
+        )
+    finally:
+        shutil.rmtree(probed_root, ignore_errors=True)
+        shutil.rmtree(overlay_dir, ignore_errors=True)
+    return EngineRuns(speculative, baseline, load_records(probe_dir))
+
+
+def _job(prepared: Prepared, engine_kwargs: Dict[str, Any], name: str, generate_kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    job = {"engine_kwargs": engine_kwargs, "prompts": prepared.prompts, "sampling_params": prepared.sampling, "out": str(prepared.logs_dir / f"{name}.json")}
+    if generate_kwargs:
+        job["generate_kwargs"] = generate_kwargs
+    return job
+
+
+# --------------------------------------------------------------------------
+# 3. compare
+# --------------------------------------------------------------------------
+
 def _embedding_rows_loader(model_dir: Path) -> Callable[[List[int]], Any]:
     """Read only the needed rows of the target's embedding table."""
+    import json
+
     import torch
     from safetensors import safe_open
 
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = _read_json(index)["weight_map"]
+        weight_map = json.loads(index.read_text())["weight_map"]
     else:
         weight_map = {}
         for f in model_dir.glob("*.safetensors"):
-            with safe_open(str(f), "pt") as h:
-                weight_map.update({k: f.name for k in h.keys()})
+            with safe_open(str(f), "pt") as handle:
+                weight_map.update({k: f.name for k in handle.keys()})
     keys = sorted((k for k in weight_map if k.endswith("embed_tokens.weight") and "mtp" not in k), key=len)
     if not keys:
-        raise EnvironmentProblem(f"no embed_tokens.weight in {model_dir}")
+        raise PatchcraftError(f"no embed_tokens.weight in {model_dir}")
     key = keys[0]
     path = model_dir / weight_map[key]
 
     def rows(ids: List[int]) -> Any:
-        with safe_open(str(path), "pt") as h:
-            sl = h.get_slice(key)
-            return torch.cat([sl[i : i + 1] for i in ids]).float()
+        with safe_open(str(path), "pt") as handle:
+            table = handle.get_slice(key)
+            return torch.cat([table[i : i + 1] for i in ids]).float()
 
     return rows
 
 
-def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
-    """Stop the worker and everything it started (SGLang's scheduler and
-    detokenizer processes hold the GPUs): TERM the process group, then KILL."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _run_worker(job: Dict[str, Any], job_path: Path, env: Dict[str, str], timeout_s: float, log_path: Path) -> Dict[str, Any]:
-    """One engine run in its own session; past ``timeout_s`` the whole group is stopped."""
-    job_path.write_text(json.dumps(job))
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "patchcraft.gpu_smoke.worker", str(job_path)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            raise RuntimeError(f"sglang engine run timed out after {timeout_s:.0f}s (log: {log_path})") from None
-        except BaseException:
-            _kill_group(proc)
-            raise
-        _kill_group(proc)  # leftovers of a worker that exited (its children)
-    if proc.returncode != 0:
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
-        raise RuntimeError(f"sglang engine run failed (exit {proc.returncode}, log: {log_path}): " + " | ".join(tail))
-    return _read_json(Path(job["out"]))
-
-
-def _load_records(probe_dir: Path) -> List[Dict[str, Any]]:
+def _aux_comparisons(prepared: Prepared, runs: EngineRuns) -> Tuple[Dict[str, compare.AuxComparison], str, int, Dict[str, int]]:
+    """Per phase, the recorded aux states against the reference; the reference's name; records used and skipped."""
+    assignment = assign_records(runs.records, prepared.prompts, runs.speculative["output_ids"])
+    if not prepared.hf_reference:
+        aux = compare_items_embedding_only(assignment.items, prepared.layer_ids, _embedding_rows_loader(prepared.target))
+        return aux, "embedding-only", len(assignment.items), assignment.skipped
     import torch
 
-    return [torch.load(str(p), map_location="cpu", weights_only=False) for p in sorted(probe_dir.glob("rec-*.pt"))]
+    from .checkpoint import hf_reference_hidden_states, load_hf_reference_model
 
+    model = load_hf_reference_model(prepared.target)
+    if torch.cuda.is_available():  # engines have exited; fp32 on one GPU
+        torch.backends.cuda.matmul.allow_tf32 = False
+        model = model.to("cuda:0")
+    aux = compare_items(assignment.items, prepared.layer_ids, lambda sequence: hf_reference_hidden_states(model, sequence))
+    return aux, "hf-full", len(assignment.items), assignment.skipped
+
+
+def _lossless(prepared: Prepared, runs: EngineRuns) -> compare.LosslessResult:
+    """Token ids of both runs, compared up to each prompt's first near tie in the baseline."""
+    metas = runs.baseline.get("meta_info") or []
+    margins = [compare.top2_margins(m) for m in metas] if prepared.baseline_generate else None
+    lossless = compare.compare_token_ids(runs.speculative["output_ids"], runs.baseline["output_ids"], margins)
+    if prepared.baseline_generate and lossless.mode == "exact":
+        lossless.info.append("the baseline returned no top-2 logprobs: exact comparison")
+    elif not prepared.baseline_generate:
+        lossless.info.append("this release's Engine.generate takes no top_logprobs_num: exact comparison")
+    return lossless
+
+
+def compare_runs(prepared: Prepared, runs: EngineRuns) -> Comparison:
+    aux, reference, used, skipped = _aux_comparisons(prepared, runs)
+    engine = {
+        "speculative": prepared.speculative_kwargs, "baseline": prepared.baseline_kwargs,
+        "baseline_generate": prepared.baseline_generate, "timeout_s": prepared.timeout_s,
+        "allreduce_fusion": allreduce_fusion_note(prepared.speculative_kwargs),
+    }
+    return Comparison(
+        target=str(prepared.target), draft=str(prepared.draft), layer_ids=prepared.layer_ids, reference=reference,
+        sglang_version=runs.speculative.get("sglang_version"), sglang_file=runs.baseline.get("sglang_file"),
+        aux=aux, records_used=used, records_skipped=skipped, lossless=_lossless(prepared, runs),
+        speed=speed(runs.speculative, runs.baseline), engine=engine,
+    )
+
+
+# --------------------------------------------------------------------------
+# the command
+# --------------------------------------------------------------------------
 
 def run_cuda_smoke(
     tp: Optional[int] = None,
@@ -413,9 +391,9 @@ def run_cuda_smoke(
     out_dir: Optional[str] = None,
     keep_work_dir: bool = False,
     mem_fraction_static: Optional[float] = None,
-    stream: Optional[TextIO] = None,
+    via_run: bool = False,
 ) -> int:
-    """Run the CUDA smoke test; print a summary; return 0 pass / 1 fail / 2 env error.
+    """Run the CUDA smoke test; print the summary; return 0 pass / 1 fail (PatchcraftError: exit 2).
 
     ``tp``: tensor-parallel size, default all visible GPUs.  ``model_path``:
     target checkpoint dir (default: a tiny random DeepSeek-V3 is built).
@@ -427,196 +405,24 @@ def run_cuda_smoke(
     ones (SGLang's fraction covers the weights too).  ``timeout_s``: limit
     per engine run.  ``out_dir``: where ``spec.log``, ``base.log``, the run
     results and ``summary.json`` go (default: the work directory, logs only).
+    ``via_run``: the speculative engine gets the patch from an overlay,
+    through ``patchcraft run``, not from a patched install (:mod:`.engines`).
     """
-    stream = stream or sys.stdout
-    if output_format not in ("text", "json"):
-        raise ValueError("output_format must be 'text' or 'json'")
-    tmp_root: Optional[Path] = None
-    probed_root: Optional[Path] = None
-    out: Optional[Path] = Path(out_dir) if out_dir else None
-
-    def finish(summary: Dict[str, Any]) -> int:
-        if out is not None:
-            summary["out_dir"] = str(out)
-            try:
-                out.mkdir(parents=True, exist_ok=True)
-                (out / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, default=str) + "\n")
-            except OSError as e:  # the summary still goes to the stream
-                summary["out_dir_error"] = f"{type(e).__name__}: {e}"
-        emit(summary, output_format, stream)
-        return summary["exit_code"]
-
-    try:
-        if out is not None:
-            try:
-                out.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise EnvironmentProblem(f"--out {out}: {type(e).__name__}: {e}") from None
-        tp = _check_cuda(tp)
-        pkg_dir = _sglang_pkg_dir()
-        read = source_reader(pkg_dir)
-        fields = server_args_fields(read)
-        for mod in ("safetensors",):
-            if importlib.util.find_spec(mod) is None:
-                raise EnvironmentProblem(f"{mod} is not installed (pip install -e '.[smoke]')")
-
-        tmp_root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="patchcraft-smoke-"))
-        tmp_root.mkdir(parents=True, exist_ok=True)
-        logs = out if out is not None else tmp_root
-
-        from .checkpoint import make_tiny_deepseek_v3, read_config
-        from .draft import draft_layer_ids, make_tiny_eagle3_draft
-
-        if model_path is None:
-            target = make_tiny_deepseek_v3(tmp_root / "target", tp_size=tp)
-        else:
-            target = Path(model_path)
-            if not (target / "config.json").is_file():
-                raise EnvironmentProblem(f"{target} has no config.json (a local checkpoint dir is required)")
-        tcfg = read_config(target)
-        text_cfg = tcfg.get("text_config") or tcfg
-        n_layers = int(text_cfg["num_hidden_layers"])
-
-        if draft_path is not None:
-            draft = Path(draft_path)
-            ids = draft_layer_ids(draft)
-            if layer_ids is not None and list(layer_ids) != ids:
-                raise EnvironmentProblem(f"--layer-ids {list(layer_ids)} disagree with the draft's eagle_config {ids}")
-        else:
-            ids = list(layer_ids) if layer_ids is not None else default_layer_ids(n_layers)
-            draft = make_tiny_eagle3_draft(tmp_root / "draft", tcfg, ids, tp_size=tp)
-        cmp.expected_hs_indices(ids)
-
-        trust = bool(tcfg.get("auto_map"))
-        if mem_fraction_static is None:
-            mem_fraction_static = 0.3 if _safetensors_bytes(target) < (8 << 30) else 0.85
-        common = dict(tp_size=tp, trust_remote_code=trust, fields=fields, mem_fraction_static=mem_fraction_static)
-        spec_kw = build_engine_kwargs(str(target), str(draft), **common)
-        base_kw = build_engine_kwargs(str(target), None, speculative=False, **common)
-        problems = check_engine_kwargs(spec_kw, read)
-        problems += [p for p in check_engine_kwargs(base_kw, read) if p not in problems]
-        if problems:
-            raise EnvironmentProblem(f"installed sglang ({pkg_dir}) does not accept the smoke settings: " + "; ".join(problems))
-
-        # reference: full HF forward for small DeepSeek-V3 checkpoints, else embedding rows
-        use_hf = (
-            tcfg.get("model_type") == "deepseek_v3"
-            and "quantization_config" not in tcfg
-            and _safetensors_bytes(target) <= HF_REFERENCE_MAX_BYTES
-        )
-        if use_hf and importlib.util.find_spec("transformers") is None:
-            raise EnvironmentProblem("transformers is not installed (needed for the reference forward)")
-
-        prompts = make_prompts(int(text_cfg["vocab_size"]))
-        sampling = greedy_sampling_params(max_new_tokens)
-        probe_dir = tmp_root / "probe"
-        probe_dir.mkdir(exist_ok=True)
-        for stale in probe_dir.glob("rec-*.pt"):  # a reused --work-dir
-            stale.unlink()
-
-        from .probe import ENV_DIR, make_probed_sglang_copy
-
-        probed_root = make_probed_sglang_copy(pkg_dir, tmp_root / "sglang-probed")
-        base_env = dict(os.environ)
-        pp = base_env.get("PYTHONPATH", "")
-        base_env["PYTHONPATH"] = os.pathsep.join(p for p in [str(PROJECT_ROOT), pp] if p)
-        base_env.pop(ENV_DIR, None)
-        spec_env = dict(base_env)
-        spec_env["PYTHONPATH"] = os.pathsep.join(p for p in [str(probed_root), str(PROJECT_ROOT), pp] if p)
-        spec_env[ENV_DIR] = str(probe_dir)
-
-        base_gen = baseline_generate_kwargs(read)
-        spec_run = _run_worker(
-            {"engine_kwargs": spec_kw, "prompts": prompts, "sampling_params": sampling,
-             "out": str(logs / "spec.json"), "expect_sglang_under": str(probed_root)},
-            tmp_root / "spec-job.json", spec_env, timeout_s, logs / "spec.log",
-        )
-        base_run = _run_worker(
-            {"engine_kwargs": base_kw, "prompts": prompts, "sampling_params": sampling,
-             "generate_kwargs": base_gen, "out": str(logs / "base.json"), "expect_sglang_under": None},
-            tmp_root / "base-job.json", base_env, timeout_s, logs / "base.log",
-        )
-
-        records = _load_records(probe_dir)
-        assignment = assign_records(records, prompts, spec_run["output_ids"])
-        if use_hf:
-            from .checkpoint import hf_reference_hidden_states, load_hf_reference_model
-
-            model = load_hf_reference_model(target)
-            import torch
-
-            if torch.cuda.is_available():  # engines have exited; fp32 on one GPU
-                torch.backends.cuda.matmul.allow_tf32 = False
-                model = model.to("cuda:0")
-            aux = compare_items(assignment.items, ids, lambda seq: hf_reference_hidden_states(model, seq))
-            reference = "hf-full"
-        else:
-            aux = compare_items_embedding_only(assignment.items, ids, _embedding_rows_loader(target))
-            reference = "embedding-only"
-        metas = base_run.get("meta_info") or []
-        margins = [cmp.top2_margins(m) for m in metas] if base_gen else None
-        lossless = cmp.compare_token_ids(spec_run["output_ids"], base_run["output_ids"], margins)
-        if base_gen and lossless.mode == "exact":
-            lossless.info.append("the baseline returned no top-2 logprobs: exact comparison")
-        elif not base_gen:
-            lossless.info.append("this release's Engine.generate takes no top_logprobs_num: exact comparison")
-        engine = {
-            "speculative": spec_kw, "baseline": base_kw, "baseline_generate": base_gen,
-            "timeout_s": timeout_s, "allreduce_fusion": allreduce_fusion_note(spec_kw),
-        }
-        summary = build_summary(
-            tp=tp, target=str(target), draft=str(draft), layer_ids=ids, reference=reference,
-            aux=aux, assignment=assignment, lossless=lossless, spec_run=spec_run, base_run=base_run,
-            engine=engine,
-        )
-        if not summary["ok"] or keep_work_dir or work_dir:
-            summary["work_dir"] = str(tmp_root)
-        return finish(summary)
-    except (EnvironmentProblem, ValueError, KeyError, FileNotFoundError) as e:
-        # environment, or unusable input (bad draft config, tp the tiny target cannot split, ...)
-        msg = str(e) if isinstance(e, EnvironmentProblem) else f"{type(e).__name__}: {e}"
-        return finish({"ok": False, "exit_code": EXIT_ENV, "tp": tp, "error": msg})
-    except RuntimeError as e:  # engine crashed / timed out: a failed smoke
-        summary = {"ok": False, "exit_code": EXIT_FAIL, "tp": tp, "checks": [{"name": "sglang run", "ok": False, "message": str(e)}]}
-        if tmp_root:
-            summary["work_dir"] = str(tmp_root)
-        return finish(summary)
-    finally:
-        if probed_root is not None:
-            shutil.rmtree(probed_root, ignore_errors=True)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m patchcraft.gpu_smoke.run", description=__doc__.splitlines()[0])
-    ap.add_argument("--tp", type=int, default=None)
-    ap.add_argument("--model-path")
-    ap.add_argument("--draft-path")
-    ap.add_argument("--layer-ids", help="e.g. -1,2,30")
-    ap.add_argument("--format", choices=["text", "json"], default="text")
-    ap.add_argument("--max-new-tokens", type=int, default=24)
-    ap.add_argument("--timeout", type=float, default=DEFAULT_ENGINE_TIMEOUT_S, help="per engine run, seconds (default %(default)s)")
-    ap.add_argument("--work-dir")
-    ap.add_argument("--out", help="write spec.log, base.log, spec.json, base.json and summary.json here")
-    ap.add_argument("--mem-fraction-static", type=float, default=None)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    for i, tok in enumerate(argv[:-1]):  # "--layer-ids -1,2,30": value starts with "-"
-        if tok == "--layer-ids":
-            argv[i : i + 2] = [f"--layer-ids={argv[i + 1]}"]
-            break
-    a = ap.parse_args(argv)
-    try:
-        ids = parse_layer_ids(a.layer_ids)
-    except ValueError as e:
-        print(f"patchcraft smoke: {e}", file=sys.stderr)
-        return EXIT_ENV
-    return run_cuda_smoke(
-        a.tp, a.model_path, a.draft_path, ids, a.format,
-        max_new_tokens=a.max_new_tokens, timeout_s=a.timeout, work_dir=a.work_dir,
-        out_dir=a.out, mem_fraction_static=a.mem_fraction_static,
+    out = _make_dir(Path(out_dir), "--out") if out_dir else None
+    prepared = prepare(
+        tp, model_path, draft_path, layer_ids, work_dir=work_dir, out=out,
+        max_new_tokens=max_new_tokens, timeout_s=timeout_s, mem_fraction_static=mem_fraction_static,
     )
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    work = str(prepared.work_dir)
+    summary: CudaSmokeSummary
+    try:
+        runs = run_engines(prepared, via_run)
+    except EngineRunFailed as exc:
+        summary = engine_failure(prepared.tp, str(exc), work)
+    else:
+        summary = build_summary(prepared.tp, compare_runs(prepared, runs))
+        if not summary.ok or keep_work_dir or work_dir:
+            summary = replace(summary, work_dir=work)
+    if out is not None:
+        summary = write_summary(summary, out)
+    return output.print_report(output_format, summary.exit_code, lambda: to_json(summary), lambda: output.render_cuda_smoke(summary) + "\n")

@@ -10,26 +10,20 @@ summary and exit code - runs on a CPU.
 """
 
 import hashlib
-import io
 import json
 import textwrap
 
 import pytest
 
+from patchcraft import output
+from patchcraft.errors import PatchcraftError
+from patchcraft.gpu_smoke import records
 from patchcraft.gpu_smoke import run as smoke
 from patchcraft.gpu_smoke.engine_args import build_engine_kwargs
+from patchcraft.gpu_smoke.summary import engine_failure
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def test_parse_layer_ids():
-    assert smoke.parse_layer_ids("-1,2,30") == [-1, 2, 30]
-    assert smoke.parse_layer_ids("[-1, 2, 30]") == [-1, 2, 30]
-    assert smoke.parse_layer_ids(None) is None and smoke.parse_layer_ids(" ") is None
-    for bad in ("a,b", "-3,1,2"):
-        with pytest.raises(ValueError):
-            smoke.parse_layer_ids(bad)
 
 
 def test_default_layer_ids_and_prompts():
@@ -66,7 +60,7 @@ def test_assign_records():
         _rec(torch, 6, "TARGET_VERIFY", [13, 1, 1], [2, 4, 5]),  # not a chain
         _rec(torch, 7, "TARGET_VERIFY", [13, 3, 3], [2, 3, 4], bs=2),
     ]
-    a = smoke.assign_records(list(reversed(recs)), prompts, outputs)  # order restored by seq
+    a = records.assign_records(list(reversed(recs)), prompts, outputs)  # order restored by seq
     got = [(i.phase, i.prompt, i.sequence, i.positions) for i in a.items]
     assert got == [
         ("prefill", 0, [5, 6, 7], [0, 1, 2]),
@@ -77,9 +71,14 @@ def test_assign_records():
     assert sum(a.skipped.values()) == 4
 
 
-def test_render_env_error_is_one_line():
-    out = smoke.render_text({"ok": False, "exit_code": 2, "error": "CUDA is not available"})
-    assert out == "patchcraft smoke: environment error: CUDA is not available"
+def test_render_engine_failure():
+    summary = engine_failure(2, "sglang engine run timed out after 8s (log: /w/spec.log)", "/w")
+    assert summary.exit_code == 1 and not summary.ok
+    assert output.render_cuda_smoke(summary) == (
+        "patchcraft smoke (cuda, tp=2): FAIL\n"
+        "  [FAIL] sglang run: sglang engine run timed out after 8s (log: /w/spec.log)\n"
+        "  files  /w"
+    )
 
 
 def test_no_cuda_is_an_environment_error(monkeypatch):
@@ -88,18 +87,28 @@ def test_no_cuda_is_an_environment_error(monkeypatch):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    s = io.StringIO()
-    assert smoke.run_cuda_smoke(1, output_format="text", stream=s) == 2
-    assert s.getvalue().strip().count("\n") == 0 and "CUDA is not available" in s.getvalue()
+    with pytest.raises(PatchcraftError, match="CUDA is not available"):
+        smoke.run_cuda_smoke(1, output_format="text")
 
 
 def test_missing_sglang_is_an_environment_error(monkeypatch):
     monkeypatch.setattr(smoke, "_check_cuda", lambda tp: 1)
     monkeypatch.setattr(smoke.importlib.util, "find_spec", lambda name: None)
-    s = io.StringIO()
-    assert smoke.run_cuda_smoke(None, output_format="json", stream=s) == 2
-    out = json.loads(s.getvalue())
-    assert out["exit_code"] == 2 and "sglang is not installed" in out["error"]
+    with pytest.raises(PatchcraftError, match="sglang is not installed"):
+        smoke.run_cuda_smoke(None, output_format="json")
+
+
+def test_a_programming_error_is_not_an_environment_error(monkeypatch, tmp_path):
+    """Only the environment's failures become exit 2; a bug keeps its traceback (the CLI's exit 3)."""
+    monkeypatch.setattr(smoke, "_check_cuda", lambda tp: 1)
+    monkeypatch.setattr(smoke, "_sglang_package", lambda: tmp_path)
+
+    def bug(package):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(smoke, "source_reader", bug)
+    with pytest.raises(TypeError, match="a bug"):
+        smoke.run_cuda_smoke(None, output_format="json")
 
 
 # ---------------------------------------------------------------- probe
@@ -298,18 +307,17 @@ def _digest_tree(pkg):
 
 
 @pytest.mark.parametrize("bug", [None, "graph-default-layers"])
-def test_run_cuda_smoke_end_to_end_with_fake_sglang(tmp_path, monkeypatch, fake_env, hf_model, tiny_target, bug):
+def test_run_cuda_smoke_end_to_end_with_fake_sglang(tmp_path, monkeypatch, capsys, fake_env, hf_model, tiny_target, bug):
     script, forwards = _prepare(tmp_path, hf_model, bug=bug)
     monkeypatch.setenv("FAKE_SGLANG_SCRIPT", str(script))
     monkeypatch.setenv("FAKE_SGLANG_FORWARDS", str(forwards))
     before = _digest_tree(fake_env)
-    s = io.StringIO()
     work = tmp_path / "work"
     code = smoke.run_cuda_smoke(
         None, str(tiny_target), None, [-1, 1, 2], "json",
-        max_new_tokens=5, timeout_s=120, work_dir=str(work), stream=s,
+        max_new_tokens=5, timeout_s=120, work_dir=str(work),
     )
-    out = json.loads(s.getvalue())
+    out = json.loads(capsys.readouterr().out)
     assert _digest_tree(fake_env) == before  # the "installed" sglang was not modified
     assert not (work / "sglang-probed").exists()  # temporary copy removed
     assert out["layer_ids"] == [-1, 1, 2] and out["expected"] == ["hs[0]", "hs[2]", "hs[3]"]
@@ -338,29 +346,36 @@ def test_layer_ids_must_agree_with_draft(tmp_path, fake_env, tiny_target):
     from patchcraft.gpu_smoke.draft import make_tiny_eagle3_draft
 
     d = make_tiny_eagle3_draft(tmp_path / "draft", tiny_target, [-1, 1, 2])
-    s = io.StringIO()
-    code = smoke.run_cuda_smoke(1, str(tiny_target), str(d), [-1, 2, 3], "text", work_dir=str(tmp_path / "w"), stream=s)
-    assert code == 2 and "disagree with the draft" in s.getvalue()
+    with pytest.raises(PatchcraftError, match="disagree with the draft"):
+        smoke.run_cuda_smoke(1, str(tiny_target), str(d), [-1, 2, 3], "text", work_dir=str(tmp_path / "w"))
 
 
 def test_tp_the_tiny_target_cannot_split_is_exit_2(tmp_path, fake_env):
-    s = io.StringIO()
-    code = smoke.run_cuda_smoke(3, None, None, None, "text", work_dir=str(tmp_path / "w"), stream=s)
-    assert code == 2
-    assert s.getvalue().startswith("patchcraft smoke: environment error: ValueError")
-    assert "not divisible by tp_size=3" in s.getvalue()
+    with pytest.raises(PatchcraftError, match="^ValueError: .*not divisible by tp_size=3"):
+        smoke.run_cuda_smoke(3, None, None, None, "text", work_dir=str(tmp_path / "w"))
+
+
+def test_a_draft_asking_for_layers_beyond_the_target_is_exit_2(tmp_path, fake_env, tiny_target):
+    """Checked before any engine starts, not when the reference lacks the layer."""
+    from patchcraft.gpu_smoke.draft import make_tiny_eagle3_draft
+
+    draft = make_tiny_eagle3_draft(tmp_path / "draft", tiny_target, [-1, 1, 2])
+    config = json.loads((draft / "config.json").read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 1, 4]
+    (draft / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PatchcraftError, match=r"layer ids \[4\] are beyond the target's 4 layers"):
+        smoke.run_cuda_smoke(1, str(tiny_target), str(draft), None, "text", work_dir=str(tmp_path / "w"))
 
 
 @pytest.mark.parametrize("flip", ["near-tie", "clear"])
-def test_lossless_is_margin_aware_end_to_end(tmp_path, monkeypatch, fake_env, hf_model, tiny_target, flip):
+def test_lossless_is_margin_aware_end_to_end(tmp_path, monkeypatch, capsys, fake_env, hf_model, tiny_target, flip):
     script, forwards = _prepare(tmp_path, hf_model, flip=flip)
     monkeypatch.setenv("FAKE_SGLANG_SCRIPT", str(script))
     monkeypatch.setenv("FAKE_SGLANG_FORWARDS", str(forwards))
     out_dir = tmp_path / "out"
-    s = io.StringIO()
     code = smoke.run_cuda_smoke(
         None, str(tiny_target), None, [-1, 1, 2], "text",
-        max_new_tokens=5, timeout_s=120, work_dir=str(tmp_path / "work"), out_dir=str(out_dir), stream=s,
+        max_new_tokens=5, timeout_s=120, work_dir=str(tmp_path / "work"), out_dir=str(out_dir),
     )
     summary = json.loads((out_dir / "summary.json").read_text())
     for name in ("spec.log", "base.log", "spec.json", "base.json"):
@@ -372,7 +387,7 @@ def test_lossless_is_margin_aware_end_to_end(tmp_path, monkeypatch, fake_env, hf
         assert kw["disable_piecewise_cuda_graph"] is True and kw["log_level"] == "warning"
         assert kw["cuda_graph_max_bs"] == 1 and kw["max_running_requests"] == 1
     assert eng["allreduce_fusion"] == "not applicable (tp 1)" and eng["timeout_s"] == 120
-    text = s.getvalue()
+    text = capsys.readouterr().out
     assert "allreduce  FlashInfer allreduce fusion: not applicable (tp 1)" in text
     lossless = summary["lossless"]
     assert lossless["mode"] == "margin"
@@ -387,7 +402,7 @@ def test_lossless_is_margin_aware_end_to_end(tmp_path, monkeypatch, fake_env, hf
         assert "[FAIL] lossless greedy output" in text
 
 
-def test_engine_timeout_stops_the_run_and_its_children(tmp_path, monkeypatch, fake_env, tiny_target):
+def test_engine_timeout_stops_the_run_and_its_children(tmp_path, monkeypatch, capsys, fake_env, tiny_target):
     import os
     import time
 
@@ -396,14 +411,13 @@ def test_engine_timeout_stops_the_run_and_its_children(tmp_path, monkeypatch, fa
     monkeypatch.setenv("FAKE_SGLANG_SCRIPT", str(tmp_path / "unused.json"))
     (tmp_path / "unused.json").write_text("{}")
     out_dir = tmp_path / "out"
-    s = io.StringIO()
     start = time.monotonic()
     code = smoke.run_cuda_smoke(
         None, str(tiny_target), None, [-1, 1, 2], "json",
-        timeout_s=8, work_dir=str(tmp_path / "work"), out_dir=str(out_dir), stream=s,
+        timeout_s=8, work_dir=str(tmp_path / "work"), out_dir=str(out_dir),
     )
     assert time.monotonic() - start < 60
-    out = json.loads(s.getvalue())
+    out = json.loads(capsys.readouterr().out)
     assert code == 1 and "timed out after 8s" in out["checks"][0]["message"]
     assert json.loads((out_dir / "summary.json").read_text())["exit_code"] == 1
     assert (out_dir / "spec.log").is_file()
