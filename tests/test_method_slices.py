@@ -19,7 +19,8 @@ import pytest
 from patchcraft.engine import patch_text, revert_text
 from patchcraft.graph import EditSite
 from patchcraft.transforms import BY_KIND
-from patchcraft.transforms._base import AnchorError, ClassSlices
+from patchcraft.transforms._base import AnchorError
+from patchcraft.transforms._slices import ClassSlices
 
 PATH = Path("m.py")
 INIT = EditSite(kind="init", path=PATH, module="m", cls="LlamaModel", method="__init__")

@@ -30,7 +30,8 @@ import pytest
 from patchcraft.engine import NOT_APPLICABLE, PATCHED, UNSUPPORTED, Mode, patch_text, plan_tree, revert_text, run
 from patchcraft.graph import EditSite
 from patchcraft.transforms import accept_embedding_layer_id, capture_embedding_output
-from patchcraft.transforms._base import FLAG, ClassSlices, RemoveMarked
+from patchcraft.transforms._base import FLAG, RemoveMarked
+from patchcraft.transforms._slices import ClassSlices
 from patchcraft.tree import resolve_target
 
 from conftest import release_package
