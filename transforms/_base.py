@@ -17,6 +17,7 @@ import libcst as cst
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite, parse_python
+from patchcraft.status import EDIT_DONE, EditStatus
 from patchcraft.transforms._slices import first_line, split_lines
 
 # Slicing lives in ``_slices``; these two are still importable from here (the engine's old path).
@@ -52,12 +53,12 @@ class AnchorError(PatchcraftError):
 class Outcome:
     """What one transform found or did at one site."""
 
-    status: str  # "applied" | "present" | "hand-applied" | "missing" | "modified"
+    status: EditStatus
     detail: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.status in ("applied", "present", "hand-applied")
+        return self.status in EDIT_DONE
 
 
 @dataclass(frozen=True)

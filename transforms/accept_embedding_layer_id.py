@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from patchcraft.graph import SETTER, EditSite
+from patchcraft.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,
     AnchorError,
@@ -210,15 +211,15 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
     if marked:
         stmt = marked[0]
         if strip_marker_lines(module, stmt) != strip_marker_lines(module, canonical):
-            return func, Outcome("modified", f"line {line_of(module, stmt)}: the inserted -1 block was changed by hand")
+            return func, Outcome(EditStatus.MODIFIED, f"line {line_of(module, stmt)}: the inserted -1 block was changed by hand")
         func, added = _follow_heuristics(module, func, site)
-        return func, Outcome("applied" if added else "present")
+        return func, Outcome(EditStatus.APPLIED if added else EditStatus.PRESENT)
     flagged = find_statements(func, _sets_flag)
     if flagged:
         problem = judge_hand_fix(module, func, site, flagged)
         if problem:
-            return func, Outcome("modified", problem)
-        return func, Outcome("hand-applied", "no pipeline-parallel guard in the hand-applied form")
+            return func, Outcome(EditStatus.MODIFIED, problem)
+        return func, Outcome(EditStatus.HAND_APPLIED, "no pipeline-parallel guard in the hand-applied form")
     body = body_of(func)
     if not body:
         raise AnchorError(site, "an indented setter body")
@@ -228,7 +229,7 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
     else:
         func = insert_at(func, body[index - 1], canonical, after=True)
     func, _ = _follow_heuristics(module, func, site)
-    return func, Outcome("applied")
+    return func, Outcome(EditStatus.APPLIED)
 
 
 def _follow_heuristics(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst.FunctionDef, bool]:

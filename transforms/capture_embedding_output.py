@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from patchcraft.graph import EditSite
+from patchcraft.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,
     FLAG_COUNT,
@@ -367,25 +368,25 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
         found = strip_marker_lines(module, marked[0])
         if found == strip_marker_lines(module, canonical):
             if not needs_count:
-                return func, Outcome("present")
+                return func, Outcome(EditStatus.PRESENT)
         elif found in _legacy_blocks(module, site, capture):
             func = replace_statement(func, marked[0], canonical)  # an earlier patchcraft's block: brought up to date
         else:
-            return func, Outcome("modified", f"line {line_of(module, marked[0])}: the inserted capture block was changed by hand")
+            return func, Outcome(EditStatus.MODIFIED, f"line {line_of(module, marked[0])}: the inserted capture block was changed by hand")
     else:
         hand = find_statements(func, lambda s: isinstance(s, cst.If) and FLAG in _idents(s.test))
         if hand:
             problem = judge_hand_fix(module, capture, hand)
             if problem:
-                return func, Outcome("modified", problem)
+                return func, Outcome(EditStatus.MODIFIED, problem)
             if needs_count:
-                return func, Outcome("modified", "a hand-made embedding capture, but the collector's capture count does not include it")
-            return func, Outcome("hand-applied")
+                return func, Outcome(EditStatus.MODIFIED, "a hand-made embedding capture, but the collector's capture count does not include it")
+            return func, Outcome(EditStatus.HAND_APPLIED)
         func = insert_at(func, capture.anchor, canonical, after=False)
     if needs_count:
         assert capture.count is not None
         func = func.with_changes(body=func.body.visit(_WidenCount(capture.collector)))
-    return func, Outcome("applied")
+    return func, Outcome(EditStatus.APPLIED)
 
 
 def _legacy_blocks(module: cst.Module, site: EditSite, capture: Capture) -> set[str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import libcst as cst
 
 from patchcraft.graph import EditSite
+from patchcraft.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,
     AnchorError,
@@ -47,14 +48,14 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
         stmt = existing[0]
         same = strip_marker_lines(module, stmt) == strip_marker_lines(module, canonical)
         if same:
-            return func, Outcome("present" if is_marked(stmt) else "hand-applied")
-        return func, Outcome("modified", f"line {line_of(module, stmt)}: `{strip_marker_lines(module, stmt).strip()}`")
+            return func, Outcome(EditStatus.PRESENT if is_marked(stmt) else EditStatus.HAND_APPLIED)
+        return func, Outcome(EditStatus.MODIFIED, f"line {line_of(module, stmt)}: `{strip_marker_lines(module, stmt).strip()}`")
     anchors = find_statements(func, _assigns("layers_to_capture"))
     if not anchors:
         raise AnchorError(site, "`self.layers_to_capture = []` in __init__")
     if len(anchors) > 1:
         raise AnchorError(site, f"one `self.layers_to_capture = ...` in __init__, found {len(anchors)} (ambiguous)")
-    return insert_at(func, anchors[0], canonical, after=True), Outcome("applied")
+    return insert_at(func, anchors[0], canonical, after=True), Outcome(EditStatus.APPLIED)
 
 
 def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:

@@ -44,6 +44,7 @@ from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite
 from patchcraft.sources import read_source
+from patchcraft.status import EditStatus
 from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, insert_at, is_marked, line_of
 
 NAME = "keep_captured_states_reduced"
@@ -206,7 +207,7 @@ def defect(package: Path, model_files: tuple[Path, ...]) -> Optional[str]:
         _, outcome = apply(module, fusion.site)
     except PatchcraftError:
         return None
-    if outcome.status in ("present", "hand-applied"):
+    if outcome.status in (EditStatus.PRESENT, EditStatus.HAND_APPLIED):
         return None
     fix = "run `patchcraft apply` (its allreduce-fusion edit turns the fusion off for EAGLE-3)"
     if has_enforce_flag(package):
@@ -257,14 +258,14 @@ def _edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cs
     if ours:
         same = _code(ours[0].with_changes(leading_lines=())) == _code(new.with_changes(leading_lines=()))  # type: ignore[call-arg]
         if same:
-            return func, Outcome("present")
-        return func, Outcome("modified", f"line {line_of(module, ours[0])}: the EAGLE-3 guard was changed by hand")
+            return func, Outcome(EditStatus.PRESENT)
+        return func, Outcome(EditStatus.MODIFIED, f"line {line_of(module, ours[0])}: the EAGLE-3 guard was changed by hand")
     if any(isinstance(s, cst.If) and _calls(s.test, "is_eagle3") and _returns_false_cst(s) for s in body):
-        return func, Outcome("hand-applied")
+        return func, Outcome(EditStatus.HAND_APPLIED)
     guards = [s for s in body if isinstance(s, cst.If) and _calls(s.test, "is_eagle") and _returns_false_cst(s)]
     if len(guards) != 1:
         raise AnchorError(site, f"one `if ... .is_eagle(): return False` guard, found {len(guards)}")
-    return insert_at(func, guards[0], new, after=True), Outcome("applied")
+    return insert_at(func, guards[0], new, after=True), Outcome(EditStatus.APPLIED)
 
 
 def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
