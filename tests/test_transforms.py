@@ -11,6 +11,7 @@ import pytest
 
 from patchcraft.engine import revert_text
 from patchcraft.transforms import MODEL_TRANSFORMS, keep_captured_states_reduced
+from patchcraft.transforms._base import assign_targets, find_statements, walk_statements
 
 #: The model transforms and the fusion transform (the runner's examples: tests/test_runner_transform.py).
 CHECKED = (*MODEL_TRANSFORMS, keep_captured_states_reduced)
@@ -40,3 +41,21 @@ def test_example(transform, example) -> None:
 def test_every_transform_is_documented(transform) -> None:
     assert transform.DESCRIPTION and transform.EXAMPLES
     assert any(ex.before != ex.after for ex in transform.EXAMPLES)
+
+
+TRY_STAR = '''\
+def __init__(self):
+    try:
+        pass
+    except* ValueError:
+        self.layers_to_capture = []
+'''
+
+
+def test_an_except_star_body_is_walked_like_an_except_body() -> None:
+    """One statement walker serves every transform: a statement in an ``except*`` body is found."""
+    func = cst.parse_module(TRY_STAR).body[0]
+    assert isinstance(func, cst.FunctionDef)
+    found = find_statements(func, lambda stmt: bool(assign_targets(stmt)))
+    assert [cst.Module(body=()).code_for_node(stmt).strip() for stmt in found] == ["self.layers_to_capture = []"]
+    assert found == [stmt for stmt, _ in walk_statements(func) if assign_targets(stmt)]

@@ -162,35 +162,15 @@ def edit_method(module: cst.Module, site: EditSite, edit: MethodEdit) -> tuple[c
     return new, editor.outcome
 
 
-def _walk_blocks(node: cst.CSTNode, found: list, predicate: Callable[[cst.BaseStatement], bool]) -> None:
-    """Collect statements matching ``predicate`` in nested blocks, not in nested defs."""
-    for stmt in getattr(node, "body", ()):
-        if not isinstance(stmt, cst.BaseStatement):
-            continue
-        if predicate(stmt):
-            found.append(stmt)
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        for child in stmt.children:
-            if isinstance(child, (cst.IndentedBlock, cst.Else, cst.If, cst.Try, cst.ExceptHandler, cst.Finally)):
-                _walk_blocks_child(child, found, predicate)
-
-
-def _walk_blocks_child(node: cst.CSTNode, found: list, predicate: Callable[[cst.BaseStatement], bool]) -> None:
-    if isinstance(node, cst.IndentedBlock):
-        _walk_blocks(node, found, predicate)
-        return
-    for child in node.children:
-        if isinstance(child, (cst.IndentedBlock, cst.Else, cst.If, cst.ExceptHandler, cst.Finally)):
-            _walk_blocks_child(child, found, predicate)
-
-
 def walk_statements(func: cst.FunctionDef) -> list:
     """Every statement of ``func`` (not inside nested defs) with its chain of enclosing blocks.
 
+    The one statement walker of the transforms (:func:`find_statements` asks it).
     Each entry is ``(statement, ((block, index), ...))``: the blocks from the
     function body down to the statement's own block, and the position taken
-    in each. Compound statements (if/for/with/try/while) are entered.
+    in each, in source order. Compound statements (if/elif/else, for, while,
+    with, try with its ``except``, ``except*``, ``else`` and ``finally``) are
+    entered; ``match`` cases are not.
     """
     found: list = []
 
@@ -222,9 +202,7 @@ def _suites(stmt: cst.CSTNode) -> list:
 
 def find_statements(func: cst.FunctionDef, predicate: Callable[[cst.BaseStatement], bool]) -> list:
     """Statements of ``func`` at any block depth (not inside nested defs) matching ``predicate``."""
-    found: list = []
-    _walk_blocks(func.body, found, predicate)
-    return found
+    return [stmt for stmt, _ in walk_statements(func) if predicate(stmt)]
 
 
 _STATEMENT_NODES = (
