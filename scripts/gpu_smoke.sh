@@ -2,10 +2,17 @@
 # Prepared GPU smoke run of patchcraft against a real SGLang install.
 #
 #   scripts/gpu_smoke.sh [extra smoke args, e.g. --model-path DIR --draft-path DIR]
+#   MODE=run scripts/gpu_smoke.sh
 #
-# Steps: install sglang (if missing) and patchcraft[smoke]; `patchcraft apply`
-# on the installed sglang; `patchcraft verify`; then the smoke run under
-# `timeout`. See docs/smoke.md for what it checks and how to read the result.
+# Steps: install sglang (if missing) and patchcraft[smoke]; then, by MODE:
+#   apply (default)  `patchcraft apply` on the installed sglang; `patchcraft verify`;
+#                    the smoke's EAGLE-3 engine runs on (a probed copy of) the patched install.
+#   run              the install is not written to (it must be unpatched): the smoke
+#                    builds an overlay from its probed copy and starts the EAGLE-3 engine
+#                    through `patchcraft run --overlay DIR --no-preflight --`, as a server
+#                    launched with `patchcraft run` would be (`patchcraft smoke --via-run`).
+# then the smoke run under `timeout`. See docs/smoke.md for what it checks and
+# how to read the result.
 #
 # Needs what SGLang itself needs: NVIDIA GPUs and SGLang with its CUDA
 # packages (torch with CUDA, flashinfer, sgl-kernel), as on a serving box or in
@@ -13,6 +20,7 @@
 # WHEEL_DIR), which takes minutes and is not part of the smoke's time bound.
 #
 # Environment:
+#   MODE            apply | run (default apply; see above)
 #   TP              tensor-parallel size (default 1)
 #   SGLANG_VERSION  install this sglang release if it is not the installed one (default 0.5.10)
 #   WHEEL_DIR       offline machine: pip installs from this folder (--no-index)
@@ -35,8 +43,15 @@ SGLANG_VERSION=${SGLANG_VERSION:-0.5.10}
 ENGINE_TIMEOUT=${ENGINE_TIMEOUT:-200}
 SMOKE_TIMEOUT=${SMOKE_TIMEOUT:-540}
 SMOKE_FORMAT=${SMOKE_FORMAT:-text}
+MODE=${MODE:-apply}
 
 say() { printf 'gpu_smoke.sh: %s\n' "$*" >&2; }
+
+case "$MODE" in
+    apply) mode_args=() ;;
+    run) mode_args=(--via-run) ;;
+    *) say "usage error: MODE=$MODE (apply or run)"; exit 2 ;;
+esac
 
 pip_install() {
     if [ -n "${WHEEL_DIR:-}" ]; then
@@ -89,16 +104,18 @@ print(f"torch {torch.__version__}, cuda {torch.version.cuda}, {torch.cuda.device
 EOF
 say "sglang $(installed_sglang)"
 
-# Patch the installed sglang (idempotent), then prove the edits are in place.
-patchcraft apply
-patchcraft verify --model deepseek_v2
+if [ "$MODE" = apply ]; then
+    # Patch the installed sglang (idempotent), then prove the edits are in place.
+    patchcraft apply
+    patchcraft verify --model deepseek_v2
+fi
 
 OUT_DIR=${SMOKE_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/patchcraft-smoke-out.XXXXXX")}
 cmd=(patchcraft smoke --device cuda)
 
 rc=0
 timeout --signal=TERM --kill-after=60 "$SMOKE_TIMEOUT" \
-    "${cmd[@]}" --tp "$TP" --format "$SMOKE_FORMAT" --timeout "$ENGINE_TIMEOUT" --out "$OUT_DIR" "$@" || rc=$?
+    "${cmd[@]}" ${mode_args[@]+"${mode_args[@]}"} --tp "$TP" --format "$SMOKE_FORMAT" --timeout "$ENGINE_TIMEOUT" --out "$OUT_DIR" "$@" || rc=$?
 if [ "$rc" = 124 ]; then
     say "smoke run exceeded ${SMOKE_TIMEOUT}s and was stopped"
 fi

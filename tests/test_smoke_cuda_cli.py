@@ -59,3 +59,14 @@ def test_layer_ids_below_minus_one_are_usage_errors() -> None:
     result = CliRunner().invoke(cli, ["smoke", "--device", "cuda", "--layer-ids=-3,1,2"])
     assert isinstance(result.exception, PatchcraftError)
     assert "--layer-ids '-3,1,2': layer id -3 is invalid" in str(result.exception)
+
+
+def test_via_run_and_mem_fraction_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's side of --via-run and --mem-fraction-static (the click options live in cli.py)."""
+    from patchcraft.commands._pipeline import Options
+    from patchcraft.commands.smoke import smoke
+
+    seen: dict = {}
+    monkeypatch.setattr("patchcraft.gpu_smoke.run.run_cuda_smoke", lambda **kwargs: seen.update(kwargs) or 0)
+    assert smoke(Options(), device="cuda", cuda={"via_run": True, "mem_fraction_static": 0.5}) == 0
+    assert seen["via_run"] is True and seen["mem_fraction_static"] == 0.5

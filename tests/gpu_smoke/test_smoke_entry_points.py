@@ -72,3 +72,42 @@ def test_script_patchcraft_install_failure_is_exit_2(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "installing sglang" not in p.stderr
     assert "environment error: pip install -e .[smoke] failed" in p.stderr
+
+
+def _fake_tools(tmp_path):
+    """nvidia-smi with one GPU, a PYTHON that passes every check, and a patchcraft that logs its arguments."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    tools = {
+        "nvidia-smi": "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-fake)'\n",
+        "python-fake": "#!/bin/sh\ncat >/dev/null\necho 0.5.10\n",
+        "patchcraft": f"#!/bin/sh\necho \"$*\" >> {tmp_path / 'calls'}\n",
+    }
+    for name, text in tools.items():
+        (fake_bin / name).write_text(text)
+        (fake_bin / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake_bin}{os.pathsep}{os.environ.get('PATH', '')}", PYTHON=str(fake_bin / "python-fake"), SKIP_INSTALL="1")
+    env["SMOKE_OUT"] = str(tmp_path / "out")
+    return env
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
+@pytest.mark.parametrize("mode", ["apply", "run"])
+def test_script_modes(tmp_path, mode):
+    """MODE=apply patches the install first; MODE=run leaves it alone and asks the smoke for --via-run."""
+    env = _fake_tools(tmp_path)
+    env["MODE"] = mode
+    p = subprocess.run(["bash", str(SCRIPT), "--layer-ids=-1,1,2"], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    smoke = f"smoke --device cuda --tp 1 --format text --timeout 200 --out {tmp_path / 'out'} --layer-ids=-1,1,2"
+    if mode == "apply":
+        assert calls == ["apply", "verify --model deepseek_v2", smoke]
+    else:
+        assert calls == [smoke.replace("--device cuda", "--device cuda --via-run")]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_script_unknown_mode_is_exit_2(tmp_path):
+    p = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=dict(_fake_tools(tmp_path), MODE="patch"), timeout=60)
+    assert p.returncode == 2 and "usage error: MODE=patch (apply or run)" in p.stderr
