@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from patchcraft.engine import ALREADY, ERROR, PATCHED, REVERTED, UNSUPPORTED, WOULD, Mode, RunResult
 from patchcraft.engine import CLEAN, NOT_APPLICABLE, NOT_NEEDED
+
+if TYPE_CHECKING:
+    from patchcraft.gpu_smoke.summary import CudaSmokeSummary
 
 _STYLE = {PATCHED: "green", ALREADY: "green", REVERTED: "cyan", WOULD: "yellow", UNSUPPORTED: "magenta", ERROR: "bold red"}
 _STYLE.update({NOT_NEEDED: "green", CLEAN: "dim", NOT_APPLICABLE: "dim"})  # an empty style would leave a bare "[/]" (MarkupError)
@@ -193,3 +196,35 @@ def _yes_plain(value: bool | None) -> str:
 
 def _yes(value: bool | None) -> str:
     return "-" if value is None else ("yes" if value else "[red]no[/]")
+
+
+# --- patchcraft smoke --device cuda (sglang): the summary as text -------------------------
+
+
+def render_cuda_smoke(summary: CudaSmokeSummary) -> str:
+    """A :class:`patchcraft.gpu_smoke.summary.CudaSmokeSummary` as the text docs/smoke.md shows (no trailing newline)."""
+    lines = [f"patchcraft smoke (cuda, tp={summary.tp}): {'PASS' if summary.ok else 'FAIL'}"]
+    result = summary.comparison
+    if result is not None:
+        lines.append(f"  target     {result.target}")
+        lines.append(f"  draft      {result.draft}")
+        lines.append(f"  layer ids  {list(result.layer_ids)} -> {result.expected}  (reference: {result.reference})")
+        if result.sglang_version or result.sglang_file:
+            lines.append(f"  sglang     {result.sglang_version} ({result.sglang_file})")
+        if result.engine.get("allreduce_fusion"):
+            lines.append(f"  allreduce  FlashInfer allreduce fusion: {result.engine['allreduce_fusion']}")
+    for check in summary.checks:
+        lines.append(f"  [{'ok' if check.ok else 'FAIL'}]{' ' if check.ok else ''} {check.name}: {check.message}")
+    if result is not None:
+        lines.extend(f"  info   {line}" for line in result.lossless.info)
+        spec, base = result.speed.get("speculative") or {}, result.speed.get("baseline") or {}
+        if spec:
+            lines.append(
+                f"  info   accept length {spec.get('accept_length')}, {spec.get('tokens_per_s')} tok/s "
+                f"(baseline {base.get('tokens_per_s')} tok/s, batch 1)"
+            )
+    if summary.work_dir:
+        lines.append(f"  files  {summary.work_dir}")
+    if summary.out_dir:
+        lines.append(f"  out    {summary.out_dir}")
+    return "\n".join(lines)
