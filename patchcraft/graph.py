@@ -22,6 +22,10 @@ from patchcraft.errors import PatchcraftError
 from patchcraft.sources import decode
 
 SETTER = "set_eagle3_layers_to_capture"
+#: The attribute patchcraft adds to an inner model: its ``forward`` captures the embedding output.
+FLAG = "capture_embedding_for_eagle3"
+#: Keywords through which a forward hands its collector to the layers.
+CAPTURE_KEYWORDS = ("captured_last_layer_outputs", "capture_output")
 MODELS_PACKAGE = "sglang.srt.models."
 #: Cheap text filter: only files containing one of these are parsed up front.
 RELEVANT = (SETTER.encode(),)
@@ -402,9 +406,6 @@ class ForwardShape:
         return labels
 
 
-_CAPTURE_KEYWORDS = ("captured_last_layer_outputs", "capture_output")
-
-
 @functools.lru_cache(maxsize=256)
 def read_forward(func: FunctionNode) -> ForwardShape:
     """Classify the capture of an inner model's ``forward`` (``ast`` only, no edits)."""
@@ -413,7 +414,7 @@ def read_forward(func: FunctionNode) -> ForwardShape:
     names: set[str] = set()
     for loop in capture_loops:
         for node in nodes_of(loop):
-            if isinstance(node, ast.keyword) and node.arg in _CAPTURE_KEYWORDS:
+            if isinstance(node, ast.keyword) and node.arg in CAPTURE_KEYWORDS:
                 gate = "flag-gated" if "_is_layer_to_capture" in words_of(node.value) else "id-gated"
                 styles.append(f"collector into layers ({node.arg}=, {gate})")
                 names.update(n.id for n in nodes_of(node.value) if isinstance(n, ast.Name))
@@ -437,7 +438,7 @@ def read_forward(func: FunctionNode) -> ForwardShape:
     ifs = [n for n in nodes if isinstance(n, ast.If)]
     # patchcraft's own capture (``if self.capture_embedding_for_eagle3 ...``) is no shape of the release
     inside = {id(n) for block in capture_loops for n in nodes_of(block)}
-    inside |= {id(n) for block in ifs if "capture_embedding_for_eagle3" in words_of(block.test) for n in nodes_of(block)}
+    inside |= {id(n) for block in ifs if FLAG in words_of(block.test) for n in nodes_of(block)}
     post_loop = any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "capture")
         and isinstance(n.func.value, ast.Name) and n.func.value.id in names and id(n) not in inside

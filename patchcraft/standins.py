@@ -37,9 +37,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from patchcraft.graph import SETTER, ClassNode, FunctionNode, ModelGraph, class_assigns, classes_assigned_to
-
-FLAG = "capture_embedding_for_eagle3"
+from patchcraft.graph import FLAG, SETTER, ClassNode, FunctionNode, ModelGraph, class_assigns, classes_assigned_to
 
 _SAFE_BUILTINS = (
     "abs all any bool dict enumerate filter getattr hasattr int isinstance len list map max min "

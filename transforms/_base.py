@@ -16,14 +16,13 @@ import libcst as cst
 
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
-from patchcraft.graph import EditSite, parse_python
+from patchcraft.graph import FLAG, EditSite, parse_python
 from patchcraft.status import EDIT_DONE, EditStatus
 from patchcraft.transforms._slices import first_line, split_lines
 
 # Slicing lives in ``_slices``; these two are still importable from here (the engine's old path).
 from patchcraft.transforms._slices import ClassSlices as ClassSlices, code_with_ending as code_with_ending
 
-FLAG = "capture_embedding_for_eagle3"
 #: How inserted code in ``forward`` reads the flag: a class that runs a patched
 #: forward without the flag in its ``__init__`` (an out-of-tree subclass, one
 #: patchcraft cannot see) then captures no embedding instead of crashing; the
@@ -97,6 +96,11 @@ def body_of(func: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
 
 def code_of(module: cst.Module, node: cst.CSTNode) -> str:
     return module.code_for_node(node)
+
+
+def plain_code(node: cst.CSTNode) -> str:
+    """The code of ``node`` on its own, in libcst's default style: for comparisons and searches."""
+    return _EMPTY_MODULE.code_for_node(node)
 
 
 def strip_marker_lines(module: cst.Module, stmt: cst.BaseStatement) -> str:
@@ -284,7 +288,7 @@ def is_flag_count(node: cst.CSTNode, current_only: bool = False) -> bool:
     return (
         isinstance(node, cst.BinaryOperation)
         and isinstance(node.operator, cst.Add)
-        and cst.Module(body=()).code_for_node(node.right) in forms
+        and plain_code(node.right) in forms
     )
 
 
@@ -324,7 +328,7 @@ class RemoveMarked(cst.CSTTransformer):
         kept = [s for s in updated.body if not is_marked(s)]
         if len(kept) == len(updated.body):
             return updated
-        self.removed_markers += sum(code_of(_EMPTY_MODULE, s).count(MARKER) for s in updated.body if is_marked(s))
+        self.removed_markers += sum(plain_code(s).count(MARKER) for s in updated.body if is_marked(s))
         return updated.with_changes(body=tuple(kept))
 
     def leave_BinaryOperation(self, original: cst.BinaryOperation, updated: cst.BaseExpression) -> cst.BaseExpression:

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from patchcraft.graph import EditSite
+from patchcraft.graph import CAPTURE_KEYWORDS, EditSite
 from patchcraft.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,
@@ -55,13 +55,6 @@ NO_RESIDUAL_EXPRESSION = "hidden_states.clone()"
 #: The same, for a collector whose ``append`` copies (site parameter ``copies``): no second copy.
 COPIED_SEED_EXPRESSION = "hidden_states if residual is None else hidden_states + residual"
 COPIED_NO_RESIDUAL_EXPRESSION = "hidden_states"
-#: Keywords through which a forward hands its collector to the layers.
-CAPTURE_KEYWORDS = ("captured_last_layer_outputs", "capture_output")
-_EMPTY = cst.Module(body=())
-
-
-def _code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
 
 
 def block(site: EditSite, collector: str, expression: str, method: str = "append", flag: str = FLAG_READ) -> str:

@@ -45,7 +45,7 @@ from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite
 from patchcraft.sources import read_source
 from patchcraft.status import EditStatus
-from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, insert_at, is_marked, line_of
+from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, insert_at, is_marked, line_of, plain_code
 
 NAME = "keep_captured_states_reduced"
 KIND = "fusion"
@@ -229,12 +229,8 @@ def canonical(module: cst.Module, site: EditSite) -> cst.BaseStatement:
     return cst.parse_statement(code, config=module.config_for_parsing)
 
 
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=()).code_for_node(node)
-
-
 def _calls(node: cst.CSTNode, attr: str) -> bool:
-    return f".{attr}()" in _code(node)
+    return f".{attr}()" in plain_code(node)
 
 
 def _returns_false_cst(stmt: cst.If) -> bool:
@@ -256,7 +252,7 @@ def _edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cs
     new = canonical(module, site)
     ours = [s for s in body if is_marked(s)]
     if ours:
-        same = _code(ours[0].with_changes(leading_lines=())) == _code(new.with_changes(leading_lines=()))  # type: ignore[call-arg]
+        same = plain_code(ours[0].with_changes(leading_lines=())) == plain_code(new.with_changes(leading_lines=()))  # type: ignore[call-arg]
         if same:
             return func, Outcome(EditStatus.PRESENT)
         return func, Outcome(EditStatus.MODIFIED, f"line {line_of(module, ours[0])}: the EAGLE-3 guard was changed by hand")

@@ -27,8 +27,8 @@ import libcst as cst
 
 from patchcraft import MARKER
 from patchcraft.engine import revert_text
+from patchcraft.graph import FLAG
 from patchcraft.sources import read_source
-from patchcraft.transforms._base import FLAG
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 

@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from patchcraft.graph import SETTER
+from patchcraft.graph import FLAG, SETTER
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.standins import (
     HarnessError,
@@ -52,7 +52,6 @@ from patchcraft.harness.subject import (
     Subject,
     input_ids,
 )
-from patchcraft.transforms._base import FLAG
 
 PASS, FAIL, ERROR, SKIPPED, NOT_APPLICABLE = "pass", "fail", "error", "skipped", "n/a"
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from patchcraft.graph import SETTER, ClassNode, ModelGraph, ModelPlan, classes_assigned_to, read_setter
+from patchcraft.graph import FLAG, SETTER, ClassNode, ModelGraph, ModelPlan, classes_assigned_to, read_setter
 from patchcraft.harness.assemble import Program, StandInModule
 from patchcraft.harness.extract import PATCHED, MethodCode
 from patchcraft.harness.shapes import LayerCall, embedding_attributes, has_pipeline, layer_call, norm_attributes
@@ -32,7 +32,6 @@ from patchcraft.harness.standins import (
     World,
     activate,
 )
-from patchcraft.transforms._base import FLAG
 
 LAYERS, TOKENS, HIDDEN, VOCAB = 8, 5, 8, 32
 CAPTURE_IDS = [-1, 1, 4]  # hs[0], hs[2], hs[5]; 1 first, so the first-id heuristic shifts too
