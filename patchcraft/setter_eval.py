@@ -107,7 +107,7 @@ class SetterCall:
 
 
 @dataclass
-class World:
+class Evaluation:
     """Everything one evaluation shares: the graph, the layer count, the log."""
 
     graph: ModelGraph
@@ -122,17 +122,17 @@ class World:
 class StandIn:
     """An instance of a model-graph class (or of an unknown class), as a setter sees it."""
 
-    _world: World
+    _evaluation: Evaluation
     _cls: ClassNode | None
     _label: str
 
-    def __init__(self, world: World, cls: ClassNode | None, label: str) -> None:
-        object.__setattr__(self, "_world", world)
+    def __init__(self, evaluation: Evaluation, cls: ClassNode | None, label: str) -> None:
+        object.__setattr__(self, "_evaluation", evaluation)
         object.__setattr__(self, "_cls", cls)
         object.__setattr__(self, "_label", label)
-        if cls is not None and class_assigns(world.graph, cls, "layers_to_capture"):
+        if cls is not None and class_assigns(evaluation.graph, cls, "layers_to_capture"):
             object.__setattr__(self, "layers_to_capture", [])
-        if cls is not None and class_assigns(world.graph, cls, FLAG):
+        if cls is not None and class_assigns(evaluation.graph, cls, FLAG):
             object.__setattr__(self, FLAG, False)
 
     @property
@@ -144,19 +144,19 @@ class StandIn:
         return self._cls
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self._world.assignments.append((self, name, value))
+        self._evaluation.assignments.append((self, name, value))
         object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> Any:  # only called for missing attributes
         if name.startswith("__"):
             raise AttributeError(name)
-        value = _attribute(self, self._world, self._cls, name)
+        value = _attribute(self, self._evaluation, self._cls, name)
         object.__setattr__(self, name, value)
         return value
 
 
-def _attribute(owner: StandIn, world: World, cls: ClassNode | None, name: str) -> Any:
-    n = world.num_layers
+def _attribute(owner: StandIn, evaluation: Evaluation, cls: ClassNode | None, name: str) -> Any:
+    n = evaluation.num_layers
     simple: dict[str, Callable[[], Any]] = {
         "config": lambda: Config(n),
         "pp_group": Pipeline,
@@ -168,26 +168,26 @@ def _attribute(owner: StandIn, world: World, cls: ClassNode | None, name: str) -
     if name in simple:
         return simple[name]()
     if cls is None:
-        return _unknown(world, f"{owner.label} is built from a class outside sglang/srt/models; its `{name}` is unknown")
+        return _unknown(evaluation, f"{owner.label} is built from a class outside sglang/srt/models; its `{name}` is unknown")
     if name == SETTER:
-        found = world.graph.find_method(cls, SETTER)
+        found = evaluation.graph.find_method(cls, SETTER)
         if found is None:
             raise AttributeError(name)
-        method = compile_method(world, *found)
+        method = compile_method(evaluation, *found)
 
         def bound(*args: Any, **kwargs: Any) -> Any:
             return method(owner, *args, **kwargs)
 
         return bound
-    children = classes_assigned_to(world.graph, cls, name)
+    children = classes_assigned_to(evaluation.graph, cls, name)
     if children:
         # Several candidates (a factory with branches): the first one is taken.
-        return StandIn(world, children[0], children[0].label)
-    values = _assigned_values(world.graph, cls, name)
+        return StandIn(evaluation, children[0], children[0].label)
+    values = _assigned_values(evaluation.graph, cls, name)
     if any(isinstance(v, ast.Call) for v in values):  # built from a class the graph does not know
-        return StandIn(world, None, f"{cls.label}.{name}")
+        return StandIn(evaluation, None, f"{cls.label}.{name}")
     if values:
-        return _unknown(world, f"the setter reads `{name}` of {cls.label}, whose value is not known statically")
+        return _unknown(evaluation, f"the setter reads `{name}` of {cls.label}, whose value is not known statically")
     raise AttributeError(f"{cls.label} sets no `{name}` in __init__")
 
 
@@ -212,8 +212,8 @@ def _is_self_attr(node: ast.expr, name: str) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
-def _unknown(world: World, message: str) -> Any:
-    world.unknown = world.unknown or message
+def _unknown(evaluation: Evaluation, message: str) -> Any:
+    evaluation.unknown = evaluation.unknown or message
     raise NotEvaluable(message)
 
 
@@ -255,11 +255,11 @@ def _namespace() -> dict[str, Any]:
     }
 
 
-def compile_method(world: World, owner: ClassNode, func: FunctionNode) -> Callable[..., Any]:
+def compile_method(evaluation: Evaluation, owner: ClassNode, func: FunctionNode) -> Callable[..., Any]:
     """Compile ``owner.func`` from its AST into the restricted namespace (cached)."""
     key = (owner.label, func.name)
-    if key in world.compiled:
-        return world.compiled[key]
+    if key in evaluation.compiled:
+        return evaluation.compiled[key]
     node = _stripped(func)
     namespace = _namespace()
     unknown = sorted(_free_names(node) - set(namespace) - set(namespace["__builtins__"]))
@@ -274,10 +274,10 @@ def compile_method(world: World, owner: ClassNode, func: FunctionNode) -> Callab
     call = SetterCall(owner, func)
 
     def traced(*args: Any, **kwargs: Any) -> Any:
-        world.calls.append(call)
+        evaluation.calls.append(call)
         return raw(*args, **kwargs)
 
-    world.compiled[key] = traced
+    evaluation.compiled[key] = traced
     return traced
 
 
@@ -304,9 +304,9 @@ def run_setter(graph: ModelGraph, cls: ClassNode, layer_ids: Sequence[int] | Non
     found = graph.find_method(cls, SETTER)
     if found is None:
         raise NotEvaluable(f"{cls.label} has no {SETTER}")
-    world = World(graph=graph, num_layers=num_layers)
-    model = StandIn(world, cls, cls.label)
-    method = compile_method(world, *found)
+    evaluation = Evaluation(graph=graph, num_layers=num_layers)
+    model = StandIn(evaluation, cls, cls.label)
+    method = compile_method(evaluation, *found)
     accepts = takes_ids(found[1])
     error = None
     try:
@@ -318,22 +318,22 @@ def run_setter(graph: ModelGraph, cls: ClassNode, layer_ids: Sequence[int] | Non
         raise
     except Exception as exc:  # the setter's own failure: SGLang would fail the same way
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    if world.unknown:  # swallowed by a hasattr(): the run took a branch it cannot vouch for
-        raise NotEvaluable(world.unknown)
-    return _result(world, accepts, error)
+    if evaluation.unknown:  # swallowed by a hasattr(): the run took a branch it cannot vouch for
+        raise NotEvaluable(evaluation.unknown)
+    return _result(evaluation, accepts, error)
 
 
-def _result(world: World, accepts: bool, error: str | None) -> SetterRun:
+def _result(evaluation: Evaluation, accepts: bool, error: str | None) -> SetterRun:
     holder: StandIn | None = None
-    for obj, name, _ in world.assignments:
+    for obj, name, _ in evaluation.assignments:
         if name == "layers_to_capture":
             holder = obj
     if holder is None:
-        return SetterRun(None, False, None, tuple(world.calls), accepts, error)
+        return SetterRun(None, False, None, tuple(evaluation.calls), accepts, error)
     value = object.__getattribute__(holder, "layers_to_capture")
     embedding = bool(holder.__dict__.get(FLAG, False))
     try:
         ids = tuple(int(v) for v in value)
     except (TypeError, ValueError):
         raise NotEvaluable(f"the setter set layers_to_capture to {value!r}, not a list of ints") from None
-    return SetterRun(ids, embedding, holder.cls, tuple(world.calls), accepts, error)
+    return SetterRun(ids, embedding, holder.cls, tuple(evaluation.calls), accepts, error)
