@@ -9,9 +9,9 @@ before CUDA-graph capture. This module reads all of that statically:
 - the model class and its edit sites come from the engine's plan
   (:mod:`patchcraft.plan`);
 - the setter that really runs is executed on stand-ins
-  (:mod:`patchcraft.standins`), so the conversion is the release's own;
+  (:mod:`patchcraft.setter_eval`), so the conversion is the release's own;
 - "patched" is the engine's verify verdict on the plan's sites
-  (:func:`patchcraft.engine.patch_text`); the same call gives the patched
+  (:func:`patchcraft.patching.patch_text`); the same call gives the patched
   text, which answers "what would these ids do after ``patchcraft apply``";
 - the runner reset is found structurally in ``srt/model_executor/``.
 
@@ -30,18 +30,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from patchcraft.engine import patch_text
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import SETTER, ClassNode, EditSite, ModelGraph, ModelPlan, read_setter
+from patchcraft.patching import patch_text
 from patchcraft.plan import plan_model, plan_models, scan
 from patchcraft.runner_plan import setter_calls
 from patchcraft.selection import named
-from patchcraft.sources import decode, read_source
-from patchcraft.standins import Config, Layer, NotEvaluable, Pipeline, SetterRun, run_setter
+from patchcraft.sources import read_source
+from patchcraft.setter_eval import Config, Layer, NotEvaluable, Pipeline, SetterRun, run_setter
+from patchcraft.status import EDIT_IN_PLACE
 from patchcraft.tree import SglangTree
 
-#: Setter statuses the engine's verify counts as "this edit is in place".
-_PRESENT = ("present", "hand-applied")
 
 
 def hs(index: int) -> str:
@@ -163,10 +162,10 @@ def _patch_state(plan: ModelPlan) -> tuple[bool, str, dict[Path, str]]:
         statuses += [patch.outcomes[s.key].status for s in sites]
         if patch.after != text:
             texts[path] = patch.after
-    if all(s in _PRESENT for s in statuses):
+    if all(s in EDIT_IN_PLACE for s in statuses):
         return True, "patched for -1", {}
     kinds = [site.kind for sites in by_file.values() for site in sites]
-    missing = sorted({kind for kind, status in zip(kinds, statuses) if status not in _PRESENT})
+    missing = sorted({kind for kind, status in zip(kinds, statuses) if status not in EDIT_IN_PLACE})
     return False, f"not patched for -1: {', '.join(missing)} edit missing", texts
 
 

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Sequence
 
 from patchcraft import __version__, cache
-from patchcraft.engine import ERROR, Mode, RunResult, run
+from patchcraft.engine import Mode, RunResult, run
 from patchcraft.errors import PatchcraftError
+from patchcraft.status import ModelStatus
 from patchcraft.tree import SglangTree
 
 MANIFEST = "patchcraft_overlay.json"
@@ -79,7 +80,7 @@ def build(tree: SglangTree, out: Path | None = None, names: Sequence[str] = (), 
     result = run(tree, Mode.APPLY, names, runner=runner)
     if prove is not None:
         result = prove(result)
-    failed = [m for m in result.models if m.status == ERROR or m.proof == "harness-failed"]
+    failed = [m for m in result.models if m.status == ModelStatus.ERROR or m.proof == "harness-failed"]
     if failed:
         raise PatchcraftError(f"{failed[0].model}: {failed[0].message}; no overlay was built")
     return _write(tree, result, directory)

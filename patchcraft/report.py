@@ -1,8 +1,10 @@
-"""Exit codes and the stable JSON schema: the one place that decides them.
+"""A run's exit code, its JSON document and its GitHub annotations, decided from its records.
 
 0: clean, or done. 1: would change, not patched, or not verified.
 2: usage or environment error (target not found, anchor missing or
-ambiguous, syntax error, unwritable file). 130: interrupted. 3: a bug.
+ambiguous, syntax error, unwritable file). The codes themselves are
+:mod:`patchcraft.errors`'s, which also has those of an interrupt (130) and
+a bug (3), set by the CLI's error handler.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from patchcraft import __version__
-from patchcraft.engine import ALREADY, ERROR, PATCHED, REVERTED, UNSUPPORTED, WOULD, EditResult, Mode, ModelResult, RunResult
-
-from patchcraft.engine import NOT_APPLICABLE, NOT_NEEDED
-
 from patchcraft.errors import CHANGED, OK, USAGE
+from patchcraft.results import EditResult, Mode, ModelResult, RunResult
+from patchcraft.status import EDIT_IN_PLACE, MODEL_DONE, MODEL_SKIPPED, EditStatus, ModelStatus
+
+#: The version of every JSON document patchcraft prints (docs/json.md).
 SCHEMA_VERSION = 1
 
 
@@ -28,15 +30,15 @@ def exit_code(results: Sequence[RunResult], names: Sequence[str] = (), strict: b
     ``not-applicable`` rows (no EAGLE-3 target at all) never do.
     """
     models = [m for r in results for m in r.models]
-    if any(m.status == ERROR for m in models):
+    if any(m.status == ModelStatus.ERROR for m in models):
         return USAGE
     if any(m.proof == HARNESS_FAILED for m in models):
         return CHANGED  # not written (apply) or not verified (verify): the harness failed it
     mode = results[0].mode if results else Mode.VERIFY
-    served = [m for m in models if m.status == UNSUPPORTED and (strict or is_named(m.model, names))]
-    if mode is Mode.CHECK and any(m.status == WOULD for m in models):
+    served = [m for m in models if m.status == ModelStatus.UNSUPPORTED and (strict or is_named(m.model, names))]
+    if mode is Mode.CHECK and any(m.status == ModelStatus.WOULD for m in models):
         return CHANGED
-    if mode is Mode.VERIFY and any(not verified(m) and m.status not in (UNSUPPORTED, NOT_APPLICABLE) for m in models):
+    if mode is Mode.VERIFY and any(not verified(m) and m.status not in MODEL_SKIPPED for m in models):
         return CHANGED
     if mode in (Mode.APPLY, Mode.CHECK, Mode.VERIFY) and served:
         return CHANGED
@@ -54,7 +56,7 @@ def unserved(results: Sequence[RunResult], names: Sequence[str] = (), strict: bo
     """Unsupported models that do not fail the run (they get one warning line)."""
     if strict:
         return []
-    return [m for r in results for m in r.models if m.status == UNSUPPORTED and not is_named(m.model, names)]
+    return [m for r in results for m in r.models if m.status == ModelStatus.UNSUPPORTED and not is_named(m.model, names)]
 
 
 #: A model's ``proof`` when the CPU harness failed its code (commands/_proof.py).
@@ -62,7 +64,7 @@ HARNESS_FAILED = "harness-failed"
 
 
 def verified(model: ModelResult) -> bool:
-    return model.status in (ALREADY, NOT_NEEDED) and model.compiles is not False and model.proof != HARNESS_FAILED
+    return model.status in MODEL_DONE and model.compiles is not False and model.proof != HARNESS_FAILED
 
 
 class Locator:
@@ -183,24 +185,24 @@ def github_lines(results: Sequence[RunResult], code: int = OK, base: Path | None
 
 def _level(mode: Mode, model: ModelResult) -> str | None:
     """error for what fails verify, --check or any run; warning for what only needs a look."""
-    if model.status == ERROR:
+    if model.status == ModelStatus.ERROR:
         return "error"
-    if model.status == NOT_APPLICABLE:
+    if model.status == ModelStatus.NOT_APPLICABLE:
         return None
-    if mode is Mode.VERIFY and model.status != UNSUPPORTED:
+    if mode is Mode.VERIFY and model.status != ModelStatus.UNSUPPORTED:
         return None if verified(model) else "error"
-    if model.status == UNSUPPORTED:
+    if model.status == ModelStatus.UNSUPPORTED:
         return "warning"
-    if model.status == WOULD:
+    if model.status == ModelStatus.WOULD:
         return "error" if mode is Mode.CHECK else "warning"
-    if model.status in (PATCHED, REVERTED):
+    if model.status in (ModelStatus.PATCHED, ModelStatus.REVERTED):
         return "notice"
     return None
 
 
 def _missing(edit: EditResult) -> bool:
     """Whether this edit is what the annotation is about (absent, or just added)."""
-    return edit.status not in ("present", "hand-applied")
+    return edit.status not in EDIT_IN_PLACE
 
 
 def _location(model: ModelResult, locator: Locator) -> tuple[str, int | None]:
@@ -212,10 +214,10 @@ def _location(model: ModelResult, locator: Locator) -> tuple[str, int | None]:
 
 
 def _problem(model: ModelResult) -> str:
-    if model.status in (ERROR, UNSUPPORTED, REVERTED):
+    if model.status in (ModelStatus.ERROR, ModelStatus.UNSUPPORTED, ModelStatus.REVERTED):
         return f"{model.model}: {model.status}: {model.message}"
     edits = [_describe(e, model) for e in model.edits if _missing(e)]
-    if model.status == PATCHED:
+    if model.status == ModelStatus.PATCHED:
         return f"{model.model}: patched: added {', '.join(edits)}"
     if edits:
         return f"{model.model}: missing {', '.join(edits)}"
@@ -226,7 +228,7 @@ def _problem(model: ModelResult) -> str:
 
 def _describe(edit: EditResult, model: ModelResult) -> str:
     where = f"{edit.cls}.{edit.method}" + ("" if edit.file == model.path else f" in {Path(edit.file).name}")
-    if edit.status in ("applied", "missing"):
+    if edit.status == EditStatus.APPLIED:
         return f"{edit.kind} ({where})"
     return f"{edit.kind} ({where}: {edit.status}{': ' + edit.detail if edit.detail else ''})"
 

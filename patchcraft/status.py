@@ -30,10 +30,14 @@ class EditStatus(_Status):
     HAND_APPLIED = "hand-applied"
     #: Something edited the site, but not in a way that does the job.
     MODIFIED = "modified"
+    #: The engine could not run the transform at the site (the file's or the site's error is the detail).
+    ERROR = "error"
 
 
 #: The edit statuses that mean the site does its job once the run is written.
 EDIT_DONE = frozenset({EditStatus.APPLIED, EditStatus.PRESENT, EditStatus.HAND_APPLIED})
+#: The edit statuses that mean the site does its job already: nothing to write.
+EDIT_IN_PLACE = frozenset({EditStatus.PRESENT, EditStatus.HAND_APPLIED})
 
 
 class ModelStatus(_Status):
@@ -50,3 +54,9 @@ class ModelStatus(_Status):
     NOT_NEEDED = "not-needed"
     #: A class with the setter that is no EAGLE-3 target (a draft or NextN head capturing nothing).
     NOT_APPLICABLE = "not-applicable"
+
+
+#: The model statuses of a row whose edits are all in place (verify's "verified", before the compile and proof checks).
+MODEL_DONE = frozenset({ModelStatus.ALREADY, ModelStatus.NOT_NEEDED})
+#: The model statuses of a row patchcraft cannot, or need not, patch (no edit sites).
+MODEL_SKIPPED = frozenset({ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE})

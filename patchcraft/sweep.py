@@ -40,11 +40,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from patchcraft.releases import version_key
+from patchcraft.status import ModelStatus
 
 #: Smoke verdicts (patchcraft.harness.runner); any other status is counted too.
 SMOKE_STATUSES = ("pass", "fail", "error", "skipped")
-#: Status names with a meaning to the checks (patchcraft.engine).
-ERROR, PATCHED, ALREADY, WOULD = "error", "patched", "already-patched", "would-patch"
 #: Exit codes of a command that did not run to a verdict (patchcraft.errors: usage, bug).
 BROKEN_CODES = (2, 3)
 
@@ -144,7 +143,7 @@ class ReleaseResult:
         """(model, message) of every ``error`` row of apply, verify, check or revert."""
         rows = []
         for command in (self.apply, self.verify, self.check, self.revert):
-            rows += [(f"{command.name}: {m['model']}", m.get("message", "")) for m in command.models if m["status"] == ERROR]
+            rows += [(f"{command.name}: {m['model']}", m.get("message", "")) for m in command.models if m["status"] == ModelStatus.ERROR]
         return rows
 
     @property
@@ -153,12 +152,12 @@ class ReleaseResult:
         verify = {m["model"]: m for m in self.verify.models}
         found = []
         for model in self.apply.models:
-            if model["status"] == PATCHED:
+            if model["status"] == ModelStatus.PATCHED:
                 row = verify.get(model["model"])
-                if row is None or row["status"] != ALREADY:
+                if row is None or row["status"] != ModelStatus.ALREADY:
                     found.append(f"{model['model']} (verify: {row['status'] if row else 'no row'})")
         for row in self.verify.models:
-            if row["status"] == ALREADY and (row.get("compiles") is False or row.get("idempotent") is False):
+            if row["status"] == ModelStatus.ALREADY and (row.get("compiles") is False or row.get("idempotent") is False):
                 found.append(f"{row['model']} (compiles={row.get('compiles')}, idempotent={row.get('idempotent')})")
         return found
 
@@ -215,7 +214,7 @@ class ReleaseResult:
         found += [f"{model}: error: {message}" for model, message in self.error_rows]
         found += [f"verify: not verified: {what}" for what in self.unverified]
         if not self.check_clean:
-            would = [m["model"] for m in self.check.models if m["status"] == WOULD]
+            would = [m["model"] for m in self.check.models if m["status"] == ModelStatus.WOULD]
             found.append(f"apply --check after apply: exit {self.check.code}, would change {', '.join(would) or 'files'}")
         if not self.revert_identical:
             shown = ", ".join(self.revert_differs[:5]) + (f" and {len(self.revert_differs) - 5} more" if len(self.revert_differs) > 5 else "")

@@ -15,8 +15,9 @@ import importlib.util
 from typing import Callable
 
 from patchcraft import output
-from patchcraft.engine import ALREADY, PATCHED, ModelResult, RunResult, withhold
+from patchcraft.engine import ModelResult, RunResult, withhold
 from patchcraft.report import HARNESS_FAILED
+from patchcraft.status import EditStatus, ModelStatus
 
 #: The ``proof`` field of a model row (docs/json.md).
 PASSED = "harness-passed"
@@ -42,11 +43,11 @@ def _model_class(model: ModelResult) -> bool:
 
 
 def _hand_made(model: ModelResult) -> bool:
-    return _model_class(model) and model.status == ALREADY and any(e.status == "hand-applied" for e in model.edits)
+    return _model_class(model) and model.status == ModelStatus.ALREADY and any(e.status == EditStatus.HAND_APPLIED for e in model.edits)
 
 
 def _written(model: ModelResult) -> bool:
-    return _model_class(model) and model.status == PATCHED
+    return _model_class(model) and model.status == ModelStatus.PATCHED
 
 
 def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResult], RunResult] | None:

@@ -14,8 +14,6 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 
-from patchcraft.engine import ALREADY, ModelResult
-from patchcraft.engine import PATCHED as APPLIED
 from patchcraft.graph import ModelGraph, ModelPlan
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import ORIGINAL, PATCHED
@@ -24,7 +22,9 @@ from patchcraft.harness.shapes import ShapeError
 from patchcraft.harness.standins import HarnessError
 from patchcraft.harness.subject import Subject, subjects
 from patchcraft.plan import plan_models, scan
+from patchcraft.results import ModelResult
 from patchcraft.selection import select
+from patchcraft.status import ModelStatus
 from patchcraft.tree import SglangTree
 
 __all__ = ["ERROR", "FAIL", "NOT_APPLICABLE", "PASS", "SKIPPED", "Check", "SmokeResult", "SmokeRun", "smoke_model", "smoke_tree"]
@@ -128,7 +128,7 @@ def smoke_tree(
         verdicts = [(label, tree.relative(p.path), "" if p.unsupported is None else f"unsupported: {p.unsupported}") for label, p in plans.items()]
     else:
         verdicts = [
-            (m.model, m.path, "" if m.status in (ALREADY, APPLIED) else f"{m.status}: {m.message or m.status}")
+            (m.model, m.path, "" if m.status in (ModelStatus.ALREADY, ModelStatus.PATCHED) else f"{m.status}: {m.message or m.status}")
             for m in models
             if m.model in plans
         ]
