@@ -1,9 +1,10 @@
 """The thin click layer: parse flags once, dispatch, map errors to exit codes.
 
-Every subcommand builds an :class:`Options` and calls one function in
-``patchcraft.commands`` that returns an ``int``. A :class:`PatchcraftError`
-prints one line and exits 2; Ctrl-C exits 130; anything else is a bug and
-keeps its traceback (exit 3).
+Every subcommand turns its flags into one options value (the pipeline's
+:class:`~patchcraft.commands._pipeline.Options`, or its command's own)
+and calls one function in ``patchcraft.commands`` that returns an
+``int``. A :class:`PatchcraftError` prints one line and exits 2; Ctrl-C
+exits 130; anything else is a bug and keeps its traceback (exit 3).
 """
 
 from __future__ import annotations
@@ -55,16 +56,11 @@ def _remember_strict(ctx: click.Context, param: click.Parameter, value: bool) ->
 
 def _options(targets, models, output_format, color, show_diff=False, release=None, no_runner=False):
     from patchcraft.commands._pipeline import Options
+    from patchcraft.commands._targets import release_targets
 
-    if release:
-        from patchcraft.fetch import fetch
-
-        if targets:
-            raise click.UsageError("give either TARGET or --release, not both")
-        targets = (str(fetch(release)),)
     meta = click.get_current_context().meta
     return Options(
-        targets=tuple(targets),
+        targets=release_targets(targets, release),
         models=tuple(models),
         output_format=output_format,
         color=color,

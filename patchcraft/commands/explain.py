@@ -8,8 +8,8 @@ from typing import Any
 from patchcraft import __version__, output
 from patchcraft.errors import PatchcraftError
 from patchcraft.explain import Explanation, describe_state, explain, hs, load_model, states_text
-from patchcraft.fetch import fetch
-from patchcraft.report import CHANGED, OK
+from patchcraft.commands._targets import release_targets
+from patchcraft.report import CHANGED, OK, SCHEMA_VERSION
 from patchcraft.tree import SglangTree, resolve_target
 
 
@@ -27,11 +27,8 @@ class ExplainOptions:
 
 def resolve_tree(target: str | None, release: str | None) -> SglangTree:
     """TARGET, or ``--release X`` (fetched into the cache), or the installed sglang."""
-    if target and release:
-        raise PatchcraftError("pass either TARGET or --release, not both")
-    if release:
-        return resolve_target(str(fetch(release)))
-    return resolve_target(target)
+    (chosen,) = release_targets((target,) if target else (), release) or (None,)
+    return resolve_target(chosen)
 
 
 def parse_ids(text: str) -> tuple[int, ...] | None:
@@ -83,7 +80,7 @@ def explanation_text(result: Explanation) -> str:
 
 def explanation_json(result: Explanation, code: int) -> dict[str, Any]:
     return {
-        "schema": 1,
+        "schema": SCHEMA_VERSION,
         "patchcraft": __version__,
         "command": "explain",
         "sglang_version": result.version,
