@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 import libcst as cst
@@ -73,6 +74,12 @@ class Example:
     def unchanged(cls, title: str, site: EditSite, text: str) -> "Example":
         """A case the transform must leave exactly as it is (already patched, or patched by hand)."""
         return cls(title=title, before=text, after=text, site=site)
+
+
+def example_site(kind: str, cls: str, method: str, params: tuple = (), path: str = "example.py") -> EditSite:
+    """Where a transform's example edits: ``cls.method`` in a file of its own."""
+    file = Path(path)
+    return EditSite(kind=kind, path=file, module=file.stem, cls=cls, method=method, params=params)
 
 
 def is_marked(stmt: cst.CSTNode) -> bool:

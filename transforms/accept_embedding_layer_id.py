@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional, Sequence
 
 import libcst as cst
@@ -18,6 +17,7 @@ from patchcraft.transforms._base import (
     body_of,
     code_of,
     edit_method,
+    example_site,
     find_statements,
     insert_at,
     is_marked,
@@ -260,14 +260,11 @@ def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
     return edit_method(module, site, edit)
 
 
-_SITE = EditSite(
-    kind=KIND,
-    path=Path("example.py"),
-    module="example",
-    cls="DeepseekV2ForCausalLM",
-    method="set_eagle3_layers_to_capture",
-    params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "self.pp_group")),
-)
+def _site(cls: str, pp: str = "self.pp_group") -> EditSite:
+    return example_site(KIND, cls, SETTER, (("target", "self.model"), ("param", "layer_ids"), ("pp", pp)))
+
+
+_SITE = _site("DeepseekV2ForCausalLM")
 
 EXAMPLES = [
     Example(
@@ -377,14 +374,7 @@ class DeepseekV2ForCausalLM(nn.Module):
     ),
     Example(
         title="max heuristic (gpt-oss): with -1 given, the ids are +1 even when the test keeps them raw",
-        site=EditSite(
-            kind=KIND,
-            path=Path("example.py"),
-            module="example",
-            cls="GptOssForCausalLM",
-            method="set_eagle3_layers_to_capture",
-            params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "self.pp_group")),
-        ),
+        site=_site("GptOssForCausalLM"),
         before='''\
 class GptOssForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
@@ -431,14 +421,7 @@ class GptOssForCausalLM(nn.Module):
     ),
     Example(
         title="inner helper, pipeline group from a function: the guard uses the setter's own group",
-        site=EditSite(
-            kind=KIND,
-            path=Path("example.py"),
-            module="example",
-            cls="Qwen3NextForCausalLM",
-            method="set_eagle3_layers_to_capture",
-            params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "get_pp_group()")),
-        ),
+        site=_site("Qwen3NextForCausalLM", pp="get_pp_group()"),
         before='''\
 class Qwen3NextForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[list[int]] = None):
@@ -484,14 +467,7 @@ class Qwen3NextForCausalLM(nn.Module):
     ),
     Example(
         title="no pipeline parallelism in the model: no stage check",
-        site=EditSite(
-            kind=KIND,
-            path=Path("example.py"),
-            module="example",
-            cls="Gemma3ForCausalLM",
-            method="set_eagle3_layers_to_capture",
-            params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "")),
-        ),
+        site=_site("Gemma3ForCausalLM", pp=""),
         before='''\
 class Gemma3ForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional, Sequence
 
 import libcst as cst
@@ -29,6 +28,7 @@ from patchcraft.transforms._base import (
     Example,
     Outcome,
     edit_method,
+    example_site,
     find_statements,
     insert_at,
     is_flag_count,
@@ -452,7 +452,7 @@ def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
 
 def _site(cls: str, gate: str = "self.pp_group.is_first_rank", copies: bool = False) -> EditSite:
     params = (("gate", gate),) + ((("copies", "append"),) if copies else ())
-    return EditSite(kind=KIND, path=Path("example.py"), module="example", cls=cls, method="forward", params=params)
+    return example_site(KIND, cls, "forward", params)
 
 
 EXAMPLES = [

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import libcst as cst
 
 from patchcraft.graph import EditSite
@@ -15,6 +13,7 @@ from patchcraft.transforms._base import (
     Outcome,
     assign_targets,
     edit_method,
+    example_site,
     find_statements,
     insert_at,
     is_marked,
@@ -62,7 +61,7 @@ def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
     return edit_method(module, site, edit)
 
 
-_SITE = EditSite(kind=KIND, path=Path("example.py"), module="example", cls="DeepseekV2Model", method="__init__")
+_SITE = example_site(KIND, "DeepseekV2Model", "__init__")
 
 EXAMPLES = [
     Example(

@@ -45,7 +45,7 @@ from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite
 from patchcraft.sources import read_source
 from patchcraft.status import EditStatus
-from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, insert_at, is_marked, line_of, plain_code
+from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, example_site, insert_at, is_marked, line_of, plain_code
 
 NAME = "keep_captured_states_reduced"
 KIND = "fusion"
@@ -271,14 +271,7 @@ def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
 
 # -- examples (unit tests and docs) ------------------------------------------------
 
-_SITE = EditSite(
-    kind=KIND,
-    path=Path("communicator.py"),
-    module="communicator",
-    cls=CLASS,
-    method=METHOD,
-    params=(("algo", "self._speculative_algo"),),
-)
+_SITE = example_site(KIND, CLASS, METHOD, (("algo", "self._speculative_algo"),), path="communicator.py")
 
 EXAMPLES = [
     Example(
