@@ -18,7 +18,7 @@ import pytest
 
 from patchcraft.engine import patch_text, revert_text
 from patchcraft.graph import EditSite
-from patchcraft.transforms import BY_KIND
+from patchcraft.transforms import BY_KIND, capture_embedding_output
 from patchcraft.transforms._base import AnchorError
 from patchcraft.transforms._slices import ClassSlices
 
@@ -29,6 +29,9 @@ FORWARD = EditSite(kind="forward", path=PATH, module="m", cls="LlamaModel", meth
 SETTER = EditSite(kind="setter", path=PATH, module="m", cls="LlamaForCausalLM", method="set_eagle3_layers_to_capture",
                   params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "")))
 SITES = (INIT, FORWARD, SETTER)
+
+#: The forward transform's own first example, as a method of a class of ours.
+FORWARD_METHOD = capture_embedding_output.EXAMPLES[0].before.split("\n", 1)[1]
 
 #: Decorators, a header over several lines, a docstring and attributes before
 #: the first method, comments between methods, a form feed, a backslash
@@ -64,15 +67,7 @@ class LlamaModel(
     def helper(self):
         return self.width
 \x0c
-    def forward(self, input_ids, positions, forward_batch):
-        hidden_states = self.embed_tokens(input_ids)
-        residual = None
-        aux_hidden_states = []
-        for i in range(self.start_layer, self.end_layer):
-            if i in self.layers_to_capture:
-                aux_hidden_states.append(hidden_states + residual)
-            hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
-        return hidden_states, aux_hidden_states
+''' + FORWARD_METHOD + '''\
     # the class's trailing comment
 
 
