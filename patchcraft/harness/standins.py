@@ -101,10 +101,21 @@ class HarnessError(Exception):
     """The code under test took a path the harness cannot model."""
 
 
+class _UnknownIsNothing:
+    """A stand-in whose other attributes are :class:`Nothing`, named ``<_prefix>.<name>``."""
+
+    _prefix = "object"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Nothing(f"{self._prefix}.{name}")
+
+
 # -- parallel groups -------------------------------------------------------------
 
 @dataclass
-class ParallelGroup:
+class ParallelGroup(_UnknownIsNothing):
     """A process group of ``world_size`` ranks seen from rank ``rank_in_group``.
 
     Collectives are those of one rank (the identity): tensor parallelism
@@ -112,6 +123,7 @@ class ParallelGroup:
     the forward through ``is_first_rank`` and the tensors it receives.
     """
 
+    _prefix = "group"
     world_size: int = 1
     rank_in_group: int = 0
 
@@ -132,11 +144,6 @@ class ParallelGroup:
 
     def all_reduce(self, tensor: Any, **kwargs: Any) -> Any:
         return tensor
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return Nothing(f"group.{name}")
 
 
 @dataclass
@@ -195,17 +202,14 @@ def _tbo(*args: Any, **kwargs: Any) -> Any:
 
 # -- the forward batch and the layer-boundary residual stream ---------------------
 
-class ForwardBatch:
+class ForwardBatch(_UnknownIsNothing):
     """A forward batch with every optional feature off."""
+
+    _prefix = "forward_batch"
 
     def __init__(self) -> None:
         self.can_run_tbo = False
         self.residual_stream: Optional[ResidualStream] = None
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return Nothing(f"forward_batch.{name}")
 
 
 @dataclass
