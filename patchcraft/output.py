@@ -12,15 +12,27 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from patchcraft.engine import ALREADY, ERROR, PATCHED, REVERTED, UNSUPPORTED, WOULD, Mode, RunResult
-from patchcraft.engine import CLEAN, NOT_APPLICABLE, NOT_NEEDED
+from patchcraft.results import Mode, RunResult
+from patchcraft.status import EditStatus, ModelStatus
 
 if TYPE_CHECKING:
     from patchcraft.gpu_smoke.summary import CudaSmokeSummary
 
-_STYLE = {PATCHED: "green", ALREADY: "green", REVERTED: "cyan", WOULD: "yellow", UNSUPPORTED: "magenta", ERROR: "bold red"}
-_STYLE.update({NOT_NEEDED: "green", CLEAN: "dim", NOT_APPLICABLE: "dim"})  # an empty style would leave a bare "[/]" (MarkupError)
-_EDIT_STYLE = {"applied": "green", "present": "green", "hand-applied": "green", "modified": "bold red", "error": "bold red"}
+_STYLE = {
+    ModelStatus.PATCHED: "green",
+    ModelStatus.ALREADY: "green",
+    ModelStatus.REVERTED: "cyan",
+    ModelStatus.WOULD: "yellow",
+    ModelStatus.UNSUPPORTED: "magenta",
+    ModelStatus.ERROR: "bold red",
+    ModelStatus.NOT_NEEDED: "green",
+    # An empty style would leave a bare "[/]" (MarkupError).
+    ModelStatus.CLEAN: "dim",
+    ModelStatus.NOT_APPLICABLE: "dim",
+}
+#: An edit still to make shows as "missing" in the verify table (yellow: the default).
+_EDIT_STYLE: dict[str, str] = {status: "green" for status in (EditStatus.APPLIED, EditStatus.PRESENT, EditStatus.HAND_APPLIED)}
+_EDIT_STYLE.update({EditStatus.MODIFIED: "bold red", EditStatus.ERROR: "bold red"})
 
 
 def use_color(choice: str, stream: Any) -> bool:
@@ -127,8 +139,8 @@ def _verify_cells(model) -> list[str]:
     cells = [_kind_status(model, k) for k in ("init", "setter", "forward")]
     return [
         model.model,
-        ("not verified" if model.proof == "harness-failed" else "verified") if model.status == ALREADY else model.status,
-        *[c if c != "applied" else "missing" for c in cells],
+        ("not verified" if model.proof == "harness-failed" else "verified") if model.status == ModelStatus.ALREADY else model.status,
+        *[c if c != EditStatus.APPLIED else "missing" for c in cells],
         _yes_plain(model.compiles),
         _yes_plain(model.idempotent),
         message_of(model),
@@ -137,7 +149,7 @@ def _verify_cells(model) -> list[str]:
 
 #: From worst to best: the status a column shows when a model has several edits of one kind
 #: (the flag goes into every ``__init__`` that runs a patched forward).
-_EDIT_ORDER = ("error", "modified", "applied", "hand-applied", "present")
+_EDIT_ORDER = (EditStatus.ERROR, EditStatus.MODIFIED, EditStatus.APPLIED, EditStatus.HAND_APPLIED, EditStatus.PRESENT)
 
 
 def _kind_status(model, kind: str) -> str:

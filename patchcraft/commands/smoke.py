@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from patchcraft import output, report
 from patchcraft.commands._pipeline import Options, resolve_targets
@@ -32,11 +32,12 @@ def verify_smoke(options: Options) -> int:
 def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = False, device: str = "cpu") -> int:
     require_torch()  # before any work: without torch this is one line, exit 2
     from patchcraft.harness import report as smoke_report
-    from patchcraft.harness.runner import smoke_tree
+    from patchcraft.harness.runner import smoke_model, smoke_tree
 
     results: list[RunResult] = [
         run(tree, Mode.VERIFY, options.models, runner=options.runner) for tree in resolve_targets(options.targets)
     ]
+    check: Callable[..., Any] = smoke_model
     if device != "cpu":
         from patchcraft.harness.cuda import device_check
 
@@ -47,8 +48,8 @@ def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = Fals
 
         check, label = compiler(), "cpu, torch.compile fullgraph"
     else:
-        check, label = None, "cpu"
-    runs = [smoke_tree(r.tree, options.models, models=r.models, **({"check": check} if check else {})) for r in results]
+        label = "cpu"
+    runs = [smoke_tree(r.tree, options.models, models=r.models, check=check) for r in results]
     code = report.exit_code(results, options.models, options.strict)
     if code == report.OK and smoke_report.failed(runs):
         code = report.CHANGED

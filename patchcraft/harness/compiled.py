@@ -20,7 +20,6 @@ reasons compared: a reason the original does not have is the patch's
 from __future__ import annotations
 
 import re
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -31,9 +30,8 @@ from patchcraft.graph import ModelGraph, ModelPlan
 from patchcraft.harness.assemble import Program
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.scenarios import ERROR, FAIL, PASS, Check, Scenarios, _describe, _difference
-from patchcraft.harness.shapes import ShapeError
 from patchcraft.harness.standins import HarnessError
-from patchcraft.harness.subject import CAPTURE_IDS, Subject, subjects
+from patchcraft.harness.subject import CAPTURE_IDS, Subject
 from patchcraft.transforms._base import FLAG
 
 #: Dynamo's own backend (trace, then run the captured graph eagerly): graph breaks are a tracing
@@ -179,13 +177,14 @@ def _close(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> Optional
 
 def _judge_break(subject: Subject, scenarios: Scenarios, shifted: list[int], patched_break: GraphBreak, backend: str) -> Check:
     where = " (inside patchcraft's capture block)" if _in_block(str(patched_break).rpartition(" at ")[2], subject) else ""
+    original_break: Optional[GraphBreak] = None
     try:
         compile_forward(subject, ORIGINAL, shifted, scenarios, backend)
-    except GraphBreak as original_break:
-        pass
+    except GraphBreak as exc:
+        original_break = exc  # the name of an except clause is deleted when the clause ends
     except Exception as exc:
         return Check("compile", ERROR, f"the original forward does not run compiled under the stand-ins: {_describe(exc, subject.files)}")
-    else:
+    if original_break is None:
         return Check("compile", FAIL, f"the patched forward breaks the graph and the original does not: {patched_break}{where}")
     if where:
         return Check("compile", FAIL, f"graph break in patchcraft's capture block: {patched_break}")
@@ -205,27 +204,16 @@ def _judge_break(subject: Subject, scenarios: Scenarios, shifted: list[int], pat
 
 def compile_model(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program], path: str, backend: str = DEFAULT_BACKEND) -> Any:
     """One row for :func:`patchcraft.harness.runner.smoke_tree`: the ``compile`` check of every subject."""
-    from patchcraft.harness.runner import SmokeResult, shape_of
+    from patchcraft.harness.runner import subject_row
 
-    start = time.perf_counter()
+    return subject_row(graph, plan, programs, path, lambda subject: [_compile_or_error(subject, backend)], "compiles fullgraph")
+
+
+def _compile_or_error(subject: Subject, backend: str) -> Check:
     try:
-        found = subjects(graph, plan, programs)
-    except (HarnessError, ShapeError) as exc:
-        return SmokeResult(plan.label, path, ERROR, str(exc), seconds=time.perf_counter() - start)
-    checks = []
-    for subject in found:
-        prefix = f"{subject.inner.name}: " if len(found) > 1 else ""
-        try:
-            check = compile_check(subject, backend)
-        except Exception as exc:  # the eager capture itself fails: the scenarios report that
-            check = Check("compile", ERROR, f"cannot run the capture path: {exc}")
-        checks.append(Check(check.name, check.status, prefix + check.detail, check.note))
-    status = FAIL if any(c.status == FAIL for c in checks) else ERROR if any(c.status == ERROR for c in checks) else PASS
-    first = next((c for c in checks if c.status == status), None) if status != PASS else None
-    notes = "; ".join(f"{c.name}: {c.note}" for c in checks if c.note)
-    message = f"{first.name}: {first.detail}" if first else "compiles fullgraph"
-    shape = "; ".join(sorted({shape_of(s) for s in found}))
-    return SmokeResult(plan.label, path, status, message, tuple(checks), time.perf_counter() - start, shape, notes)
+        return compile_check(subject, backend)
+    except Exception as exc:  # the eager capture itself fails: the scenarios report that
+        return Check("compile", ERROR, f"cannot run the capture path: {exc}")
 
 
 def compiler(backend: str = DEFAULT_BACKEND) -> Callable[..., Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import torch
 
@@ -67,6 +67,17 @@ def shape_of(subject: Subject) -> str:
 
 def smoke_model(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program], path: str) -> SmokeResult:
     """All scenarios for one model class (every inner model class it may build)."""
+    return subject_row(graph, plan, programs, path, lambda subject: Scenarios(subject).all(), "all scenarios pass")
+
+
+def subject_row(
+    graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program], path: str, checks_of: Callable[[Subject], Iterable[Check]], passed: str
+) -> SmokeResult:
+    """One row: the checks of every subject of ``plan`` (prefixed with its inner class when there are several).
+
+    The row fails on the first failed check, else errs on the first error;
+    ``passed`` is its message when every check passes.
+    """
     start = time.perf_counter()
     try:
         found = subjects(graph, plan, programs)
@@ -75,12 +86,11 @@ def smoke_model(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program]
     checks: list[Check] = []
     for subject in found:
         prefix = f"{subject.inner.name}: " if len(found) > 1 else ""
-        for check in Scenarios(subject).all():
-            checks.append(Check(check.name, check.status, prefix + check.detail, check.note))
+        checks.extend(Check(check.name, check.status, prefix + check.detail, check.note) for check in checks_of(subject))
     status = FAIL if any(c.status == FAIL for c in checks) else ERROR if any(c.status == ERROR for c in checks) else PASS
     first = next((c for c in checks if c.status == status), None) if status != PASS else None
     notes = "; ".join(f"{c.name}: {c.note}" for c in checks if c.note)
-    message = f"{first.name}: {first.detail}" if first else "all scenarios pass"
+    message = f"{first.name}: {first.detail}" if first else passed
     shape = "; ".join(sorted({shape_of(s) for s in found}))
     return SmokeResult(plan.label, path, status, message, tuple(checks), time.perf_counter() - start, shape, notes)
 
