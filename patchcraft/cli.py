@@ -137,8 +137,10 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
 @click.option("--compile", "compiled", is_flag=True, help="Compile each patched forward with torch.compile(fullgraph=True) (cpu: instead of the scenarios; --engine harness: as well); fail on a graph break the original does not have.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS", help="cuda (sglang): the time bound per engine (default 200).")
 @click.option("--out", type=click.Path(file_okay=False), help="cuda (sglang): write spec.log, base.log and summary.json to DIR.")
+@click.option("--via-run", "via_run", is_flag=True, help="cuda (sglang): leave the install unpatched; the EAGLE-3 engine gets the patch from an overlay, through patchcraft run.")
+@click.option("--mem-fraction-static", "mem_fraction_static", type=click.FloatRange(0, 1, min_open=True), default=None, metavar="F", help="cuda (sglang): SGLang's mem_fraction_static (default 0.3 for small targets, 0.85 for real ones).")
 @click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="cpu: run the harness on the files of the overlay in DIR (patchcraft overlay build).")
-def smoke(targets, models, output_format, color, release, no_runner, device, tp, model_path, draft_path, layer_ids, engine, compiled, timeout, out, overlay_dir) -> None:
+def smoke(targets, models, output_format, color, release, no_runner, device, tp, model_path, draft_path, layer_ids, engine, compiled, timeout, out, via_run, mem_fraction_static, overlay_dir) -> None:
     """Run the real patched methods on tiny tensors; check they capture the right states."""
     from patchcraft.commands.smoke import smoke as run
 
@@ -147,7 +149,7 @@ def smoke(targets, models, output_format, color, release, no_runner, device, tp,
             raise click.UsageError("--overlay is the target: give no TARGET or --release with it")
         targets = (str(Path(overlay_dir) / "tree" / "sglang"),)
     options = _options(targets, models, output_format, color, release=release, no_runner=no_runner)
-    cuda = dict(tp=tp, model_path=model_path, draft_path=draft_path, layer_ids=layer_ids, timeout=timeout, out=out)
+    cuda = dict(tp=tp, model_path=model_path, draft_path=draft_path, layer_ids=layer_ids, timeout=timeout, out=out, via_run=via_run, mem_fraction_static=mem_fraction_static)
     sys.exit(run(options, device=device, cuda=cuda, engine=engine, compiled=compiled))
 
 

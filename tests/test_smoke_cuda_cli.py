@@ -62,11 +62,9 @@ def test_layer_ids_below_minus_one_are_usage_errors() -> None:
 
 
 def test_via_run_and_mem_fraction_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The command's side of --via-run and --mem-fraction-static (the click options live in cli.py)."""
-    from patchcraft.commands._pipeline import Options
-    from patchcraft.commands.smoke import smoke
-
     seen: dict = {}
     monkeypatch.setattr("patchcraft.gpu_smoke.run.run_cuda_smoke", lambda **kwargs: seen.update(kwargs) or 0)
-    assert smoke(Options(), device="cuda", cuda={"via_run": True, "mem_fraction_static": 0.5}) == 0
+    result = CliRunner().invoke(cli, ["smoke", "--device", "cuda", "--via-run", "--mem-fraction-static", "0.5"])
+    assert result.exit_code == 0, result.output
     assert seen["via_run"] is True and seen["mem_fraction_static"] == 0.5
+    assert CliRunner().invoke(cli, ["smoke", "--device", "cuda", "--mem-fraction-static", "0"]).exit_code == 2
