@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from patchcraft import __version__, output
-from patchcraft.errors import PatchcraftError
 from patchcraft.explain import Explanation, describe_state, explain, hs, load_model, states_text
 from patchcraft.commands._targets import release_targets
+from patchcraft.layer_ids import parse_layer_ids
 from patchcraft.report import CHANGED, OK, SCHEMA_VERSION
 from patchcraft.tree import SglangTree, resolve_target
 
@@ -31,24 +31,11 @@ def resolve_tree(target: str | None, release: str | None) -> SglangTree:
     return resolve_target(chosen)
 
 
-def parse_ids(text: str) -> tuple[int, ...] | None:
-    """``-1,2,30`` (``none``: the setter's no-argument call, i.e. the defaults)."""
-    if text.strip().lower() == "none":
-        return None
-    try:
-        ids = tuple(int(part) for part in text.replace(" ", "").strip("[]").split(",") if part)
-    except ValueError:
-        raise PatchcraftError(f"--layer-ids {text!r}: expected comma-separated integers like -1,2,30") from None
-    if not ids:
-        raise PatchcraftError("--layer-ids: no ids given")
-    return ids
-
-
 def explain_command(options: ExplainOptions) -> int:
     """Print the explanation; exit 1 when any id will not capture what it says."""
     tree = resolve_tree(options.target, options.release)
     model = load_model(tree, options.model)
-    result = explain(model, parse_ids(options.layer_ids), options.num_layers, tp=options.tp)
+    result = explain(model, parse_layer_ids(options.layer_ids), options.num_layers, tp=options.tp)
     code = CHANGED if result.warnings else OK
     return output.print_report(options.output_format, code, lambda: explanation_json(result, code), lambda: explanation_text(result))
 
