@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from patchcraft import __version__
-from patchcraft.engine import FileChange, Mode, RunResult
+from patchcraft.results import FileChange, Mode, RunResult
 from patchcraft.tree import SglangTree
 
 #: Modes whose result depends only on what they read (nothing is written).
@@ -83,7 +83,7 @@ def inputs(tree: SglangTree) -> list[Path]:
 def run_key(tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool, fusion: bool = True) -> str | None:
     """The key of a run: a hex digest, or None when an input cannot be read."""
     digest = hashlib.sha256()
-    header = (FORMAT, __version__, code_hash(), sys.version, _libcst_version(), mode.value, tuple(names), runner)
+    header: tuple[object, ...] = (FORMAT, __version__, code_hash(), sys.version, _libcst_version(), mode.value, tuple(names), runner)
     if not fusion:  # the default run keeps the key it had before the fusion row existed
         header += ("no-fusion-fix",)
     digest.update(repr(header).encode())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
-from patchcraft.engine import FileChange
+from patchcraft.results import FileChange
 
 
 def _lines(text: str) -> list[str]:

@@ -32,16 +32,16 @@ from pathlib import Path
 from typing import Sequence
 
 from patchcraft import __version__, cache
-from patchcraft.engine import Mode, RunResult, run
+from patchcraft.engine import run
+from patchcraft.results import Mode, RunResult
 from patchcraft.errors import PatchcraftError
+from patchcraft.fetch import copy_parts
 from patchcraft.status import ModelStatus
 from patchcraft.tree import SglangTree
 
 MANIFEST = "patchcraft_overlay.json"
 BOOTSTRAP = "sitecustomize.py"
 TREE = "tree"
-#: Parts of the package copied into ``tree/`` (what patchcraft reads, as tests/conftest.py copies).
-COPIED = ("srt/models", "srt/model_executor", "srt/layers/aux_hidden_states.py", "version.py", "_version.py", "__init__.py")
 
 
 @dataclass(frozen=True)
@@ -96,13 +96,7 @@ def _write(tree: SglangTree, result: RunResult, directory: Path) -> Overlay:
     staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=directory.parent))
     try:
         package = staging / TREE / "sglang"
-        for part in COPIED:
-            source = tree.package / part
-            if source.is_dir():
-                shutil.copytree(source, package / part, ignore=shutil.ignore_patterns("__pycache__"))
-            elif source.is_file():
-                (package / part).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, package / part)
+        copy_parts(tree.package, package)  # what patchcraft reads, so `smoke --overlay` can run on the tree
         modules = {}
         for change in result.changes:
             original = change.source.path
