@@ -112,7 +112,8 @@ def repeat(times: int, command: Callable[[], Process]) -> tuple[Timing, Process]
 
 def probe_verify(tree_path: str, jobs: int) -> dict:
     """Time ``engine.run(VERIFY)`` once, imports done before the clock starts."""
-    from patchcraft.engine import Mode, run
+    from patchcraft.engine import run
+    from patchcraft.results import Mode
     from patchcraft.tree import resolve_target
     import patchcraft.transforms  # noqa: F401  (libcst and the transforms: imported before timing)
 

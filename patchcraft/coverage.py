@@ -217,7 +217,8 @@ def coverage(version: str, applied, verified) -> ReleaseCoverage:
 
 def collect(version: str) -> ReleaseCoverage:
     """Apply and verify ``version`` on a temporary copy of its model files."""
-    from patchcraft.engine import Mode, run, write_changes
+    from patchcraft.engine import run, write_changes
+    from patchcraft.results import Mode
     from patchcraft.tree import resolve_target
 
     with tempfile.TemporaryDirectory(prefix="coverage-") as tmp:

@@ -10,7 +10,8 @@ from typing import Callable, Sequence
 from patchcraft import cache, lock, output, report
 from patchcraft.commands import _proof
 from patchcraft.diffs import unified_diffs
-from patchcraft.engine import Mode, RunResult, run, write_changes
+from patchcraft.engine import run, write_changes
+from patchcraft.results import Mode, RunResult
 from patchcraft.sources import remove_stale_temp_files
 from patchcraft.tree import SglangTree, resolve_target
 

@@ -15,7 +15,8 @@ import importlib.util
 from typing import Callable
 
 from patchcraft import output
-from patchcraft.engine import ModelResult, RunResult, withhold
+from patchcraft.engine import withhold
+from patchcraft.results import ModelResult, RunResult
 from patchcraft.report import HARNESS_FAILED
 from patchcraft.status import EditStatus, ModelStatus
 

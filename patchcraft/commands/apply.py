@@ -1,7 +1,9 @@
+"""``patchcraft apply`` (and ``apply --check``): patch in place, or say what would change."""
+
 from __future__ import annotations
 
 from patchcraft.commands._pipeline import Options, run_pipeline
-from patchcraft.engine import Mode
+from patchcraft.results import Mode
 
 
 def apply(options: Options, check: bool = False) -> int:

@@ -1,9 +1,11 @@
+"""``patchcraft diff``: what ``apply`` would change, as a patch."""
+
 from __future__ import annotations
 
 from dataclasses import replace
 
 from patchcraft.commands._pipeline import Options, run_pipeline
-from patchcraft.engine import Mode
+from patchcraft.results import Mode
 
 
 def diff(options: Options) -> int:

@@ -1,3 +1,5 @@
+"""``patchcraft fetch VERSION``: a release's source into the cache."""
+
 from __future__ import annotations
 
 import sys

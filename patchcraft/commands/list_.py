@@ -1,3 +1,5 @@
+"""``patchcraft list``: the transforms, and the places they match in a tree."""
+
 from __future__ import annotations
 
 import json

@@ -1,7 +1,9 @@
+"""``patchcraft revert``: remove exactly what patchcraft inserted."""
+
 from __future__ import annotations
 
 from patchcraft.commands._pipeline import Options, run_pipeline
-from patchcraft.engine import Mode
+from patchcraft.results import Mode
 
 
 def revert(options: Options) -> int:

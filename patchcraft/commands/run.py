@@ -169,7 +169,7 @@ def overlay_build(target: str | None, out: str | None, runner: bool, smoke: bool
 def overlay_verify(directory: str, target: str | None, output_format: str, color: str) -> int:
     """``patchcraft verify --overlay DIR``: the overlay matches the install and is fully patched."""
     from patchcraft.commands._pipeline import Options, run_pipeline
-    from patchcraft.engine import Mode
+    from patchcraft.results import Mode
     from patchcraft.overlay import MANIFEST, stale
 
     path = Path(directory)

@@ -6,7 +6,8 @@ from typing import Any, Callable, Sequence
 
 from patchcraft import output, report
 from patchcraft.commands._pipeline import Options, resolve_targets
-from patchcraft.engine import Mode, RunResult, run
+from patchcraft.engine import run
+from patchcraft.results import Mode, RunResult
 from patchcraft.errors import PatchcraftError
 from patchcraft.harness import require_torch
 

@@ -1,7 +1,9 @@
+"""``patchcraft verify``: every edit present and correct; writes nothing."""
+
 from __future__ import annotations
 
 from patchcraft.commands._pipeline import Options, run_pipeline
-from patchcraft.engine import Mode
+from patchcraft.results import Mode
 
 
 def verify(options: Options) -> int:
