@@ -11,11 +11,11 @@ has no torch on purpose.
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Callable
 
 from patchcraft import output
 from patchcraft.engine import withhold
+from patchcraft.harness import torch_problem
 from patchcraft.results import ModelResult, RunResult
 from patchcraft.report import HARNESS_FAILED
 from patchcraft.status import EditStatus, ModelStatus
@@ -25,17 +25,6 @@ PASSED = "harness-passed"
 FAILED = HARNESS_FAILED
 NO_TORCH = "not-run (no torch)"
 SKIPPED = "skipped (--no-smoke)"
-
-
-def torch_importable() -> bool:
-    """Whether torch can be imported here (a broken install counts as absent)."""
-    try:
-        if importlib.util.find_spec("torch") is None:
-            return False
-        import torch  # noqa: F401
-    except Exception:
-        return False
-    return True
 
 
 def _model_class(model: ModelResult) -> bool:
@@ -67,7 +56,7 @@ def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResu
             return result
         if not smoke:
             return _mark(result, chosen, SKIPPED)
-        if not torch_importable():
+        if torch_problem() is not None:
             if not said and not quiet:
                 said.append(True)
                 output.print_line(

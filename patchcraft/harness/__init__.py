@@ -22,15 +22,23 @@ from patchcraft.errors import PatchcraftError
 INSTALL_HINT = "pip install 'patchcraft[smoke]'"
 
 
-def require_torch() -> None:
-    """Raise a one-line :class:`PatchcraftError` unless torch can be imported."""
+def torch_problem() -> str | None:
+    """Why torch cannot be imported here (not installed, or a broken install), or None when it can."""
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):  # sys.modules["torch"] is None, or a broken package
         spec = None
     if spec is None:
-        raise PatchcraftError(f"the CPU smoke harness needs torch, which is not installed: {INSTALL_HINT}")
+        return "is not installed"
     try:
         import torch  # noqa: F401
     except Exception as exc:  # a broken install: say so in one line
-        raise PatchcraftError(f"the CPU smoke harness needs torch, which failed to import ({exc}): {INSTALL_HINT}") from None
+        return f"failed to import ({exc})"
+    return None
+
+
+def require_torch() -> None:
+    """Raise a one-line :class:`PatchcraftError` unless torch can be imported."""
+    problem = torch_problem()
+    if problem is not None:
+        raise PatchcraftError(f"the CPU smoke harness needs torch, which {problem}: {INSTALL_HINT}") from None
