@@ -12,14 +12,16 @@
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from patchcraft.diffs import unified_diff
-from patchcraft.engine import ALREADY, NOT_NEEDED, PATCHED, REVERTED, WOULD, Mode, patch_text, revert_text, run, write_changes
+from patchcraft.engine import run, write_changes
+from patchcraft.patching import patch_text, revert_text
+from patchcraft.results import Mode
+from patchcraft.status import ModelStatus
 from patchcraft.transforms import keep_captured_states_reduced as fusion
 from patchcraft.tree import resolve_target
 
@@ -31,16 +33,7 @@ EXTRA = ("srt/layers/communicator.py", "srt/layers/layer_boundary", "srt/server_
 
 
 def fusion_copy(version: str, dest: Path) -> Path:
-    package = copy_release(version, dest)
-    source = release_package(version)
-    for part in EXTRA:
-        src = source / part
-        if src.is_dir():
-            shutil.copytree(src, package / part, ignore=shutil.ignore_patterns("__pycache__"))
-        elif src.is_file():
-            (package / part).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, package / part)
-    return package
+    return copy_release(version, dest, extra=EXTRA)
 
 
 def row(result):
@@ -52,9 +45,9 @@ def test_fusion_row_golden_idempotent_revert(version: str, tmp_path: Path, updat
     package = fusion_copy(version, tmp_path)
     tree = resolve_target(str(package))
     pristine = (package / fusion.COMMUNICATOR).read_bytes()
-    assert row(run(tree, Mode.CHECK, runner=False)).status == WOULD
+    assert row(run(tree, Mode.CHECK, runner=False)).status == ModelStatus.WOULD
     first = run(tree, Mode.APPLY, names=[fusion.ROW])
-    assert [m.model for m in first.models] == [fusion.ROW] and row(first).status == PATCHED
+    assert [m.model for m in first.models] == [fusion.ROW] and row(first).status == ModelStatus.PATCHED
     [change] = first.changes
     golden = GOLDEN / version / "layers" / "communicator.diff"
     if update_golden:
@@ -63,9 +56,9 @@ def test_fusion_row_golden_idempotent_revert(version: str, tmp_path: Path, updat
     assert unified_diff(change) == golden.read_bytes().decode("utf-8")
     write_changes(first.changes)
     verify = run(tree, Mode.VERIFY, names=[fusion.ROW])
-    assert row(verify).status == ALREADY and row(verify).compiles and not verify.changes
+    assert row(verify).status == ModelStatus.ALREADY and row(verify).compiles and not verify.changes
     reverted = run(tree, Mode.REVERT, names=[fusion.ROW])
-    assert row(reverted).status == REVERTED
+    assert row(reverted).status == ModelStatus.REVERTED
     write_changes(reverted.changes)
     assert (package / fusion.COMMUNICATOR).read_bytes() == pristine
 
@@ -79,7 +72,7 @@ def test_fusion_row_skipped_with_flag(tmp_path: Path) -> None:
 def test_not_needed_where_layers_reduce_at_the_boundary(tmp_path: Path) -> None:
     tree = resolve_target(str(fusion_copy("0.5.23", tmp_path)))
     result = row(run(tree, Mode.CHECK, names=[fusion.ROW]))
-    assert result.status == NOT_NEEDED, result
+    assert result.status == ModelStatus.NOT_NEEDED, result
 
 
 def test_affected_models_follow_structure() -> None:

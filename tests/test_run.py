@@ -204,15 +204,13 @@ def test_run_with_a_missing_draft_is_one_line_exit_2(install: dict, tmp_path: Pa
     assert proc.stderr.strip().count("\n") == 0 and "does not exist" in proc.stderr, proc.stderr
 
 
-def test_preflight_reads_tp_and_refuses_partial_sums(release_copy, tmp_path: Path, capsys) -> None:
+def test_preflight_reads_tp_and_refuses_partial_sums(tmp_path: Path, capsys) -> None:
     """The same check as check-draft --tp: an install whose fusion decision is not patched refuses TP 8."""
-    from conftest import run_cli
+    from conftest import copy_release, run_cli
     from patchcraft.commands.run import parse_server_args, preflight
 
-    package = release_copy(RELEASE)
-    # The fusion decision lives in srt/layers/communicator.py, which release copies leave out.
-    (package / "srt" / "layers").mkdir(parents=True, exist_ok=True)
-    (package / "srt" / "layers" / "communicator.py").write_bytes((release_package(RELEASE) / "srt" / "layers" / "communicator.py").read_bytes())
+    # The fusion decision lives in srt/layers/communicator.py, which release copies leave out by default.
+    package = copy_release(RELEASE, tmp_path / "release", extra=("srt/layers/communicator.py",))
     code, _, err = run_cli(capsys, "apply", "--no-smoke", "--no-fusion-fix", str(package))
     assert code == 0, err
     draft, target = sglang_draft(tmp_path / "draft", [-1, 2, 30]), kimi_target(tmp_path / "kimi")
