@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 
 from patchcraft.sources import Source
-from patchcraft.status import EDIT_DONE, EditStatus, ModelStatus
+from patchcraft.status import EditStatus, ModelStatus
 from patchcraft.tree import SglangTree
 
 
@@ -33,10 +33,6 @@ class EditResult:
     method: str
     status: EditStatus
     detail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status in EDIT_DONE
 
 
 @dataclass(frozen=True)
