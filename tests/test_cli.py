@@ -1,4 +1,4 @@
-"""The CLI end to end, as a user runs it, on a real release (DeepseekV2, 0.5.6 and 0.5.10)."""
+"""cli.py end to end, as a user runs it, on a real release (DeepseekV2, 0.5.6 and 0.5.10); the process entry point."""
 
 from __future__ import annotations
 
@@ -229,3 +229,17 @@ def test_fetch_prints_the_package_root() -> None:
     assert (root / "srt" / "models" / "deepseek_v2.py").is_file()
     bad = patchcraft("fetch", "not a version")
     assert bad.returncode == 2 and "not a release version" in bad.stderr
+
+
+def test_the_collector_is_off_only_for_the_process_entry_point() -> None:
+    """``patchcraft`` as a process runs without the cyclic GC; an in-process caller keeps it."""
+    code = (
+        "import gc, sys\n"
+        "from patchcraft.cli import main\n"
+        "sys.argv = ['patchcraft', '--version']\n"
+        "try:\n    main({argv})\nexcept SystemExit:\n    pass\n"
+        "print(gc.isenabled())\n"
+    )
+    for argv, enabled in (("", "False"), ("['--version']", "True")):
+        run = subprocess.run([sys.executable, "-c", code.format(argv=argv)], capture_output=True, text=True, timeout=60)
+        assert run.stdout.split()[-1] == enabled, (argv, run.stdout, run.stderr)

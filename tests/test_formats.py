@@ -332,19 +332,3 @@ def test_ci_single_step_snippet_is_the_job_s_step() -> None:
     single = next(b for b in ci_blocks() if isinstance(b, list) and len(b) == 1)
     job = next(b for b in ci_blocks() if isinstance(b, dict) and "jobs" in b)
     assert patchcraft_commands(single)[-1] == patchcraft_commands(job["jobs"]["verify-sglang"]["steps"])[1]
-
-
-@pytest.mark.parametrize("mode", [Mode.VERIFY, Mode.APPLY])
-@pytest.mark.parametrize("color", ["always", "never"])
-def test_text_in_brackets_is_printed_as_is_in_colour_and_plain(mode: Mode, color: str, capsys) -> None:
-    """A model name or message holding ``[...]`` (ids, "[/]") is text, never rich markup."""
-    from patchcraft import output
-
-    message = "ids [default] and [/] stay"
-    model = ModelResult(model="m.[bold]X", path="p.py", status="would-patch", message=message)
-    tree = SglangTree(package=Path("/src/sglang"), root=Path("/src"))
-    output.print_results([RunResult(mode=mode, tree=tree, version="0.5.10", models=(model,), changes=())], color)
-    shown = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().err)
-    words = " ".join(shown.split())
-    assert "m.[bold]X" in words.replace(" ", "") or "m.[bold]X" in words
-    assert "[default]" in words and "[/]" in words
