@@ -15,9 +15,10 @@ import pytest
 
 from conftest import copy_release, release_package, run_cli as cli
 from patchcraft.draft import Training, check_draft, parse_training, read_draft, read_target
-from patchcraft.engine import Mode, run, write_changes
+from patchcraft.engine import run, write_changes
 from patchcraft.errors import PatchcraftError
 from patchcraft.explain import Model, load_model
+from patchcraft.results import Mode
 from patchcraft.tree import resolve_target
 
 LAYERS, HIDDEN = 61, 7168  # Kimi-K2.5

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft.engine import Mode, patch_text, run, write_changes
+from patchcraft.engine import run, write_changes
 from patchcraft.errors import PatchcraftError
 from patchcraft.explain import Model, explain, load_model, reachable, runner_resets
+from patchcraft.patching import patch_text
+from patchcraft.results import Mode
 from patchcraft.tree import resolve_target
 from conftest import release_package, run_cli as cli
 

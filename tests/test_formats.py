@@ -17,7 +17,8 @@ import yaml
 
 from conftest import copy_release, run_cli as cli
 from patchcraft import report
-from patchcraft.engine import EditResult, Mode, ModelResult, RunResult, revert_text
+from patchcraft.patching import revert_text
+from patchcraft.results import EditResult, Mode, ModelResult, RunResult
 from patchcraft.tree import SglangTree
 
 

@@ -21,8 +21,11 @@ from pathlib import Path
 import pytest
 
 from patchcraft.diffs import unified_diff
-from patchcraft.engine import ALREADY, ERROR, NOT_APPLICABLE, PATCHED, UNSUPPORTED, Mode, RunResult, revert_text, run, write_changes
+from patchcraft.engine import run, write_changes
+from patchcraft.patching import revert_text
 from patchcraft.releases import BETWEEN, MATRIX  # the matrix has golden/<release>/ sets; BETWEEN has none
+from patchcraft.results import Mode, RunResult
+from patchcraft.status import ModelStatus
 from patchcraft.tree import resolve_target
 
 from conftest import GOLDEN, copy_release, release_package
@@ -52,7 +55,7 @@ class Applied:
 
     @property
     def errors(self) -> list:
-        return [f"{m.model}: {m.message}" for m in self.first.models if m.status == ERROR]
+        return [f"{m.model}: {m.message}" for m in self.first.models if m.status == ModelStatus.ERROR]
 
 
 _CACHE: dict[str, Applied] = {}
@@ -86,8 +89,8 @@ def check_release(state: Applied) -> None:
     """No error; every supported model patched, then verified; nothing left to do."""
     assert not state.errors, state.errors
     statuses = {m.model: m.status for m in state.first.models}
-    assert set(statuses.values()) <= {PATCHED, UNSUPPORTED, NOT_APPLICABLE}, statuses
-    bad = [(m.model, m.status, m.message) for m in state.verify.models if m.status not in (UNSUPPORTED, NOT_APPLICABLE) and not (m.status == ALREADY and m.compiles)]
+    assert set(statuses.values()) <= {ModelStatus.PATCHED, ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE}, statuses
+    bad = [(m.model, m.status, m.message) for m in state.verify.models if m.status not in (ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE) and not (m.status == ModelStatus.ALREADY and m.compiles)]
     assert not bad
     assert not state.verify.changes, [c.rel for c in state.verify.changes]
     for stem, reverted in state.reverted.items():
@@ -122,7 +125,7 @@ def test_golden_case(case: str, session_tmp: Path, update_golden: bool) -> None:
     # Verify: every model whose edits touch this file is verified, and names the file.
     touching = [m for m in state.verify.models if any(Path(f).stem == stem for f in m.files)]
     assert touching, f"{case}: no model owns this file"
-    assert all(m.status == ALREADY and m.compiles for m in touching), [(m.model, m.status, m.message) for m in touching]
+    assert all(m.status == ModelStatus.ALREADY and m.compiles for m in touching), [(m.model, m.status, m.message) for m in touching]
     # Revert: byte-identical to the release.
     assert state.reverted[stem] == state.pristine[stem]
 

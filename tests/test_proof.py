@@ -112,7 +112,9 @@ def test_a_hand_fix_is_run_by_verify(release_copy, capsys) -> None:
 
 def test_withhold_takes_every_model_sharing_a_file_of_a_failed_one() -> None:
     """A file is written whole or not at all: B shares a file with failed A, C shares one with B."""
-    from patchcraft.engine import PATCHED, WOULD, FileChange, Mode, ModelResult, RunResult, withhold
+    from patchcraft.engine import withhold
+    from patchcraft.results import FileChange, Mode, ModelResult, RunResult
+    from patchcraft.status import ModelStatus
     from patchcraft.sources import Source
     from patchcraft.tree import SglangTree
 
@@ -120,10 +122,10 @@ def test_withhold_takes_every_model_sharing_a_file_of_a_failed_one() -> None:
         return FileChange(source=Source(path=Path(rel), text=""), rel=rel, after="x")
 
     models = (
-        ModelResult("a.A", "a.py", PATCHED, files=("a.py", "shared.py")),
-        ModelResult("b.B", "b.py", PATCHED, files=("b.py", "shared.py")),
-        ModelResult("c.C", "c.py", PATCHED, files=("c.py", "b.py")),
-        ModelResult("d.D", "d.py", PATCHED, files=("d.py",)),
+        ModelResult("a.A", "a.py", ModelStatus.PATCHED, files=("a.py", "shared.py")),
+        ModelResult("b.B", "b.py", ModelStatus.PATCHED, files=("b.py", "shared.py")),
+        ModelResult("c.C", "c.py", ModelStatus.PATCHED, files=("c.py", "b.py")),
+        ModelResult("d.D", "d.py", ModelStatus.PATCHED, files=("d.py",)),
     )
     tree = SglangTree.__new__(SglangTree)
     result = RunResult(Mode.APPLY, tree, "0", models, tuple(change(f) for f in ("a.py", "b.py", "c.py", "d.py", "shared.py")))
@@ -131,7 +133,7 @@ def test_withhold_takes_every_model_sharing_a_file_of_a_failed_one() -> None:
     out = withhold(result, verdicts)
     rows = {m.model: m for m in out.models}
     assert [c.rel for c in out.changes] == ["d.py"]
-    assert rows["a.A"].status == WOULD and rows["a.A"].message == "not written: harness fail: capture: ..."
-    assert rows["b.B"].status == WOULD and rows["b.B"].message == "not written: shared.py is withheld because a.A failed the harness"
-    assert rows["c.C"].status == WOULD and "b.py is withheld because b.B" in rows["c.C"].message
-    assert rows["d.D"].status == PATCHED and rows["d.D"].proof == "harness-passed"
+    assert rows["a.A"].status == ModelStatus.WOULD and rows["a.A"].message == "not written: harness fail: capture: ..."
+    assert rows["b.B"].status == ModelStatus.WOULD and rows["b.B"].message == "not written: shared.py is withheld because a.A failed the harness"
+    assert rows["c.C"].status == ModelStatus.WOULD and "b.py is withheld because b.B" in rows["c.C"].message
+    assert rows["d.D"].status == ModelStatus.PATCHED and rows["d.D"].proof == "harness-passed"

@@ -37,7 +37,10 @@ import libcst as cst
 import pytest
 
 from patchcraft.diffs import unified_diff
-from patchcraft.engine import ALREADY, CLEAN, ERROR, NOT_NEEDED, PATCHED, REVERTED, WOULD, Mode, revert_text, run, write_changes
+from patchcraft.engine import run, write_changes
+from patchcraft.patching import revert_text
+from patchcraft.results import Mode
+from patchcraft.status import ModelStatus
 from patchcraft.transforms import RUNNER_TRANSFORMS
 from patchcraft.transforms import configure_ids_before_graphs as transform
 from patchcraft.tree import resolve_target
@@ -132,7 +135,7 @@ def test_example(runner_transform, example) -> None:
 def test_golden_runner_file(case: str, patched, update_golden: bool) -> None:
     version, stem = case.split("/")
     state = patched(version)
-    assert row(state.first).status == PATCHED, row(state.first).message
+    assert row(state.first).status == ModelStatus.PATCHED, row(state.first).message
     golden = GOLDEN / version / f"{stem}.diff"
     if update_golden:
         golden.parent.mkdir(parents=True, exist_ok=True)
@@ -141,10 +144,10 @@ def test_golden_runner_file(case: str, patched, update_golden: bool) -> None:
     change = next(c for c in state.first.changes if Path(c.rel).stem == stem)
     compile(change.after, change.rel, "exec", dont_inherit=True)
     # Idempotent: the second apply finds every edit present and changes nothing.
-    assert not state.second.changes and row(state.second).status == ALREADY
+    assert not state.second.changes and row(state.second).status == ModelStatus.ALREADY
     assert all(e.status == "present" for e in row(state.second).edits)
     verified = row(state.verify)
-    assert verified.status == ALREADY and verified.compiles and verified.idempotent
+    assert verified.status == ModelStatus.ALREADY and verified.compiles and verified.idempotent
     # Revert: byte-identical to the release.
     assert state.reverted[stem].encode("utf-8") == state.pristine[f"{stem}.py"]
 
@@ -156,10 +159,10 @@ def test_revert_through_the_pipeline_is_byte_identical(tmp_path: Path) -> None:
     write_changes(run(tree, Mode.APPLY, ("runner",)).changes)
     assert executor_texts(package) != pristine
     reverted = run(tree, Mode.REVERT, ("runner",))
-    assert row(reverted).status == REVERTED
+    assert row(reverted).status == ModelStatus.REVERTED
     write_changes(reverted.changes)
     assert executor_texts(package) == pristine
-    assert row(run(tree, Mode.REVERT, ("runner",))).status == CLEAN
+    assert row(run(tree, Mode.REVERT, ("runner",))).status == ModelStatus.CLEAN
 
 
 def test_bare_cr_runner_files_keep_their_last_line_ending(tmp_path: Path) -> None:
@@ -184,8 +187,8 @@ def test_not_needed_where_the_defect_is_absent(version: str, patched) -> None:
     state = patched(version)
     assert not state.first.changes
     found = row(state.first)
-    assert found.status == NOT_NEEDED and found.message.startswith("not needed"), found
-    assert row(state.verify).status == NOT_NEEDED
+    assert found.status == ModelStatus.NOT_NEEDED and found.message.startswith("not needed"), found
+    assert row(state.verify).status == ModelStatus.NOT_NEEDED
 
 
 # -- the static proof ------------------------------------------------------------------
@@ -379,7 +382,7 @@ def test_static_proof_after_apply(version: str, patched) -> None:
     setters = [e for f in program.classes["ModelRunner"].body if isinstance(f, ast.FunctionDef) for e in program.events("ModelRunner", f) if e.kind == "setter"]
     if version == "0.4.6":
         assert all(e.arg == "" for e in setters)  # the legacy setter: no ids exist to lose
-        assert row(state.first).status == NOT_NEEDED
+        assert row(state.first).status == ModelStatus.NOT_NEEDED
     else:
         # The explicit configuration is on the start-up path, and so is a graph capture or the
         # capture is elsewhere (0.5.15+: the scheduler calls init_cuda_graphs) and sets no ids.
@@ -633,7 +636,7 @@ def test_cli_row_json_and_no_runner(tmp_path: Path) -> None:
     check = patchcraft("verify", "--format", "json", str(package))
     assert check.returncode == 1
     [entry] = json.loads(check.stdout)["models"]
-    assert (entry["model"], entry["status"], entry["idempotent"]) == ("runner", WOULD, False)
+    assert (entry["model"], entry["status"], entry["idempotent"]) == ("runner", ModelStatus.WOULD, False)
     assert {e["transform"] for e in entry["edits"]} == {transform.NAME}
     applied = patchcraft("apply", str(package))
     assert applied.returncode == 0 and "runner  added: configured ids reach graph capture" in applied.stderr
@@ -680,5 +683,5 @@ def test_unusual_spacing_is_refused_not_reverted_wrongly(tmp_path: Path) -> None
     _edit(package, "cuda_graph_runner.py", f"self.model_runner.model.{SETTER}()", f"self.model_runner.model.{SETTER}( )")
     before = executor_texts(package)
     result = run(resolve_target(str(package)), Mode.APPLY, ("runner",))
-    assert row(result).status == ERROR and "nothing between its parentheses" in row(result).message
+    assert row(result).status == ModelStatus.ERROR and "nothing between its parentheses" in row(result).message
     assert not result.changes and executor_texts(package) == before

@@ -245,7 +245,8 @@ def warm_up(package: Path) -> None:
     import patchcraft.cli  # noqa: F401
     import patchcraft.commands._pipeline  # noqa: F401
     import patchcraft.commands.apply  # noqa: F401
-    from patchcraft.engine import Mode, run
+    from patchcraft.engine import run
+    from patchcraft.results import Mode
     from patchcraft.tree import resolve_target
 
     run(resolve_target(str(package)), Mode.CHECK)

@@ -37,10 +37,13 @@ from typing import Optional
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from patchcraft.engine import ALREADY, ERROR, NOT_APPLICABLE, UNSUPPORTED, Mode, revert_text, run, write_changes
+from patchcraft.engine import run, write_changes
 from patchcraft.errors import PatchcraftError
+from patchcraft.patching import revert_text
 from patchcraft.report import exit_code
+from patchcraft.results import Mode
 from patchcraft.sources import decode, read_source
+from patchcraft.status import ModelStatus
 from patchcraft.tree import SglangTree
 
 from patchcraft.fetch import fetch
@@ -271,12 +274,12 @@ def judge(base: Base, data: bytes, where: OneFileTree, check_revert: bool = True
     code = exit_code([result])
     statuses = {m.status for m in result.models}
     changed = where.path.read_bytes() != data
-    if ERROR in statuses:
+    if ModelStatus.ERROR in statuses:
         if changed:
             return "violation", "a model was refused, but its file changed"
         return "refused", "" if code == 2 else f"error status but exit {code}"
     if not changed:
-        if statuses - {ALREADY, UNSUPPORTED, NOT_APPLICABLE}:
+        if statuses - {ModelStatus.ALREADY, ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE}:
             return "violation", f"nothing written but statuses {sorted(statuses)}"
         return "unchanged", ""
     return _check_patched(where, data, code, check_revert)
@@ -294,7 +297,7 @@ def _check_patched(where: OneFileTree, data: bytes, code: int, check_revert: boo
         return "violation", f"verify refuses the patched file: {exc}"
     if verify.changes:
         return "violation", "not idempotent: a second apply would change the file again"
-    if any(m.status not in (ALREADY, UNSUPPORTED) or m.compiles is False for m in verify.models):
+    if any(m.status not in (ModelStatus.ALREADY, ModelStatus.UNSUPPORTED) or m.compiles is False for m in verify.models):
         return "violation", f"patched but not verified: {[(m.model, m.status) for m in verify.models]}"
     if check_revert and revert_text(source.text, where.path) != decode(where.path, data).text:
         return "violation", "revert is not byte-identical"

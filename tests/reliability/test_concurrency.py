@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from patchcraft import MARKER
-from patchcraft.engine import ALREADY, Mode, run, write_changes
+from patchcraft.engine import run, write_changes
 from patchcraft.errors import PatchcraftError
 from patchcraft.lock import LOCK_NAME, TreeLock
+from patchcraft.results import Mode
+from patchcraft.status import ModelStatus
 from patchcraft.tree import resolve_target
 from reliability_kit import MODEL_DIR, record, reduced_release, restore, snapshot
 
@@ -117,7 +119,7 @@ def test_two_applies_at_once_on_a_shared_file(tree: Path, tmp_path: Path) -> Non
         shared = (tree / MODEL_DIR / "qwen2.py").read_text(encoding="utf-8")
         assert shared.count(MARKER) == 3  # setter, init, forward: each once
         verify = run(resolve_target(str(tree)), Mode.VERIFY, ("qwen2", "qwen3"))
-        assert all(m.status == ALREADY for m in verify.models), [(m.model, m.status) for m in verify.models]
+        assert all(m.status == ModelStatus.ALREADY for m in verify.models), [(m.model, m.status) for m in verify.models]
     _FIGURES["two applies, different models, shared file"] = {"rounds": ROUNDS, "both_exit_0": ROUNDS, "waits": waited, "tree_as_sequential": ROUNDS}
     record("concurrency", _FIGURES)
 

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from patchcraft import MARKER
-from patchcraft.engine import ALREADY, ERROR, PATCHED, Mode, revert_text, run, write_changes
+from patchcraft.engine import run, write_changes
+from patchcraft.patching import revert_text
+from patchcraft.results import Mode
+from patchcraft.status import ModelStatus
 from patchcraft.tree import resolve_target
 from reliability_kit import MODEL_DIR, error_lines, patchcraft_cli, record, reduced_release
 
@@ -89,7 +92,7 @@ def test_sed_fix_in_every_combination(tmp_path: Path, version: str, edits: tuple
     [result] = [m for m in first.models if m.model == "deepseek_v2.DeepseekV2ForCausalLM"]
     statuses = {e.kind: e.status for e in result.edits}
     assert statuses == {e: "hand-applied" if e in edits else "applied" for e in EDITS}, result
-    assert result.status == (ALREADY if len(edits) == 3 else PATCHED)
+    assert result.status == (ModelStatus.ALREADY if len(edits) == 3 else ModelStatus.PATCHED)
 
     patched = model.read_text(encoding="utf-8")
     counts = _counts(patched)
@@ -99,7 +102,7 @@ def test_sed_fix_in_every_combination(tmp_path: Path, version: str, edits: tuple
     assert counts["markers"] == 3 - len(edits), counts
 
     verify = run(tree, Mode.VERIFY)
-    assert all(m.status == ALREADY and m.compiles for m in verify.models), [(m.model, m.status, m.message) for m in verify.models]
+    assert all(m.status == ModelStatus.ALREADY and m.compiles for m in verify.models), [(m.model, m.status, m.message) for m in verify.models]
     assert not verify.changes  # idempotent
     # revert takes out patchcraft's blocks only: the user's hand edits stay
     assert revert_text(patched, model) == hand

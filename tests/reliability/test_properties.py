@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 
 from patchcraft import MARKER
-from patchcraft.engine import ALREADY, Mode, revert_text, run, write_changes
+from patchcraft.engine import run, write_changes
+from patchcraft.patching import revert_text
+from patchcraft.results import Mode
 from patchcraft.sources import drop_stale_bytecode
+from patchcraft.status import ModelStatus
 from patchcraft.tree import resolve_target
 from reliability_kit import MODEL_DIR, record, reduced_release, snapshot
 
@@ -37,7 +40,7 @@ def _apply(package: Path):
 
 def _verified(package: Path) -> bool:
     result = run(resolve_target(str(package)), Mode.VERIFY)
-    return not result.changes and all(m.status == ALREADY and m.compiles for m in result.models)
+    return not result.changes and all(m.status == ModelStatus.ALREADY and m.compiles for m in result.models)
 
 
 def _only_insertions(before: str, after: str) -> bool:
@@ -307,4 +310,4 @@ def test_a_file_that_parses_but_does_not_compile_is_reported(tmp_path: Path, bad
     model.write_text(model.read_text() + bad)
     result = run(resolve_target(str(package)), Mode.VERIFY)
     assert [m.compiles for m in result.models] == [False]
-    assert result.models[0].status == ALREADY  # the edits are all there; the file is broken elsewhere
+    assert result.models[0].status == ModelStatus.ALREADY  # the edits are all there; the file is broken elsewhere

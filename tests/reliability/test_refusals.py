@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from patchcraft.commands._pipeline import Options, run_pipeline
-from patchcraft.engine import Mode
 from patchcraft.errors import PatchcraftError
+from patchcraft.results import Mode
 from reliability_kit import MODEL_DIR, error_lines, patchcraft_cli, record, reduced_release, scrub, snapshot, temp_files
 
 KEEP = ("llama", "llama4", "qwen2", "qwen3")

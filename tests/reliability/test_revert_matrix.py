@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from patchcraft.engine import Mode, run, write_changes
+from patchcraft.engine import run, write_changes
+from patchcraft.results import Mode
 from patchcraft.tree import resolve_target
 from reliability_kit import MATRIX, copy_release, record, snapshot
 
