@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,33 @@ def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
         main(list(argv))
     out, err = capsys.readouterr()
     return int(exit_info.value.code or 0), out, err
+
+
+# -- a small release for tests of the whole-run machinery (cache, workers, output, lazy imports) --
+
+#: Ten model classes over eight files, plus the runner; qwen2.py serves qwen3 and qwen2_5_vl.
+SMALL_RELEASE = "0.5.2"
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SMALL_RELEASE's patched parts, copied once per module: read, never write."""
+    return copy_release(SMALL_RELEASE, tmp_path_factory.mktemp("pristine"))
+
+
+@pytest.fixture
+def package(pristine: Path, tmp_path: Path) -> Path:
+    """A private, writable copy of SMALL_RELEASE's package."""
+    dest = tmp_path / "tree" / "sglang"
+    shutil.copytree(pristine, dest)
+    return dest
+
+
+def flip_one_byte(path: Path, old: bytes, new: bytes) -> None:
+    """Replace the first ``old`` by ``new`` (same length) and keep the file's size and times."""
+    assert len(old) == len(new)
+    data = path.read_bytes()
+    info = path.stat()
+    assert old in data, f"{old!r} not in {path}"
+    path.write_bytes(data.replace(old, new, 1))
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))

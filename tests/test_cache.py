@@ -3,9 +3,9 @@
 Real release 0.5.2 (ten model classes over eight files, plus the runner):
 small enough to run a whole tree in well under a second of CPU, big enough
 to have models sharing files (qwen2.py serves qwen3 and qwen2_5_vl).
-No test here measures time: bench/run.py does. The release copies and
-``flip_one_byte`` here serve test_workers.py, test_output.py and
-test_lazy.py too.
+No test here measures time: bench/run.py does. The release copies
+(``pristine``, ``package``) and ``flip_one_byte`` are in conftest.py:
+test_workers.py, test_output.py and test_lazy.py use them too.
 """
 
 from __future__ import annotations
@@ -17,29 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_release, run_cli as cli
+from conftest import flip_one_byte, run_cli as cli
 from patchcraft import cache, engine
 from patchcraft.commands import _pipeline
 from patchcraft.results import Mode
 from patchcraft.tree import resolve_target
 
-RELEASE = "0.5.2"
 INIT = b"self.layers_to_capture = []"
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return copy_release(RELEASE, tmp_path_factory.mktemp("pristine"))
-
-
-@pytest.fixture
-def package(pristine: Path, tmp_path: Path) -> Path:
-    """A private, writable copy of the release's package."""
-    import shutil
-
-    dest = tmp_path / "tree" / "sglang"
-    shutil.copytree(pristine, dest)
-    return dest
 
 
 @pytest.fixture
@@ -56,16 +40,6 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
 
     monkeypatch.setattr(_pipeline, "run", counting)
     return calls
-
-
-def flip_one_byte(path: Path, old: bytes, new: bytes) -> None:
-    """Replace the first ``old`` by ``new`` (same length) and keep the file's size and times."""
-    assert len(old) == len(new)
-    data = path.read_bytes()
-    info = path.stat()
-    assert old in data, f"{old!r} not in {path}"
-    path.write_bytes(data.replace(old, new, 1))
-    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
 # -- the result cache ------------------------------------------------------------------

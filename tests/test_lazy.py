@@ -2,7 +2,7 @@
 
 A single-file run imports neither the runner transform, nor the worker
 pool (``multiprocessing``), nor rich: traced with ``-X importtime`` on the
-release copies of test_cache.py (0.5.2). A cache hit imports no libcst
+release copies of conftest.py (SMALL_RELEASE, 0.5.2). A cache hit imports no libcst
 (test_cache.py).
 """
 
@@ -12,8 +12,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-from test_cache import package, pristine  # noqa: F401  (fixtures)
 
 
 def test_a_single_file_run_loads_only_what_it_uses(package: Path) -> None:

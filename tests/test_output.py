@@ -2,7 +2,7 @@
 
 Plain output (a hook's or CI log's table) never imports rich; the plain
 table's columns line up and long cells never wrap (the release copies of
-test_cache.py, 0.5.2); text in brackets is never read as rich markup.
+conftest.py, SMALL_RELEASE 0.5.2); text in brackets is never read as rich markup.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from conftest import run_cli as cli
 from patchcraft import engine
 from patchcraft.results import Mode, ModelResult, RunResult
 from patchcraft.tree import SglangTree, resolve_target
-from test_cache import package, pristine  # noqa: F401  (fixtures)
 
 
 def test_plain_output_never_imports_rich_and_colour_does(package: Path, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """workers.py: ``--jobs`` never changes a result, and the fork pool never outlives its run.
 
 The same results, printed bytes, error order and written files with one
-job or several, on the release copies of test_cache.py (0.5.2); workers
+job or several, on the release copies of conftest.py (SMALL_RELEASE, 0.5.2); workers
 start only when each gets enough files, and die with a killed parent.
 """
 
@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli as cli
+from conftest import flip_one_byte, run_cli as cli
 from patchcraft import engine
 from patchcraft.results import Mode
 from patchcraft.tree import resolve_target
 from patchcraft.workers import FILES_PER_WORKER, map_files
-from test_cache import flip_one_byte, package, pristine  # noqa: F401  (package and pristine are fixtures)
 
 
 @pytest.mark.parametrize("mode", [Mode.VERIFY, Mode.DIFF, Mode.APPLY, Mode.REVERT])
