@@ -16,7 +16,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional, TypeVar, Union
 
 from patchcraft.errors import PatchcraftError
 from patchcraft.sources import decode
@@ -62,23 +62,71 @@ class ClassNode:
         return f"{self.module}.{self.name}"
 
 
+class SiteParams:
+    """The parameters of one edit kind: each kind has a frozen dataclass that derives from this.
+
+    The model kinds' are here; the runner's (``PassIds``, ``RememberIds``) are
+    in :mod:`patchcraft.runner_plan`.
+    """
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class SetterParams(SiteParams):
+    """``setter``: the setter's names, which the block it gets is written with."""
+
+    #: The inner model whose flag the setter sets.
+    target: str = "self.model"
+    #: The setter's ids parameter.
+    param: str = "layer_ids"
+    #: The pipeline group whose ``world_size > 1`` refuses -1, or "" (no check).
+    pp: str = ""
+
+
+@dataclass(frozen=True)
+class ForwardParams(SiteParams):
+    """``forward``: when the embedding output is captured, and how."""
+
+    #: The first-pipeline-stage test joined to the flag, or "" (none).
+    gate: str = ""
+    #: The collector's ``append`` copies, so the capture makes no copy of its own.
+    copies: bool = False
+
+
+@dataclass(frozen=True)
+class FusionParams(SiteParams):
+    """``fusion``: the receiver of the guard's ``.is_eagle()`` (the speculative algorithm)."""
+
+    algo: str
+
+
+P = TypeVar("P", bound=SiteParams)
+
+
 @dataclass(frozen=True)
 class EditSite:
-    """Where one edit goes: a method of a class in a file, plus its parameters."""
+    """Where one edit goes: a method of a class in a file, plus its kind's parameters."""
 
-    kind: str  # "init" | "setter" | "forward"
+    kind: str  # "init" | "setter" | "forward" | "fusion" | "runner"
     path: Path
     module: str
     cls: str
     method: str
-    params: tuple[tuple[str, str], ...] = ()
+    #: The kind's :class:`SiteParams`, or None (``init`` has none; ``setter`` and ``forward`` then take their defaults).
+    params: SiteParams | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (str(self.path), self.cls, self.kind)
 
-    def param(self, name: str) -> str | None:
-        return dict(self.params).get(name)
+    def params_as(self, kind: type[P]) -> P:
+        """The parameters, as the ``kind`` they must be (its defaults when the site has none)."""
+        if self.params is None:
+            return kind()
+        if not isinstance(self.params, kind):
+            raise TypeError(f"{self.kind} site {self.cls}.{self.method} has {type(self.params).__name__}, not {kind.__name__}")
+        return self.params
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,10 @@ from patchcraft.graph import (
     SETTER,
     ClassNode,
     EditSite,
+    ForwardParams,
     ModelGraph,
     ModelPlan,
+    SetterParams,
     assigns_self_attr,
     class_assigns,
     constructors_of,
@@ -187,7 +189,7 @@ def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
             module=setter_owner.module,
             cls=setter_owner.name,
             method=SETTER,
-            params=(("target", f"self.{shape.inner_attr}"), ("param", shape.param or "layer_ids"), ("pp", pp)),
+            params=SetterParams(target=f"self.{shape.inner_attr}", param=shape.param or "layer_ids", pp=pp),
         )
     ]
     notes = [f"setter: {shape.variant}"]
@@ -299,9 +301,7 @@ def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite], not
     elif class_assigns(graph, forward_owner, "start_layer"):
         gate = "self.start_layer == 0"
     sites.append(EditSite(kind="init", path=init_owner.path, module=init_owner.module, cls=init_owner.name, method="__init__"))
-    params: tuple[tuple[str, str], ...] = (("gate", gate),)
-    if collector_copies(graph.models_dir, read_forward(forward).collector):
-        params += (("copies", "append"),)
+    params = ForwardParams(gate=gate or "", copies=collector_copies(graph.models_dir, read_forward(forward).collector))
     sites.append(
         EditSite(
             kind="forward",

@@ -19,7 +19,7 @@ from typing import Iterator, Optional, Sequence, Union
 
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
-from patchcraft.graph import SETTER, EditSite
+from patchcraft.graph import SETTER, EditSite, SiteParams
 from patchcraft.sources import decode
 
 #: The edit kind of the runner sites.
@@ -28,28 +28,22 @@ KIND = "runner"
 ROW = "runner"
 #: Where the model runner keeps the configured ids (SGLang's own name from 0.5.8).
 ATTR = "eagle_aux_hidden_state_layer_ids"
-#: The two runner edits.
-PASS = "pass-ids"
-REMEMBER = "remember-ids"
 #: Where ``remember-ids`` puts the ids: before the first statement that captures graphs, or after the call.
 BEFORE_CAPTURE = "before-capture"
 AFTER_CALL = "after-call"
 
 
 @dataclass(frozen=True)
-class PassIds:
+class PassIds(SiteParams):
     """``pass-ids``: a call with no ids passes ``getattr(<runner>, "<attr>", None)`` instead."""
 
     runner: str
     attr: str
     model: str
 
-    def params(self) -> tuple[tuple[str, str], ...]:
-        return (("edit", PASS), ("runner", self.runner), ("attr", self.attr), ("model", self.model))
-
 
 @dataclass(frozen=True)
-class RememberIds:
+class RememberIds(SiteParams):
     """``remember-ids``: ``self.<attr> = <name>``, before graph capture or right after the configuring call."""
 
     name: str
@@ -60,32 +54,13 @@ class RememberIds:
     #: :data:`BEFORE_CAPTURE` or :data:`AFTER_CALL`.
     where: str
 
-    def params(self) -> tuple[tuple[str, str], ...]:
-        return (
-            ("edit", REMEMBER),
-            ("name", self.name),
-            ("attr", self.attr),
-            ("model", self.model),
-            ("anchors", ",".join(sorted(self.anchors))),
-            ("where", self.where),
-        )
-
 
 RunnerEdit = Union[PassIds, RememberIds]
 
 
 def runner_site(path: Path, cls: str, method: str, edit: RunnerEdit) -> EditSite:
     """The edit site of ``edit`` in ``cls.method`` of ``path``."""
-    return EditSite(kind=KIND, path=path, module=path.stem, cls=cls, method=method, params=edit.params())
-
-
-def runner_edit(site: EditSite) -> RunnerEdit:
-    """The typed edit of a runner site (the inverse of :func:`runner_site`)."""
-    attr, model = site.param("attr") or ATTR, site.param("model") or "model"
-    if site.param("edit") == PASS:
-        return PassIds(runner=site.param("runner") or "", attr=attr, model=model)
-    anchors = frozenset(filter(None, (site.param("anchors") or "").split(",")))
-    return RememberIds(name=site.param("name") or "", attr=attr, model=model, anchors=anchors, where=site.param("where") or AFTER_CALL)
+    return EditSite(kind=KIND, path=path, module=path.stem, cls=cls, method=method, params=edit)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import libcst as cst
 import pytest
 
 from patchcraft.engine import patch_text, revert_text
-from patchcraft.graph import EditSite
+from patchcraft.graph import EditSite, ForwardParams, SetterParams
 from patchcraft.transforms import BY_KIND, capture_embedding_output
 from patchcraft.transforms._base import AnchorError
 from patchcraft.transforms._slices import ClassSlices
@@ -25,9 +25,9 @@ from patchcraft.transforms._slices import ClassSlices
 PATH = Path("m.py")
 INIT = EditSite(kind="init", path=PATH, module="m", cls="LlamaModel", method="__init__")
 FORWARD = EditSite(kind="forward", path=PATH, module="m", cls="LlamaModel", method="forward",
-                   params=(("gate", "self.pp_group.is_first_rank"),))
+                   params=ForwardParams(gate="self.pp_group.is_first_rank"))
 SETTER = EditSite(kind="setter", path=PATH, module="m", cls="LlamaForCausalLM", method="set_eagle3_layers_to_capture",
-                  params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "")))
+                  params=SetterParams(target="self.model", param="layer_ids", pp=""))
 SITES = (INIT, FORWARD, SETTER)
 
 #: The forward transform's own first example, as a method of a class of ours.

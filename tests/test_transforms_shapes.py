@@ -28,7 +28,7 @@ import libcst as cst
 import pytest
 
 from patchcraft.engine import NOT_APPLICABLE, PATCHED, UNSUPPORTED, Mode, patch_text, plan_tree, revert_text, run
-from patchcraft.graph import EditSite
+from patchcraft.graph import EditSite, ForwardParams, SetterParams
 from patchcraft.transforms import accept_embedding_layer_id, capture_embedding_output
 from patchcraft.transforms._base import FLAG, RemoveMarked
 from patchcraft.transforms._slices import ClassSlices
@@ -340,7 +340,7 @@ def test_setter_guards_the_pipeline_group_it_uses(tmp_path: Path) -> None:
     })
     [plan] = plans_of(package).values()
     [setter] = [s for s in plan.sites if s.kind == "setter"]
-    assert setter.param("pp") == "get_pp_group()"
+    assert setter.params_as(SetterParams).pp == "get_pp_group()"
 
 
 # -- the patched setter, executed ------------------------------------------------------
@@ -416,7 +416,7 @@ EXPECTED = {
 def patched_setter(body: str):
     code = "class M:\n    def set_eagle3_layers_to_capture(self, layer_ids=None):\n" + textwrap.indent(textwrap.dedent(body).strip("\n"), "        ") + "\n"
     site = EditSite(kind="setter", path=Path("m.py"), module="m", cls="M", method="set_eagle3_layers_to_capture",
-                    params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "self.pp_group")))
+                    params=SetterParams(target="self.model", param="layer_ids", pp="self.pp_group"))
     after = accept_embedding_layer_id.apply(cst.parse_module(code), site)[0].code
     return setter_of(after, "M"), setter_of(code, "M")
 
@@ -526,7 +526,7 @@ class Model:
 
 
 def patched_forward(code: str) -> str:
-    site = EditSite(kind="forward", path=Path("m.py"), module="m", cls="Model", method="forward", params=(("gate", ""),))
+    site = EditSite(kind="forward", path=Path("m.py"), module="m", cls="Model", method="forward", params=ForwardParams(gate=""))
     return capture_embedding_output.apply(cst.parse_module(code), site)[0].code
 
 
@@ -664,7 +664,7 @@ def test_patch_and_revert_through_slices_match_a_whole_module_edit() -> None:
     sites = [
         EditSite(kind="init", path=Path("m.py"), module="m", cls="LlamaModel", method="__init__"),
         EditSite(kind="setter", path=Path("m.py"), module="m", cls="LlamaForCausalLM", method="set_eagle3_layers_to_capture",
-                 params=(("target", "self.model"), ("param", "layer_ids"), ("pp", ""))),
+                 params=SetterParams(target="self.model", param="layer_ids", pp="")),
     ]
     after = patch_text(text, Path("m.py"), sites).after
     whole = cst.parse_module(text)
@@ -679,7 +679,7 @@ def test_patch_and_revert_through_slices_match_a_whole_module_edit() -> None:
 def test_messages_name_the_line_in_the_file_not_in_the_class() -> None:
     """Only the edited classes are parsed, padded to their place: 'line N' is the file's line."""
     site = EditSite(kind="setter", path=Path("m.py"), module="m", cls="LlamaForCausalLM", method="set_eagle3_layers_to_capture",
-                    params=(("target", "self.model"), ("param", "layer_ids"), ("pp", "")))
+                    params=SetterParams(target="self.model", param="layer_ids", pp=""))
     text = "import torch\r\n\r\n\r\nclass Other:\r\n    pass\r\n\r\n\r\n" + (
         "class LlamaForCausalLM(nn.Module):\r\n"
         "    def set_eagle3_layers_to_capture(self, layer_ids=None):\r\n"

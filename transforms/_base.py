@@ -17,7 +17,7 @@ import libcst as cst
 
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
-from patchcraft.graph import FLAG, EditSite, parse_python
+from patchcraft.graph import FLAG, EditSite, SiteParams, parse_python
 from patchcraft.status import EDIT_DONE, EditStatus
 from patchcraft.transforms._slices import first_line, split_lines
 
@@ -76,7 +76,7 @@ class Example:
         return cls(title=title, before=text, after=text, site=site)
 
 
-def example_site(kind: str, cls: str, method: str, params: tuple = (), path: str = "example.py") -> EditSite:
+def example_site(kind: str, cls: str, method: str, params: SiteParams | None = None, path: str = "example.py") -> EditSite:
     """Where a transform's example edits: ``cls.method`` in a file of its own."""
     file = Path(path)
     return EditSite(kind=kind, path=file, module=file.stem, cls=cls, method=method, params=params)

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from patchcraft.graph import SETTER, EditSite
+from patchcraft.graph import SETTER, EditSite, SetterParams
 from patchcraft.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,
@@ -39,9 +39,8 @@ DESCRIPTION = (
 
 def block(site: EditSite) -> str:
     """The code inserted at ``site`` (parameterised by the setter's names)."""
-    target = site.param("target") or "self.model"
-    param = site.param("param") or "layer_ids"
-    pp = site.param("pp")
+    params = site.params_as(SetterParams)
+    target, param, pp = params.target, params.param, params.pp
     guard = ""
     if pp:
         guard = (
@@ -122,7 +121,7 @@ def plus_one_block(module: cst.Module, site: EditSite, test: cst.If, branch: Seq
     """
     if not all(_plain_assignment(s) for s in branch):
         raise AnchorError(site, f"a +1 branch of the id-convention test at line {line_of(module, test)} that only assigns (it is run again for -1)")
-    target = site.param("target") or "self.model"
+    target = site.params_as(SetterParams).target
     body = "".join("    " + code_of(module, s.with_changes(leading_lines=())).strip() + "\n" for s in branch)  # type: ignore[attr-defined]
     return marked_statement(
         module,
@@ -164,7 +163,7 @@ def judge_hand_fix(module: cst.Module, func: cst.FunctionDef, site: EditSite, fl
     release that picks the id convention by a test must not keep the other
     ids raw when -1 is given.
     """
-    param = site.param("param") or "layer_ids"
+    param = site.params_as(SetterParams).param
     order = [s for s, _ in walk_statements(func)]
     first_flag = min(order.index(s) for s in flagged)
     cleaned_before = [i for i, s in enumerate(order) if _reassigns_filtered(s, param)]
@@ -235,7 +234,7 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
 def _follow_heuristics(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst.FunctionDef, bool]:
     """Put :func:`plus_one_block` after each convention test that lacks one (True if any was added)."""
     added = False
-    for test, branch in heuristics(func, site.param("param") or "layer_ids"):
+    for test, branch in heuristics(func, site.params_as(SetterParams).param):
         wanted = plus_one_block(module, site, test, branch)
         following = _next_statement(func, test)
         if following is not None and is_marked(following):
@@ -261,7 +260,7 @@ def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
 
 
 def _site(cls: str, pp: str = "self.pp_group") -> EditSite:
-    return example_site(KIND, cls, SETTER, (("target", "self.model"), ("param", "layer_ids"), ("pp", pp)))
+    return example_site(KIND, cls, SETTER, SetterParams(target="self.model", param="layer_ids", pp=pp))
 
 
 _SITE = _site("DeepseekV2ForCausalLM")

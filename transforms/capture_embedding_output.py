@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from patchcraft.graph import CAPTURE_KEYWORDS, EditSite
+from patchcraft.graph import CAPTURE_KEYWORDS, EditSite, ForwardParams
 from patchcraft.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,
@@ -52,7 +52,7 @@ DESCRIPTION = (
 #: layer 0's residual (this same tensor) in place.
 SEED_EXPRESSION = "hidden_states.clone() if residual is None else hidden_states + residual"
 NO_RESIDUAL_EXPRESSION = "hidden_states.clone()"
-#: The same, for a collector whose ``append`` copies (site parameter ``copies``): no second copy.
+#: The same, for a collector whose ``append`` copies (``ForwardParams.copies``): no second copy.
 COPIED_SEED_EXPRESSION = "hidden_states if residual is None else hidden_states + residual"
 COPIED_NO_RESIDUAL_EXPRESSION = "hidden_states"
 
@@ -63,7 +63,7 @@ def block(site: EditSite, collector: str, expression: str, method: str = "append
     ``flag`` is how the block reads the flag (:data:`FLAG_READ`; an earlier
     patchcraft read ``self.<flag>``, see :data:`LEGACY_FLAG_READS`).
     """
-    gate = site.param("gate")
+    gate = site.params_as(ForwardParams).gate
     test = f"{flag} and {gate}" if gate else flag
     if method == "capture":
         # The release's own primitive (AuxHiddenStateList.capture) copies.
@@ -230,7 +230,7 @@ def analyse(func: cst.FunctionDef, site: EditSite) -> Capture:
     method = _method_of(func, name)
     # The residual is read only where every path has bound it (0.5.12 Gemma4 binds it inside the loop).
     with_residual = bound_on_every_path(func, point, "residual")
-    if method == "append" and site.param("copies") == "append":
+    if method == "append" and site.params_as(ForwardParams).copies:
         expression = COPIED_SEED_EXPRESSION if with_residual else COPIED_NO_RESIDUAL_EXPRESSION
     else:
         expression = SEED_EXPRESSION if with_residual else NO_RESIDUAL_EXPRESSION
@@ -451,8 +451,7 @@ def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
 
 
 def _site(cls: str, gate: str = "self.pp_group.is_first_rank", copies: bool = False) -> EditSite:
-    params = (("gate", gate),) + ((("copies", "append"),) if copies else ())
-    return example_site(KIND, cls, "forward", params)
+    return example_site(KIND, cls, "forward", ForwardParams(gate=gate, copies=copies))
 
 
 EXAMPLES = [

@@ -42,7 +42,7 @@ import libcst as cst
 from patchcraft import MARKER
 from patchcraft.graph import SETTER, EditSite
 # KIND and ROW are the planner's (one definition each); this module gives them to the engine and the docs.
-from patchcraft.runner_plan import ATTR, BEFORE_CAPTURE, KIND, ROW, PassIds, RememberIds, runner_edit, runner_site  # noqa: F401
+from patchcraft.runner_plan import ATTR, BEFORE_CAPTURE, KIND, ROW, PassIds, RememberIds, runner_site  # noqa: F401
 from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, insert_at, is_marked, line_of
 
 NAME = "configure_ids_before_graphs"
@@ -258,7 +258,9 @@ def _remember_ids(module: cst.Module, func: cst.FunctionDef, site: EditSite, edi
 
 def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
     """Apply one runner site (``pass-ids`` or ``remember-ids``) to ``module``."""
-    edit = runner_edit(site)
+    edit = site.params
+    if not isinstance(edit, (PassIds, RememberIds)):
+        raise TypeError(f"runner site {site.cls}.{site.method} has {type(edit).__name__}, not PassIds or RememberIds")
     if isinstance(edit, PassIds):
         return edit_method(module, site, lambda module, func, site: _pass_ids(module, func, site, edit))
     return edit_method(module, site, lambda module, func, site: _remember_ids(module, func, site, edit))

@@ -42,7 +42,7 @@ import libcst as cst
 
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
-from patchcraft.graph import EditSite
+from patchcraft.graph import EditSite, FusionParams
 from patchcraft.sources import read_source
 from patchcraft.status import EditStatus
 from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, example_site, insert_at, is_marked, line_of, plain_code
@@ -168,7 +168,7 @@ def plan(package: Path, models_dir: Optional[Path] = None) -> FusionPlan:
     if len(guards) != 1:
         return FusionPlan(unsupported=f"{path.name}: {CLASS}.{METHOD}: expected one `if ... .is_eagle(): return False` guard, found {len(guards)}", path=path, affected=affected)
     receiver = ast.unparse(_eagle_receiver(guards[0].test))  # type: ignore[arg-type]
-    site = EditSite(kind=KIND, path=path, module=path.stem, cls=CLASS, method=METHOD, params=(("algo", receiver),))
+    site = EditSite(kind=KIND, path=path, module=path.stem, cls=CLASS, method=METHOD, params=FusionParams(algo=receiver))
     return FusionPlan(site=site, path=path, affected=affected)
 
 
@@ -224,7 +224,7 @@ def defect(package: Path, model_files: tuple[Path, ...]) -> Optional[str]:
 # -- applying (libcst) ---------------------------------------------------------
 
 def canonical(module: cst.Module, site: EditSite) -> cst.BaseStatement:
-    algo = site.param("algo")
+    algo = site.params_as(FusionParams).algo
     code = f"{COMMENT}\nif {algo} is not None and {algo}.is_eagle3():\n    return False\n"
     return cst.parse_statement(code, config=module.config_for_parsing)
 
@@ -271,7 +271,7 @@ def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
 
 # -- examples (unit tests and docs) ------------------------------------------------
 
-_SITE = example_site(KIND, CLASS, METHOD, (("algo", "self._speculative_algo"),), path="communicator.py")
+_SITE = example_site(KIND, CLASS, METHOD, FusionParams(algo="self._speculative_algo"), path="communicator.py")
 
 EXAMPLES = [
     Example(
