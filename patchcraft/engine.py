@@ -37,11 +37,6 @@ else:
     BY_KIND = Deferred("patchcraft.transforms", "BY_KIND")
     fusion_transform = Deferred("patchcraft.transforms.keep_captured_states_reduced")
 
-# The model statuses under their old names (tests import them from here); ModelStatus is the one definition.
-PATCHED, ALREADY, WOULD, UNSUPPORTED, ERROR = ModelStatus.PATCHED, ModelStatus.ALREADY, ModelStatus.WOULD, ModelStatus.UNSUPPORTED, ModelStatus.ERROR
-REVERTED, CLEAN, NOT_NEEDED, NOT_APPLICABLE = ModelStatus.REVERTED, ModelStatus.CLEAN, ModelStatus.NOT_NEEDED, ModelStatus.NOT_APPLICABLE
-
-
 # -- whole tree ----------------------------------------------------------------
 
 @gc_paused

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     import libcst as cst
 
     from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS
-    from patchcraft.transforms._base import ClassSlices, Outcome, RemoveMarked, code_with_ending, marked_classes
+    from patchcraft.transforms._base import Outcome, RemoveMarked, marked_classes
+    from patchcraft.transforms._slices import ClassSlices, code_with_ending
 else:
     # libcst and the transforms load on first use: a run answered from the
     # result cache (patchcraft.cache) needs neither (docs/performance.md).
@@ -32,11 +33,11 @@ else:
     cst = Deferred("libcst")
     BY_KIND = Deferred("patchcraft.transforms", "BY_KIND")
     RUNNER_TRANSFORMS = Deferred("patchcraft.transforms", "RUNNER_TRANSFORMS")
-    ClassSlices = Deferred("patchcraft.transforms._base", "ClassSlices")
+    ClassSlices = Deferred("patchcraft.transforms._slices", "ClassSlices")
     Outcome = Deferred("patchcraft.transforms._base", "Outcome")
     RemoveMarked = Deferred("patchcraft.transforms._base", "RemoveMarked")
     marked_classes = Deferred("patchcraft.transforms._base", "marked_classes")
-    code_with_ending = Deferred("patchcraft.transforms._base", "code_with_ending")
+    code_with_ending = Deferred("patchcraft.transforms._slices", "code_with_ending")
 
 
 @dataclass

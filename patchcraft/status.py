@@ -34,8 +34,6 @@ class EditStatus(_Status):
     ERROR = "error"
 
 
-#: The edit statuses that mean the site does its job once the run is written.
-EDIT_DONE = frozenset({EditStatus.APPLIED, EditStatus.PRESENT, EditStatus.HAND_APPLIED})
 #: The edit statuses that mean the site does its job already: nothing to write.
 EDIT_IN_PLACE = frozenset({EditStatus.PRESENT, EditStatus.HAND_APPLIED})
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from patchcraft.engine import revert_text
+from patchcraft.patching import revert_text
 from patchcraft.graph import EditSite
 from patchcraft.transforms import capture_embedding_output as forward
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from patchcraft.engine import patch_text, revert_text
+from patchcraft.patching import patch_text, revert_text
 from patchcraft.graph import EditSite, ForwardParams, SetterParams
 from patchcraft.transforms import BY_KIND, capture_embedding_output
 from patchcraft.transforms._base import AnchorError

@@ -18,11 +18,8 @@ import libcst as cst
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import FLAG, EditSite, SiteParams, parse_python
-from patchcraft.status import EDIT_DONE, EditStatus
+from patchcraft.status import EditStatus
 from patchcraft.transforms._slices import first_line, split_lines
-
-# Slicing lives in ``_slices``; these two are still importable from here (the engine's old path).
-from patchcraft.transforms._slices import ClassSlices as ClassSlices, code_with_ending as code_with_ending
 
 #: How inserted code in ``forward`` reads the flag: a class that runs a patched
 #: forward without the flag in its ``__init__`` (an out-of-tree subclass, one
@@ -55,10 +52,6 @@ class Outcome:
 
     status: EditStatus
     detail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status in EDIT_DONE
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from patchcraft import MARKER
 from patchcraft.graph import SETTER, EditSite
 # KIND and ROW are the planner's (one definition each); this module gives them to the engine and the docs.
 from patchcraft.runner_plan import ATTR, BEFORE_CAPTURE, KIND, ROW, PassIds, RememberIds, runner_site  # noqa: F401
-from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, insert_at, is_marked, line_of
+from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, insert_at, is_marked, line_of, plain_code
 
 NAME = "configure_ids_before_graphs"
 DESCRIPTION = (
@@ -71,10 +71,6 @@ def _is_setter(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == SETTER
 
 
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=()).code_for_node(node)
-
-
 def canonical_call(module: cst.Module, edit: PassIds) -> cst.Call:
     """The patched call: the runner's configured ids, behind the marker comment."""
     code = f"_.{SETTER}(\n    {PASS_COMMENT}\n    getattr({edit.runner}, \"{edit.attr}\", None)\n)\n"
@@ -95,14 +91,14 @@ class _PassIds(cst.CSTTransformer):
         self.odd: Optional[cst.Call] = None
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if not _is_setter(updated) or _code(updated.func.value) != self.receiver:  # type: ignore[attr-defined]
+        if not _is_setter(updated) or plain_code(updated.func.value) != self.receiver:  # type: ignore[attr-defined]
             return updated
         if is_marked_call(updated):
-            same = _code(updated.with_changes(func=self.canonical.func)) == _code(self.canonical)
+            same = plain_code(updated.with_changes(func=self.canonical.func)) == plain_code(self.canonical)
             self.statuses.append("present" if same else "modified")
             return updated
         if updated.args:
-            if ATTR in _code(updated) or self.edit.attr in _code(updated):
+            if ATTR in plain_code(updated) or self.edit.attr in plain_code(updated):
                 self.statuses.append("hand-applied")
             return updated
         space = updated.whitespace_before_args
@@ -117,7 +113,7 @@ def _pass_ids(module: cst.Module, func: cst.FunctionDef, site: EditSite, edit: P
     editor = _PassIds(module, edit)
     new = func.visit(editor)
     if editor.odd is not None:
-        raise AnchorError(site, f"`{editor.receiver}.{SETTER}()` with nothing between its parentheses (found `{_code(editor.odd)}`)")
+        raise AnchorError(site, f"`{editor.receiver}.{SETTER}()` with nothing between its parentheses (found `{plain_code(editor.odd)}`)")
     statuses = editor.statuses
     if "modified" in statuses:
         return func, Outcome("modified", f"the ids passed to {SETTER} were changed by hand")
@@ -216,7 +212,7 @@ def _marked_remembers(func: cst.FunctionDef, attr: str) -> list[cst.BaseStatemen
                 found.append(node)
 
     func.visit(Finder())
-    return [s for s in found if f"self.{attr} =" in _code(s)]
+    return [s for s in found if f"self.{attr} =" in plain_code(s)]
 
 
 def remember_block(module: cst.Module, block: cst.BaseStatement, edit: RememberIds) -> cst.BaseStatement:
@@ -244,7 +240,7 @@ def _remember_ids(module: cst.Module, func: cst.FunctionDef, site: EditSite, edi
     canonical = remember_block(module, block, edit) if before else remember_line(module, edit)
     existing = _marked_remembers(func, attr)
     if existing:
-        same = _code(existing[0].with_changes(leading_lines=())) == _code(canonical.with_changes(leading_lines=()))  # type: ignore[call-arg]
+        same = plain_code(existing[0].with_changes(leading_lines=())) == plain_code(canonical.with_changes(leading_lines=()))  # type: ignore[call-arg]
         if same:
             return func, Outcome("present")
         return func, Outcome("modified", f"line {line_of(module, existing[0])}: the block that keeps the ids was changed by hand")

@@ -26,13 +26,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from patchcraft.graph import ModelGraph, ModelPlan
+from patchcraft.graph import FLAG, ModelGraph, ModelPlan
 from patchcraft.harness.assemble import Program
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.scenarios import ERROR, FAIL, PASS, Check, Scenarios, _describe, _difference
 from patchcraft.harness.standins import HarnessError
 from patchcraft.harness.subject import CAPTURE_IDS, Subject
-from patchcraft.transforms._base import FLAG
 
 #: Dynamo's own backend (trace, then run the captured graph eagerly): graph breaks are a tracing
 #: matter, so this is the cheap check; ``aot_eager`` adds functionalization, ``inductor`` codegen.

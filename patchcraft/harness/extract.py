@@ -26,7 +26,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from patchcraft import MARKER
-from patchcraft.engine import revert_text
+from patchcraft.patching import revert_text
 from patchcraft.graph import FLAG
 from patchcraft.sources import read_source
 

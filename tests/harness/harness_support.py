@@ -14,7 +14,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Optional
 
-from patchcraft.engine import Mode, RunResult, run
+from patchcraft.engine import run
+from patchcraft.results import Mode, RunResult
 from patchcraft.tree import SglangTree, resolve_target
 
 #: The coverage matrix of CI.
