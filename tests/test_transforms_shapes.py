@@ -27,8 +27,12 @@ from types import SimpleNamespace
 import libcst as cst
 import pytest
 
-from patchcraft.engine import NOT_APPLICABLE, PATCHED, UNSUPPORTED, Mode, patch_text, plan_tree, revert_text, run
+from patchcraft.engine import run
 from patchcraft.graph import EditSite, ForwardParams, SetterParams
+from patchcraft.patching import patch_text, revert_text
+from patchcraft.results import Mode
+from patchcraft.selection import plan_tree
+from patchcraft.status import ModelStatus
 from patchcraft.transforms import accept_embedding_layer_id, capture_embedding_output
 from patchcraft.transforms._base import FLAG, RemoveMarked
 from patchcraft.transforms._slices import ClassSlices
@@ -36,7 +40,12 @@ from patchcraft.tree import resolve_target
 
 from conftest import release_package
 
-torch = pytest.importorskip("torch")
+try:
+    import torch
+except ImportError:  # only the forwards below need it: the graph, setter and slice tests run without
+    torch = None
+#: The tests that run a patched forward (torch on CPU).
+needs_torch = pytest.mark.skipif(torch is None, reason="runs a patched forward: needs torch (pip install 'patchcraft[smoke]')")
 
 
 # -- tiny model trees -------------------------------------------------------------
@@ -106,7 +115,7 @@ def test_init_and_forward_in_another_file(tmp_path: Path) -> None:
     assert sites_of(plan) == [("forward", "base", "BaseModel"), ("init", "base", "BaseModel"), ("setter", "child", "ChildForCausalLM")]
     result = run(resolve_target(str(package)), Mode.APPLY, runner=False)
     [model] = result.models
-    assert model.status == PATCHED and sorted(Path(f).name for f in model.files) == ["base.py", "child.py"]
+    assert model.status == ModelStatus.PATCHED and sorted(Path(f).name for f in model.files) == ["base.py", "child.py"]
 
 
 def test_subclass_with_its_own_forward_is_its_own_model(tmp_path: Path) -> None:
@@ -300,7 +309,7 @@ class NextNForCausalLM(BaseForCausalLM):
 def test_unsupported_with_a_precise_reason(tmp_path: Path, files: dict, reason: str) -> None:
     results = run(resolve_target(str(make_tree(tmp_path, files))), Mode.VERIFY, runner=False).models
     # A class that captures nothing (a draft or NextN head, a helper nothing calls) is no EAGLE-3 target.
-    expected = NOT_APPLICABLE if reason in NO_TARGET else UNSUPPORTED
+    expected = ModelStatus.NOT_APPLICABLE if reason in NO_TARGET else ModelStatus.UNSUPPORTED
     unsupported = [m for m in results if m.status == expected]
     assert len(unsupported) == 1 and reason in unsupported[0].message, [(m.model, m.status, m.message) for m in results]
 
@@ -544,6 +553,7 @@ def run_forward(code: str, ids: list, flag: bool, namespace: dict):
     return call_forward(after, ids, flag, namespace), after
 
 
+@needs_torch
 @pytest.mark.parametrize("version", ["0.5.20", "0.5.23"])
 def test_packer_counts_the_embedding(version: str) -> None:
     """AuxHiddenStatePacker.finalize() raises unless the count includes the embedding."""
@@ -560,6 +570,7 @@ def test_packer_counts_the_embedding(version: str) -> None:
     assert revert_text(after, Path("m.py")) == PACKER_FORWARD
 
 
+@needs_torch
 def test_without_the_widened_count_the_packer_fails() -> None:
     """The check above is real: an embedding capture the count leaves out breaks the packer."""
     aux = aux_module("0.5.20")
@@ -605,6 +616,7 @@ class Stream:
         return SimpleNamespace(boundary=boundary)
 
 
+@needs_torch
 def test_layer_boundary_capture_uses_the_release_primitive() -> None:
     """0.5.23: no local ``residual`` (the seed's expression would raise NameError); ``aux.capture`` copies."""
     aux = aux_module("0.5.23")
@@ -622,6 +634,7 @@ def test_layer_boundary_capture_uses_the_release_primitive() -> None:
     assert len(model.forward(torch.zeros(2, 3))) == 2
 
 
+@needs_torch
 def test_list_collector_keeps_a_copy_of_the_embedding() -> None:
     code = PACKER_FORWARD.replace("AuxHiddenStatePacker(len(self.layers_to_capture))", "[]").replace(
         "return aux_hidden_states.finalize()", "return aux_hidden_states"
