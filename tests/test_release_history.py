@@ -99,14 +99,17 @@ def test_history_lists_every_release() -> None:
     assert versions[0] == ALL_RELEASES[0]
 
 
-@pytest.mark.parametrize("limitation", LIMITATIONS, ids=lambda lim: lim.model)
-def test_each_limitation_still_limits(limitation) -> None:
-    """A named limitation covers a smoke error of some minor release it names; else delete it."""
-    covered = [v for v in MINOR_RELEASES if limitation.covers(v, limitation.model)]
-    assert covered and limitation.reason
-    assert any(limitation.model in (m for m, _ in swept(v).smoke_limited) for v in covered), (
-        f"{limitation.model} is no longer a smoke error in {', '.join(covered)}: remove the limitation"
-    )
+def test_each_limitation_still_limits() -> None:
+    """A named limitation covers a smoke error of some minor release it names; else delete it.
+
+    None is named today (the list is empty); one added later is checked here.
+    """
+    for limitation in LIMITATIONS:
+        covered = [v for v in MINOR_RELEASES if limitation.covers(v, limitation.model)]
+        assert covered and limitation.reason
+        assert any(limitation.model in (m for m, _ in swept(v).smoke_limited) for v in covered), (
+            f"{limitation.model} is no longer a smoke error in {', '.join(covered)}: remove the limitation"
+        )
 
 
 # -- each check fails on a broken release ---------------------------------------------------
