@@ -85,6 +85,14 @@ def enabled() -> bool:
     return cache.enabled()
 
 
+def torch_importable() -> bool:
+    """Whether torch can be found, without importing it (an import costs seconds; the verdict depends on it via the harness)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # sys.modules["torch"] is None, or a broken package
+        return False
+
+
 def key(argv: Sequence[str], package: Path, install: Path, trained_on: str | None) -> str:
     """The lookup key of a preflight (see the module docstring)."""
     header = (
@@ -97,7 +105,7 @@ def key(argv: Sequence[str], package: Path, install: Path, trained_on: str | Non
         trained_on,
         str(package),
         str(install),
-        importlib.util.find_spec("torch") is not None,
+        torch_importable(),
     )
     return hashlib.sha256(repr(header).encode("utf-8", "surrogateescape")).hexdigest()
 

@@ -166,6 +166,17 @@ def test_no_preflight_stays_the_way_out(install: dict, tmp_path: Path) -> None:
     assert proc.returncode == 0 and "LAUNCHED" in proc.stdout, proc.stderr
 
 
+def test_without_torch_the_static_overlay_is_said(install: dict) -> None:
+    """The overlay build is quiet, so the preflight says the harness did not run (torch hidden from this process)."""
+    hide_torch = "import sys; sys.modules['torch'] = None; from patchcraft.cli import main; main(sys.argv[1:])"
+    command = [sys.executable, "-c", hide_torch, "run", "--target", str(install["package"]), "--", sys.executable, "-c", PRINTS]
+    proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PATCHCRAFT_CACHE": str(install["cache"])}, timeout=600)
+    assert proc.returncode == 0 and "LAUNCHED" in proc.stdout, proc.stderr
+    assert "torch is not installed, so the overlay is static" in proc.stderr
+    with_smoke_off = subprocess.run([*command[:6], "--no-smoke", *command[6:]], capture_output=True, text=True, env={**os.environ, "PATCHCRAFT_CACHE": str(install["cache"])}, timeout=600)
+    assert with_smoke_off.returncode == 0 and "torch" not in with_smoke_off.stderr, with_smoke_off.stderr
+
+
 # -- the verdict cache --------------------------------------------------------------
 
 

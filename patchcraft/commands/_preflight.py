@@ -12,7 +12,6 @@ launch is refused (exit 2) rather than passed on an unchecked "ok";
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import sys
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ class Prepared:
 
 def run_preflight(argv: Sequence[str], package: Path, install: Path, trained_on: str | None, smoke: bool = True) -> int:
     """The preflight of ``argv`` against the patched tree ``package`` of ``install``; a stored ok is replayed."""
-    if smoke and importlib.util.find_spec("torch") is None:
+    if smoke and not preflight_cache.torch_importable():
         output.print_line(
             f"{PREFIX}torch is not installed, so the overlay is static: the harness did not run its patched code "
             "(pip install 'patchcraft[smoke]')"
