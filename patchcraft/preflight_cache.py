@@ -100,7 +100,7 @@ def key(argv: Sequence[str], package: Path, install: Path, trained_on: str | Non
         __version__,
         cache.code_hash(),
         tuple(argv),
-        os.getcwd(),
+        _cwd(),
         tuple(os.environ.get(name, "") for name in HUB_VARIABLES),
         trained_on,
         str(package),
@@ -108,6 +108,14 @@ def key(argv: Sequence[str], package: Path, install: Path, trained_on: str | Non
         torch_importable(),
     )
     return hashlib.sha256(repr(header).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _cwd() -> str:
+    """The working directory (relative paths in the command mean something else elsewhere); "" if it was removed."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
 
 
 def tree_dependencies(package: Path) -> list[Dependency]:
