@@ -11,6 +11,7 @@ outside the namespace changes, and it ends with the command.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
@@ -40,6 +41,14 @@ def require_root_tools() -> None:
     for tool in ("setpriv", "unshare"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
+    if not _can_mount():
+        pytest.skip("no private mount namespace here (unshare -m and mount need CAP_SYS_ADMIN)")
+
+
+@functools.lru_cache(maxsize=None)
+def _can_mount() -> bool:
+    probe = "mount -t tmpfs patchcraft-probe /mnt 2>/dev/null || mount -t tmpfs patchcraft-probe /tmp"
+    return subprocess.run(["unshare", "-m", "sh", "-c", f"mount --make-rprivate / && ({probe})"], capture_output=True).returncode == 0
 
 
 def run_as(uid: int, argv: Sequence[str], env: Mapping[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
