@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from patchcraft import __version__
+from patchcraft.cache_root import ensure_directory
+from patchcraft.errors import PatchcraftError
 from patchcraft.results import FileChange, Mode, RunResult
 from patchcraft.tree import SglangTree
 
@@ -140,7 +142,10 @@ def _libcst_version() -> str:
 
 def load(key: str) -> RunResult | None:
     """The stored result for ``key``, or None (a damaged entry is removed)."""
-    path = directory() / f"{key}.pickle"
+    try:
+        path = directory() / f"{key}.pickle"
+    except PatchcraftError:  # no cache root (no home directory): a normal run
+        return None
     try:
         with open(path, "rb") as handle:
             if os.fstat(handle.fileno()).st_uid != os.getuid():
@@ -164,15 +169,13 @@ def load(key: str) -> RunResult | None:
 
 def store(key: str, result: RunResult) -> None:
     """Store ``result`` under ``key`` atomically; failures are ignored (the cache is optional)."""
-    folder = directory()
     # The raw bytes only serve writes, which are never cached.
     light = replace(result, changes=tuple(_without_raw(c) for c in result.changes))
     data = zlib.compress(pickle.dumps(light, protocol=pickle.HIGHEST_PROTOCOL), 1)
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        folder.mkdir(mode=0o700, exist_ok=True)
+        folder = ensure_directory(directory(), private=True)
         fd, tmp = tempfile.mkstemp(prefix=".entry.", dir=folder)  # mode 0600
-    except OSError:
+    except (PatchcraftError, OSError):  # the cache is optional: an unusable one means a normal run
         return
     try:
         with os.fdopen(fd, "wb") as handle:

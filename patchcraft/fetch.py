@@ -16,17 +16,15 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from patchcraft.cache_root import ensure_directory, root
 from patchcraft.errors import PatchcraftError
 
 _VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
 
 
 def cache_dir() -> Path:
-    """``$PATCHCRAFT_CACHE``, else ``$XDG_CACHE_HOME/patchcraft``, else ``~/.cache/patchcraft``."""
-    if os.environ.get("PATCHCRAFT_CACHE"):
-        return Path(os.environ["PATCHCRAFT_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "patchcraft"
+    """``$PATCHCRAFT_CACHE``, else ``$XDG_CACHE_HOME/patchcraft``, else ``~/.cache/patchcraft`` (:mod:`patchcraft.cache_root`)."""
+    return root()
 
 
 def find_wheel(wheels: Path, version: str) -> Path | None:
@@ -36,10 +34,10 @@ def find_wheel(wheels: Path, version: str) -> Path | None:
 
 
 def download_wheel(version: str, wheels: Path) -> Path:
-    wheels.mkdir(parents=True, exist_ok=True)
     found = find_wheel(wheels, version)
     if found:
         return found
+    ensure_directory(wheels)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(wheels), f"sglang=={version}"]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
@@ -57,7 +55,7 @@ def unpack(wheel: Path, dest: Path) -> Path:
     package = dest / "sglang"
     if (package / "srt" / "models").is_dir():
         return package
-    dest.mkdir(parents=True, exist_ok=True)
+    ensure_directory(dest)
     staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest))
     try:
         with zipfile.ZipFile(wheel) as archive:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Sequence
 
 from patchcraft import __version__, cache
+from patchcraft.cache_root import ensure_directory
 from patchcraft.engine import run
 from patchcraft.results import Mode, RunResult
 from patchcraft.errors import PatchcraftError
@@ -92,7 +93,7 @@ def module_name(tree: SglangTree, path: Path) -> str:
 
 
 def _write(tree: SglangTree, result: RunResult, directory: Path) -> Overlay:
-    directory.parent.mkdir(parents=True, exist_ok=True)
+    ensure_directory(directory.parent)  # an unusable cache or --out parent: one line naming it (cache_root)
     staging = Path(tempfile.mkdtemp(prefix=".overlay-", dir=directory.parent))
     try:
         package = staging / TREE / "sglang"

@@ -17,11 +17,11 @@ DOC = ROOT / "docs" / "architecture.md"
 
 #: Layer -> modules, bottom up (names relative to ``patchcraft``; ``harness.*`` is the whole subpackage).
 LAYERS: dict[str, tuple[str, ...]] = {
-    "foundations": ("__init__", "errors", "status", "lazy", "releases", "layer_ids", "sources", "fetch", "tree", "lock"),
-    "reading": ("graph", "scope", "setter_eval"),
+    "foundations": ("__init__", "errors", "status", "lazy", "releases", "layer_ids", "sources", "cache_root", "fetch", "tree", "lock"),
+    "reading": ("graph", "scope", "setter_eval", "server_args", "hub_cache"),
     "planning": ("plan", "selection", "runner_plan"),
     "transforms": ("transforms.*",),
-    "engine": ("results", "patching", "workers", "tree_rows", "engine", "cache", "diffs"),
+    "engine": ("results", "patching", "workers", "tree_rows", "engine", "cache", "preflight_cache", "diffs"),
     "analysis": ("explain", "draft", "overlay", "harness.*", "gpu_smoke.summary"),
     "presentation": ("report", "output"),
     "commands": ("commands.*", "gpu_smoke.*", "cli", "__main__"),

@@ -193,7 +193,7 @@ def test_run_launches_a_matching_draft_with_the_overlay(install: dict, tmp_path:
 
 
 def test_run_refuses_minus_one_with_several_pipeline_stages(install: dict, tmp_path: Path) -> None:
-    proc = _run(install, tmp_path, [-1, 2, 30], "--pp", "2")
+    proc = _run(install, tmp_path, [-1, 2, 30], "--pp-size", "2")  # `--pp` is ambiguous on 0.5.10: SGLang refuses it
     assert proc.returncode == 1 and "first pipeline stage" in proc.stderr, proc.stderr
     assert "ARGV" not in proc.stdout
 
@@ -210,13 +210,13 @@ def test_preflight_reads_tp_and_refuses_partial_sums(tmp_path: Path, capsys) -> 
     from patchcraft.commands.run import parse_server_args, preflight
 
     # The fusion decision lives in srt/layers/communicator.py, which release copies leave out by default.
-    package = copy_release(RELEASE, tmp_path / "release", extra=("srt/layers/communicator.py",))
+    package = copy_release(RELEASE, tmp_path / "release", extra=("srt/layers/communicator.py", "srt/server_args.py"))
     code, _, err = run_cli(capsys, "apply", "--no-smoke", "--no-fusion-fix", str(package))
     assert code == 0, err
     draft, target = sglang_draft(tmp_path / "draft", [-1, 2, 30]), kimi_target(tmp_path / "kimi")
     argv = ["--model-path", str(target), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft)]
-    assert preflight(parse_server_args([*argv, "--tp", "1"]), package, "hf:0,3,31") == 0
+    assert preflight(parse_server_args([*argv, "--tp", "1"], package), package, "hf:0,3,31") == 0  # --tp: a prefix of --tp-size
     capsys.readouterr()
-    assert preflight(parse_server_args([*argv, "--tp-size=8"]), package, "hf:0,3,31") == 1
+    assert preflight(parse_server_args([*argv, "--tp-size=8"], package), package, "hf:0,3,31") == 1
     out, err = capsys.readouterr()
     assert "per-rank partial sums" in out + err and "refused to launch" in err

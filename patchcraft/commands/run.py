@@ -13,11 +13,15 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from patchcraft import output
+from patchcraft.commands._preflight import preflight, run_preflight
 from patchcraft.errors import PatchcraftError
-from patchcraft.report import CHANGED, OK
+from patchcraft.report import OK
+from patchcraft.server_args import ServerArgs, parse_server_args
+
+#: Read by the preflight (commands/_preflight.py, patchcraft/server_args.py); kept importable from here.
+__all__ = ["RunOptions", "ServerArgs", "parse_server_args", "preflight", "run_command", "overlay_build", "overlay_verify"]
 
 
 @dataclass(frozen=True)
@@ -29,58 +33,6 @@ class RunOptions:
     trained_on: str | None = None
     smoke: bool = True
     runner: bool = True
-
-
-@dataclass(frozen=True)
-class ServerArgs:
-    """The flags of a server command line that the preflight reads (as SGLang's ServerArgs would)."""
-
-    algorithm: str | None = None
-    draft_path: str | None = None
-    model_path: str | None = None
-    tp: int = 1
-    pp: int = 1
-
-
-_FLAGS = {
-    "--speculative-algorithm": "algorithm",
-    "--speculative-draft-model-path": "draft_path",
-    "--speculative-draft-model": "draft_path",
-    "--model-path": "model_path",
-    "--model": "model_path",
-    "--tp-size": "tp",
-    "--tp": "tp",
-    "--tensor-parallel-size": "tp",
-    "--pp-size": "pp",
-    "--pp": "pp",
-    "--pipeline-parallel-size": "pp",
-}
-
-
-def parse_server_args(argv: Sequence[str]) -> ServerArgs:
-    """Read the flags from any command line that carries them (``--flag value`` or ``--flag=value``)."""
-    found: dict[str, str] = {}
-    args = list(argv)
-    for index, arg in enumerate(args):
-        flag, eq, value = arg.partition("=")
-        if flag not in _FLAGS:
-            continue
-        if not eq:
-            if index + 1 >= len(args):
-                continue
-            value = args[index + 1]
-        found[_FLAGS[flag]] = value
-    values: dict = {}
-    for key in ("algorithm", "draft_path", "model_path"):
-        if key in found:
-            values[key] = found[key]
-    for key in ("tp", "pp"):
-        if key in found:
-            try:
-                values[key] = int(found[key])
-            except ValueError:
-                raise PatchcraftError(f"the command's --{key}-size is {found[key]!r}, not a number") from None
-    return ServerArgs(**values)
 
 
 def run_command(options: RunOptions) -> int:
@@ -104,7 +56,7 @@ def run_command(options: RunOptions) -> int:
         overlay = build(tree, runner=options.runner, prove=prove)
         directory, package = overlay.directory, overlay.package
     if options.preflight:
-        code = preflight(parse_server_args(options.command), package, options.trained_on)
+        code = run_preflight(options.command, package, tree.package, options.trained_on, smoke=options.smoke and not options.overlay)
         if code != OK:
             return code
     env = dict(os.environ)
@@ -116,37 +68,6 @@ def run_command(options: RunOptions) -> int:
     except OSError as exc:
         raise PatchcraftError(f"cannot run {options.command[0]!r}: {exc.strerror or exc}") from None
     return OK  # not reached
-
-
-def preflight(server: ServerArgs, package: Path, trained_on: str | None) -> int:
-    """check-draft for an EAGLE-3 launch, against the overlay's patched tree; 1 refuses the launch."""
-    if (server.algorithm or "").upper() not in ("EAGLE3",):
-        return OK
-    if not server.draft_path:
-        raise PatchcraftError("--speculative-algorithm EAGLE3 without --speculative-draft-model-path: nothing to check")
-    draft_dir = Path(server.draft_path)
-    if not draft_dir.is_dir():
-        raise PatchcraftError(f"{draft_dir}: the draft model directory does not exist (only a local draft can be checked; --no-preflight skips it)")
-    from patchcraft.draft import read_draft
-
-    draft = read_draft(draft_dir)
-    if server.pp > 1 and draft.layer_ids is not None and -1 in draft.layer_ids:
-        output.print_line(
-            f"patchcraft run: refused: the draft asks for layer id -1 (the embedding output) with --pp {server.pp}: "
-            "the embedding exists only on the first pipeline stage; serve with one stage, or a draft without -1"
-        )
-        return CHANGED
-    target = Path(server.model_path) if server.model_path and Path(server.model_path).is_dir() else None
-    from patchcraft.commands.check_draft import CheckDraftOptions, check_draft_command
-
-    if target is None:
-        output.print_line("patchcraft run: warning: --model-path is not a local directory: the draft's ids are checked without the target's config")
-        return OK
-    options = CheckDraftOptions(str(draft_dir), target_model=str(target), target=str(package), trained_on=trained_on, tp=server.tp)
-    code = check_draft_command(options)
-    if code != OK:
-        output.print_line("patchcraft run: refused to launch: the draft would be fed other hidden states than it was trained on (above); --no-preflight skips this check")
-    return code
 
 
 def overlay_build(target: str | None, out: str | None, runner: bool, smoke: bool, output_format: str) -> int:

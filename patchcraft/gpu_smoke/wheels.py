@@ -19,10 +19,9 @@ def wheel_cache() -> Path:
     """``<cache>/wheels``, the same place ``patchcraft fetch`` keeps wheels:
     ``$PATCHCRAFT_CACHE``, else ``$XDG_CACHE_HOME/patchcraft``, else
     ``~/.cache/patchcraft``."""
-    base = os.environ.get("PATCHCRAFT_CACHE")
-    if not base:
-        base = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "patchcraft")
-    return Path(base).expanduser() / "wheels"
+    from patchcraft.cache_root import root  # one resolution of the cache (no home: one line, exit 2)
+
+    return Path(os.path.expanduser(str(root()))) / "wheels"
 
 
 class WheelUnavailable(RuntimeError):
@@ -51,8 +50,9 @@ def fetch_sglang_wheel(version: str, *, cache_dir: Optional[Path] = None, timeou
     cached = find_cached_wheel(version, [cache_dir] if cache_dir else ())
     if cached:
         return cached
-    dest = Path(cache_dir or wheel_cache())
-    dest.mkdir(parents=True, exist_ok=True)
+    from patchcraft.cache_root import ensure_directory
+
+    dest = ensure_directory(Path(cache_dir or wheel_cache()))  # an unwritable cache: one line naming it
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
         "--disable-pip-version-check", "-q", "-d", str(dest), f"sglang=={version}",
