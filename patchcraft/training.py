@@ -39,7 +39,6 @@ from typing import Protocol, Sequence
 
 from patchcraft.errors import PatchcraftError
 
-PRESETS = ("specforge", "specforge@X", "speculators", "speculators@0.4", "eagle", "hf:I,J,K")
 DEPRECATED = {"speculators-v1": "speculators"}
 
 #: SGLang model files whose setter keeps the ids raw unless the first id is 1,
@@ -169,6 +168,8 @@ def _specforge(training: Training, ids: tuple[int, ...] | None, num_layers: int,
     if negative and (current or negative != [-1] * len(negative)):
         why = "SpecForge rejects negative ids" if current else "only -1 (the embedding) is a negative id"
         return Expected(tuple(i + 1 for i in ids), source, f"id {negative[0]} has no meaning under {label}: {why}")
+    if current and len(ids) != 3:
+        return Expected(tuple(i + 1 for i in ids), source, f"{label} captures exactly three layers, not {len(ids)}: SpecForge rejects this list")
     raw = training.sglang >= _HEURISTIC_FROM and ids[0] != 1 and bool(FIRST_ID_RAW & set(setter_modules))
     if raw:
         release = ".".join(map(str, training.sglang))

@@ -144,6 +144,11 @@ def test_specforge_meaning_follows_the_setter_it_captured_through(text, modules,
     assert expected.states == states
 
 
+def test_specforge_takes_exactly_three_ids():
+    expected = expected_states(parse_training("specforge"), draft_ids((1, 10, 20, 30)), 4, 61, ("llama",))
+    assert expected is not None and "exactly three" in expected.problem
+
+
 def test_specforge_before_0_5_14_reads_minus_1_as_the_embedding():
     expected = expected_states(parse_training("specforge@0.5.6"), draft_ids((-1, 2, 30)), 3, 61, ("deepseek_v2",))
     assert expected is not None and expected.states == (0, 3, 31) and not expected.problem
