@@ -174,7 +174,7 @@ def _specforge(training: Training, ids: tuple[int, ...] | None, num_layers: int,
     if raw:
         release = ".".join(map(str, training.sglang))
         return Expected(tuple(ids), f"{source}: SGLang {release}'s setter keeps them raw (first id is not 1), id i = hs[i]")
-    return Expected(tuple(i + 1 for i in ids), f"{source} (output of layer i = hs[i+1])")
+    return Expected(tuple(i + 1 for i in ids), f"{source}: output of layer i = hs[i+1]")
 
 
 def _speculators(kind: str, ids: tuple[int, ...] | None, fc_states: int | None, num_layers: int) -> Expected:
@@ -184,7 +184,7 @@ def _speculators(kind: str, ids: tuple[int, ...] | None, fc_states: int | None, 
     else:
         source = f"{kind} ids {list(ids)}"
     states = tuple(i + 1 for i in ids) if old else tuple(ids)
-    how = source + (" (appended after layer j = hs[j+1], no embedding)" if old else " (id j = hs[j], 0 = embedding)")
+    how = source + (": appended after layer j = hs[j+1], no embedding" if old else ": id j = hs[j], 0 = embedding")
     if fc_states is not None and len(states) == fc_states + 1:
         states, how = states[:-1], how + "; the last entry is the verifier's state, not a draft input"
     bad = [i for i in ids if i < 0]
