@@ -8,15 +8,8 @@ the ids follow this install's convention. This module reads the draft
 as JSON, without torch), the target's ``config.json``, and the training
 convention, and compares them through :mod:`patchcraft.explain`.
 
-Conventions, all mapped to Hugging Face numbering (``hs[0]`` embedding,
-``hs[k]`` output of layer ``k-1``):
-
-- ``specforge``: id ``i`` is the 0-based "output of layer i", ``hs[i+1]``
-  (-1 is the embedding, ``hs[0]``);
-- ``speculators-v1``: id ``j`` is ``hs[j]`` (0 is the embedding); a list
-  one longer than the fc takes ends with the verifier's state, which the
-  draft does not take as input;
-- ``hf:0,3,31``: the states themselves.
+The training presets (what ``--trained-on`` means) live in
+:mod:`patchcraft.training`.
 """
 
 from __future__ import annotations
@@ -29,8 +22,8 @@ from typing import Any
 
 from patchcraft.errors import PatchcraftError
 from patchcraft.explain import Explanation, Model, Suggestion, explain, states_text, suggest_ids
+from patchcraft.training import Expected, Training, expected_states
 
-PRESETS = ("specforge", "speculators-v1")
 _TEXT_CONFIGS = ("text_config", "language_config", "llm_config")
 _MAX_HEADER = 100 * 1024 * 1024
 
@@ -88,6 +81,8 @@ class DraftConfig:
     hidden_size: int | None
     fc_in: int | None
     fc_source: str
+    #: top-level eagle_aux_hidden_state_layer_ids in any format: SGLang ignores them, vLLM reads them first
+    top_level_ids: tuple[int, ...] | None = None
 
 
 def read_draft(directory: Path) -> DraftConfig:
@@ -99,7 +94,8 @@ def read_draft(directory: Path) -> DraftConfig:
         raise PatchcraftError(f"{path}: eagle_config: expected an object")
     layer_ids = _ids((eagle or {}).get("eagle_aux_hidden_state_layer_ids"), f"{path}: eagle_config.eagle_aux_hidden_state_layer_ids")
     is_speculators = "speculators_model_type" in config or "speculators_config" in config
-    speculators_ids = _ids(config.get("eagle_aux_hidden_state_layer_ids"), f"{path}: eagle_aux_hidden_state_layer_ids") if is_speculators else None
+    top_level_ids = _ids(config.get("eagle_aux_hidden_state_layer_ids"), f"{path}: eagle_aux_hidden_state_layer_ids")
+    speculators_ids = top_level_ids if is_speculators else None
     layer_config = config.get("transformer_layer_config") if is_speculators else None
     hidden = (layer_config or {}).get("hidden_size") if isinstance(layer_config, dict) else None
     fc_in, fc_source = fc_input_width(path.parent)
@@ -113,6 +109,7 @@ def read_draft(directory: Path) -> DraftConfig:
         hidden_size=_int(hidden if hidden is not None else config.get("hidden_size"), f"{path}: hidden_size"),
         fc_in=fc_in,
         fc_source=fc_source,
+        top_level_ids=top_level_ids,
     )
 
 
@@ -187,72 +184,6 @@ def read_target(path: Path) -> TargetConfig:
     )
 
 
-# -- conventions ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Training:
-    """How the draft was trained: a preset convention, or the HF states themselves."""
-
-    kind: str  # "hf" | "specforge" | "speculators-v1"
-    states: tuple[int, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return f"hf:{','.join(map(str, self.states))}" if self.kind == "hf" else self.kind
-
-
-def parse_training(text: str) -> Training:
-    """``hf:0,3,31``, ``specforge`` or ``speculators-v1``."""
-    value = text.strip()
-    if value.lower() in PRESETS:
-        return Training(value.lower())
-    if value.lower().startswith("hf:"):
-        try:
-            states = tuple(int(v) for v in value[3:].split(",") if v.strip())
-        except ValueError:
-            states = ()
-        if states and all(s >= 0 for s in states):
-            return Training("hf", states)
-    raise PatchcraftError(
-        f"--trained-on {text!r}: expected hf:I,J,K (Hugging Face hidden_states indices, 0 = embedding), "
-        f"or one of {', '.join(PRESETS)}"
-    )
-
-
-@dataclass(frozen=True)
-class Expected:
-    states: tuple[int, ...]
-    how: str
-    problem: str = ""
-
-
-def expected_states(training: Training | None, draft: DraftConfig, fc_states: int | None) -> Expected | None:
-    """The states the draft was trained on, in HF numbering (None: not known)."""
-    if training is None:
-        if draft.is_speculators and draft.speculators_ids:
-            training = Training("speculators-v1")
-        else:
-            return None
-    if training.kind == "hf":
-        return Expected(training.states, f"--trained-on {training.label}")
-    if training.kind == "specforge":
-        ids = draft.layer_ids or draft.speculators_ids
-        if not ids:
-            return Expected((), "specforge", "the draft config names no aux layer ids to read in the SpecForge convention")
-        bad = [i for i in ids if i < -1]
-        problem = f"id {bad[0]} has no meaning in the SpecForge convention" if bad else ""
-        return Expected(tuple(i + 1 for i in ids), f"specforge ids {list(ids)} (output of layer i = hs[i+1])", problem)
-    ids = draft.speculators_ids or draft.layer_ids
-    if not ids:
-        return Expected((), "speculators-v1", "the draft config names no aux layer ids to read in the speculators convention")
-    states = tuple(ids)
-    how = f"speculators ids {list(ids)} (id j = hs[j], 0 = embedding)"
-    if fc_states is not None and len(states) == fc_states + 1:
-        states, how = states[:-1], how + "; the last entry is the verifier's state, not a draft input"
-    bad = [i for i in states if i < 0]
-    return Expected(states, how, f"id {bad[0]} has no meaning in the speculators convention (0 is the embedding)" if bad else "")
-
-
 # -- the check ------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -292,7 +223,7 @@ def check_draft(
     explanation = explain(model, draft.layer_ids, num_layers, tp=tp)
     hidden = (target.hidden_size if target else None) or draft.target_hidden_size or draft.hidden_size
     fc_states = draft.fc_in // hidden if draft.fc_in and hidden and draft.fc_in % hidden == 0 else None
-    expected = expected_states(training, draft, fc_states)
+    expected = expected_states(training, draft, fc_states, num_layers, setter_modules(explanation), draft.is_speculators)
     checks = [
         _check_ids(draft, explanation),
         _check_hidden(draft, target),
@@ -327,14 +258,19 @@ def _check_ids(draft: DraftConfig, explanation: Explanation) -> Check:
 
 
 def _check_hidden(draft: DraftConfig, target: TargetConfig | None) -> Check:
-    if target is None or target.hidden_size is None or draft.target_hidden_size is None:
-        return Check("hidden-size", None, "target hidden size not compared (needs --target and target_hidden_size)")
-    if draft.target_hidden_size == target.hidden_size:
-        return Check("hidden-size", True, f"target_hidden_size {draft.target_hidden_size} matches the target")
+    # Without target_hidden_size (every SpecForge config) SGLang's llama_eagle3.py
+    # sizes the fc for states of the draft's own hidden_size: compare that.
+    name, width = ("target_hidden_size", draft.target_hidden_size)
+    if width is None:
+        name, width = ("hidden_size (no target_hidden_size: SGLang takes the draft's own)", draft.hidden_size)
+    if target is None or target.hidden_size is None or width is None:
+        return Check("hidden-size", None, "target hidden size not compared (needs --target, and target_hidden_size or hidden_size)")
+    if width == target.hidden_size:
+        return Check("hidden-size", True, f"{name} {width} matches the target")
     return Check(
         "hidden-size",
         False,
-        f"the draft's target_hidden_size is {draft.target_hidden_size} but the target's hidden_size is {target.hidden_size}: "
+        f"the draft's {name} is {width} but the target's hidden_size is {target.hidden_size}: "
         "this draft was trained for another target",
     )
 
@@ -372,7 +308,7 @@ def _check_embedding(draft: DraftConfig, explanation: Explanation, model: Model)
 
 def _check_convention(expected: Expected | None, explanation: Explanation) -> Check:
     if expected is None:
-        return Check("convention", None, "training convention not checked (pass --trained-on hf:I,J,K, specforge or speculators-v1)")
+        return Check("convention", None, "training convention not checked (pass --trained-on hf:I,J,K, specforge, speculators or eagle)")
     if expected.problem:
         return Check("convention", False, expected.problem)
     served, wanted = explanation.served, expected.states
@@ -425,9 +361,19 @@ def _suggest(model: Model, expected: Expected | None, explanation: Explanation, 
     return suggestion, text
 
 
+def setter_modules(explanation: Explanation) -> tuple[str, ...]:
+    """The model files whose setters ran (``deepseek_v2`` for ``deepseek_v2.py:2295 ...``), delegation first."""
+    return tuple(call.split(".py:", 1)[0] for call in explanation.calls)
+
+
 def speculators_note(draft: DraftConfig) -> str:
-    """One line on the speculators-format ids, or "" for an SGLang-format config."""
-    if not draft.is_speculators:
+    """One line on the top-level ids (speculators format or not), or "" when there are none to mention."""
+    if draft.is_speculators:
+        ids = list(draft.speculators_ids) if draft.speculators_ids else "none"
+        return f"speculators format: eagle_aux_hidden_state_layer_ids {ids} (id j = hs[j], 0 = embedding)"
+    if draft.top_level_ids is None:
         return ""
-    ids = list(draft.speculators_ids) if draft.speculators_ids else "none"
-    return f"speculators format: eagle_aux_hidden_state_layer_ids {ids} (id j = hs[j], 0 = embedding)"
+    return (
+        f"top-level eagle_aux_hidden_state_layer_ids {list(draft.top_level_ids)}: SGLang ignores it (it reads "
+        "eagle_config's), vLLM reads it before eagle_config's (and reads id j as hs[j])"
+    )

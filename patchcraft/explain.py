@@ -101,7 +101,7 @@ def load_model(tree: SglangTree, name: str | None) -> Model:
             graph.mro(cls)  # load the bases' files: an inherited setter makes a model class
     else:
         graph = scan(tree.models_dir)
-    plans = plan_models(graph)
+    plans = plan_models(graph, inheriting=True)  # a fork's entry class that only inherits a setter has a row
     cls = _choose_class(tree, graph, plans, name)
     plan = plan_model(graph, cls)
     patched, detail, texts = _patch_state(plan)

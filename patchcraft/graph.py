@@ -145,6 +145,10 @@ class ModelPlan:
     #: Not an EAGLE-3 target at all (a draft or NextN head whose inner model captures nothing):
     #: listed and counted, never a failure. ``unsupported`` says why.
     not_applicable: bool = False
+    #: An entry class that inherits this plan's setter and sites unchanged (a fork's
+    #: ``mellum.MellumForCausalLM(LlamaForCausalLM)``): the label of the class it inherits
+    #: from. Such a row is planned only when asked for (:func:`plan.plan_models`).
+    inherits: str | None = None
 
     @property
     def label(self) -> str:

@@ -67,8 +67,13 @@ def scan(models_dir: Path) -> ModelGraph:
     return graph
 
 
-def plan_models(graph: ModelGraph) -> list[ModelPlan]:
-    """One plan per model class, in file then line order."""
+def plan_models(graph: ModelGraph, inheriting: bool = False) -> list[ModelPlan]:
+    """One plan per model class, in file then line order.
+
+    ``inheriting`` adds a row for each entry class that inherits a model
+    class's setter and needs no site of its own (``ModelPlan.inherits``),
+    so that ``--model mellum`` or ``verify mellum.py`` can confirm it.
+    """
     plans: dict[tuple[str, str], ModelPlan] = {}
     # An inner model's own setter (the "inner helper" variant) is called by the
     # outer model's setter; the inner model is not a model class of its own.
@@ -82,9 +87,11 @@ def plan_models(graph: ModelGraph) -> list[ModelPlan]:
         for sub in graph.subclasses(owner):
             if sub not in candidates:
                 candidates.append(sub)
+    same_as_parent: list[ClassNode] = []
     for cls in candidates:
         plan = plan_model(graph, cls)
         if cls not in owners and not _differs_from_parent(graph, cls, plan, plans):
+            same_as_parent.append(cls)
             continue
         plans[cls.key] = plan
     # A helper whose inner model another plan edits is that plan's business.
@@ -93,7 +100,31 @@ def plan_models(graph: ModelGraph) -> list[ModelPlan]:
         if plan.unsupported and plan.unsupported.startswith(OWN_HELPER) and key in edited:
             del plans[key]
     plans = _with_inheriting_inits(graph, plans)
-    return sorted(plans.values(), key=lambda p: (p.module, _line(graph, p)))
+    rows = list(plans.values())
+    if inheriting:
+        rows += [row for cls in same_as_parent if (row := _inherited_row(graph, cls, plans)) is not None]
+    return sorted(rows, key=lambda p: (p.module, _line(graph, p)))
+
+
+def _inherited_row(graph: ModelGraph, cls: ClassNode, plans: dict[tuple[str, str], ModelPlan]) -> ModelPlan | None:
+    """``cls``'s row when it is its file's entry class: its parent's plan, under its own name."""
+    found = graph.find_method(cls, SETTER)
+    parent = plans.get(found[0].key) if found else None
+    if parent is None or not _is_entry_class(cls):
+        return None
+    return replace(parent, module=cls.module, cls=cls.name, path=cls.path, inherits=parent.label, included_by=None)
+
+
+def _is_entry_class(cls: ClassNode) -> bool:
+    """Whether ``cls``'s file names it in ``EntryClass``: the classes SGLang serves from that file."""
+    try:
+        tree = ast.parse(cls.path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+            return cls.name in {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+    return False
 
 
 def _with_inheriting_inits(graph: ModelGraph, plans: dict[tuple[str, str], ModelPlan]) -> dict[tuple[str, str], ModelPlan]:

@@ -26,7 +26,7 @@ def plan_tree(tree: SglangTree, names: Sequence[str] = (), whole_files: bool = F
         raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
     # Only what can reach the files named (the pre-commit case): the same plans as the whole tree's.
     scoped = plan_reaching(tree, names, whole_files) if tree.only_files else None
-    plans = scoped if scoped is not None else select(plan_models(scan(tree.models_dir)), tree, names, whole_files)
+    plans = scoped if scoped is not None else select(plan_models(scan(tree.models_dir), inheriting=True), tree, names, whole_files)
     if names and not plans:
         raise PatchcraftError(
             f"{tree.models_dir}: no model matches --model {', '.join(names)} "
@@ -55,13 +55,14 @@ def plan_reaching(tree: SglangTree, names: Sequence[str] = (), whole_files: bool
     texts = ModelTexts(read_models(models_dir))
     imports = import_map(texts)
     reach = Reach(ModelGraph(models_dir=models_dir), texts)
+    first = set(wanted)  # the files named: an inheriting entry class's row is asked for only by these
     while True:
         reach.load(importers(imports, {path.stem for path in wanted}))
         scope = replace(tree, only_files=tuple(sorted(wanted)))
-        chosen = select(plan_models(reach.graph), scope, names, whole_files)
+        chosen = select(plan_models(reach.graph, inheriting=True), scope, names, whole_files)
         touched = wanted | {path.resolve() for plan in chosen for path in (*plan.files, plan.path)}
         if touched <= wanted:
-            return chosen
+            return [p for p in chosen if not p.inherits or p.path.resolve() in first or named([p], names)]
         wanted = touched
 
 
@@ -74,18 +75,37 @@ def select(plans: Iterable[ModelPlan], tree: SglangTree, names: Sequence[str], w
     own ``__init__`` must then set the flag that forward reads, or its
     server crashes on the first forward. Revert works on whole files, so it
     closes over files. Each model brought along says why (``included_by``).
+
+    A row for an entry class that only inherits another's setter and sites
+    (``inherits``) is part of the run only when named, or when its file is
+    and holds no model class of its own (``mellum.py``, not ``llama.py``).
     """
     plans = list(plans)
-    chosen = named(plans, names)
+    own = [p for p in plans if not p.inherits]
+    files = {path.resolve() for path in tree.only_files} - {p.path.resolve() for p in own}
+    asked = [p for p in plans if p.inherits and p.path.resolve() in files]
+    chosen = named(plans, names) if names else own + asked
     if names:
-        chosen = _closure(chosen, plans, whole_files)
+        chosen = _closure(chosen, own + [p for p in chosen if p.inherits], whole_files)
     return _touching(chosen, set(tree.only_files)) if tree.only_files else chosen
 
 
 def named(plans: Iterable[ModelPlan], names: Sequence[str]) -> list[ModelPlan]:
-    """The plans ``names`` name (a model file stem, a class, or ``module.Class``); all without names."""
+    """The plans ``names`` name (a model file stem, a class, or ``module.Class``); all without names.
+
+    An inheriting entry class's row (``inherits``) counts only for a name
+    no model class of its own answers (``--model mellum``, not ``--model llama``).
+    """
     wanted = {n.lower().removesuffix(".py") for n in names}
-    return [p for p in plans if not wanted or {p.module.lower(), p.cls.lower(), p.label.lower()} & wanted]
+    if not wanted:
+        return [p for p in plans if not p.inherits]
+    found = [p for p in plans if _names(p) & wanted]
+    answered = {name for p in found if not p.inherits for name in _names(p) & wanted}
+    return [p for p in found if not p.inherits or not _names(p) & wanted <= answered]
+
+
+def _names(plan: ModelPlan) -> set[str]:
+    return {plan.module.lower(), plan.cls.lower(), plan.label.lower()}
 
 
 def _closure(chosen: Sequence[ModelPlan], plans: Sequence[ModelPlan], whole_files: bool) -> list[ModelPlan]:

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_release, release_package, run_cli as cli
-from patchcraft.draft import Training, check_draft, parse_training, read_draft, read_target
+from patchcraft.draft import check_draft, read_draft, read_target
 from patchcraft.engine import run, write_changes
 from patchcraft.errors import PatchcraftError
 from patchcraft.explain import Model, load_model
 from patchcraft.results import Mode
+from patchcraft.training import Training, parse_training
 from patchcraft.tree import resolve_target
 
 LAYERS, HIDDEN = 61, 7168  # Kimi-K2.5
@@ -137,8 +138,8 @@ def test_kimi_minus_1_on_an_unpatched_install_is_flagged(tmp_path):
 
 def test_unpatched_runner_fails_the_cuda_graph_check(tmp_path):
     draft = sglang_draft(tmp_path / "draft", [2, 30, 58])
-    report = check(tmp_path, model("0.5.10", "kimi_k25"), draft, "specforge")
-    # The ids are right for eager mode (SpecForge +1 = SGLang +1), but graphs replay the defaults.
+    report = check(tmp_path, model("0.5.10", "kimi_k25"), draft, "specforge@0.5.6")
+    # The ids are right for eager mode (SpecForge on SGLang 0.5.6: +1 = SGLang +1), but graphs replay the defaults.
     assert failed(report) == ["cuda-graph"]
     assert "CUDA-graph decode will capture the default layers (hs[2], hs[30], hs[58])" in report.verdict
 
@@ -153,8 +154,9 @@ def test_specforge_ids_match_the_plus_one_rule(tmp_path):
 
 
 def test_specforge_ids_on_the_first_id_heuristic_are_flagged(tmp_path):
+    # Captured through SGLang 0.5.6's +1 setter, served by 0.5.15's first-id heuristic.
     draft = sglang_draft(tmp_path / "draft", [2, 30, 58])
-    report = check(tmp_path, model("0.5.15", "deepseek_v2"), draft, "specforge")
+    report = check(tmp_path, model("0.5.15", "deepseek_v2"), draft, "specforge@0.5.6")
     assert failed(report) == ["convention"]
     assert report.explanation.served == (2, 30, 58)
     assert "ids kept raw" in report.verdict
@@ -176,7 +178,7 @@ def test_speculators_v1_drops_the_verifier_state(tmp_path):
 
 def test_explicit_speculators_preset_reads_sglang_ids_as_hs_indices(tmp_path):
     draft = sglang_draft(tmp_path / "draft", [3, 31, 59])
-    report = check(tmp_path, model("0.5.10", "kimi_k25"), draft, "speculators-v1", cuda_graph=False)
+    report = check(tmp_path, model("0.5.10", "kimi_k25"), draft, "speculators", cuda_graph=False)
     assert report.expected is not None and report.expected.states == (3, 31, 59)
     assert report.explanation.served == (4, 32, 60)
     assert failed(report) == ["convention"]
@@ -236,7 +238,7 @@ def test_missing_weights_skip_the_width_check(tmp_path):
 def test_parse_training():
     assert parse_training("hf:0,3,31") == Training("hf", (0, 3, 31))
     assert parse_training("SpecForge").kind == "specforge"
-    for bad in ("hf:", "hf:a,b", "hf:-1,3", "eagle"):
+    for bad in ("hf:", "hf:a,b", "hf:-1,3", "eagle3", "specforge@latest"):
         with pytest.raises(PatchcraftError, match="--trained-on"):
             parse_training(bad)
 

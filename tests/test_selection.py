@@ -48,7 +48,7 @@ def trees() -> dict[str, tuple[SglangTree, list]]:
     found = {}
     for version in FILES:
         tree = resolve_target(str(release_package(version)))
-        found[version] = (tree, plan_models(scan(tree.models_dir)))
+        found[version] = (tree, plan_models(scan(tree.models_dir), inheriting=True))
     return found
 
 
@@ -99,7 +99,7 @@ SAMPLED = ("0.4.10", "0.5.2", "0.5.10", "0.5.15", "0.5.23")
 def test_sampled_real_files_plan_as_in_the_whole_tree(version: str) -> None:
     """Every ``PATCHCRAFT_EVERY_FILE=1``: all model files; else 12 by stride and those with a plan's site."""
     tree = resolve_target(str(release_package(version)))
-    whole = plan_models(scan(tree.models_dir))
+    whole = plan_models(scan(tree.models_dir), inheriting=True)
     files = sorted(tree.models_dir.glob("*.py"))
     if not os.environ.get("PATCHCRAFT_EVERY_FILE"):
         sites = sorted({site.path for p in whole for site in p.sites} - {tree.models_dir / "deepseek_v2.py"})

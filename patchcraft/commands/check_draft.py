@@ -8,10 +8,11 @@ from typing import Any
 
 from patchcraft import __version__, output
 from patchcraft.commands.explain import explanation_json, resolve_tree
-from patchcraft.draft import DraftReport, check_draft, parse_training, read_draft, read_target, speculators_note
+from patchcraft.draft import DraftReport, check_draft, read_draft, read_target, speculators_note
 from patchcraft.errors import PatchcraftError
 from patchcraft.explain import load_model, states_text
 from patchcraft.report import CHANGED, OK
+from patchcraft.training import parse_training
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class CheckDraftOptions:
 def check_draft_command(options: CheckDraftOptions) -> int:
     """Print the checks; exit 0 when they pass, 1 on a mismatch, 2 on bad input."""
     training = parse_training(options.trained_on) if options.trained_on else None
+    if training is not None and training.deprecation:
+        output.print_line(f"warning: {training.deprecation}")
     draft = read_draft(Path(options.draft_dir))
     target = read_target(Path(options.target_model)) if options.target_model else None
     num_layers = options.num_layers or (target.num_layers if target else None)
@@ -83,6 +86,7 @@ def report_json(report: DraftReport, code: int) -> dict[str, Any]:
             "config": str(draft.path),
             "layer_ids": list(draft.layer_ids) if draft.layer_ids is not None else None,
             "speculators_ids": list(draft.speculators_ids) if draft.speculators_ids is not None else None,
+            "top_level_ids": list(draft.top_level_ids) if draft.top_level_ids is not None else None,
             "target_hidden_size": draft.target_hidden_size,
             "fc_in": draft.fc_in,
             "fc_source": draft.fc_source,
