@@ -80,6 +80,8 @@ class Subject:
     files: set[str] = field(default_factory=set)
     embeddings: set[str] = field(default_factory=set)
     norms: set[str] = field(default_factory=set)
+    #: Decoder layers of the stand-in model (the served-states run uses the target's count).
+    layers: int = LAYERS
 
     @property
     def pipeline(self) -> bool:
@@ -94,7 +96,7 @@ class Subject:
             current: StandInModule = inner
             for node, attr in reversed(self.chain):
                 outer: Any = program.stand_in(node)()
-                outer.equip("config", StandInConfig(LAYERS, HIDDEN, VOCAB))
+                outer.equip("config", StandInConfig(self.layers, HIDDEN, VOCAB))
                 outer.equip("pp_group", world.pp)
                 setattr(outer, attr, current)
                 current = outer
@@ -149,13 +151,14 @@ def _equip(inner: Any, world: World, subject: "Subject") -> RecordingEmbedding:
     embedding = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
     for name in {"embed_tokens"} | subject.embeddings:
         inner.equip(name, embedding)
-    inner.equip("layers", nn.ModuleList(StandInLayer(i, subject.call) for i in range(LAYERS)))
-    inner.equip("start_layer", 0 if world.pp.is_first_rank else LAYERS // 2)
-    inner.equip("end_layer", LAYERS)
+    layers = subject.layers
+    inner.equip("layers", nn.ModuleList(StandInLayer(i, subject.call) for i in range(layers)))
+    inner.equip("start_layer", 0 if world.pp.is_first_rank else layers // 2)
+    inner.equip("end_layer", layers)
     for name in {"norm"} | subject.norms:
         inner.equip(name, StandInNorm())
     inner.equip("pp_group", world.pp)
-    inner.equip("config", StandInConfig(LAYERS, HIDDEN, VOCAB))
+    inner.equip("config", StandInConfig(layers, HIDDEN, VOCAB))
     return embedding
 
 
