@@ -98,6 +98,8 @@ def load_model(tree: SglangTree, name: str | None) -> Model:
     if not tree.models_dir.is_dir():
         raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
     stem = name.lower().removesuffix(".py") if name else ""
+    if "." in stem and (tree.models_dir / f"{stem.split('.')[0]}.py").is_file():
+        stem = stem.split(".")[0]  # module.Class: that module's classes are enough, as for a file stem
     if stem and (tree.models_dir / f"{stem}.py").is_file():
         # A model file: its classes and what they import are enough (loaded on demand).
         graph = ModelGraph(models_dir=tree.models_dir)
@@ -397,7 +399,34 @@ def _static_unknown(graph: ModelGraph, run: SetterRun, reach: frozenset[int]) ->
         )
     if any(v not in reach for v in values) and "AuxHiddenStatePacker" in _forward_text(graph, run.holder):
         return "the forward's AuxHiddenStatePacker is sized for every id, and fewer are captured: its finalize() may raise"
+    if values and _captures_without_residual(graph, run.holder):
+        return (
+            "the forward appends hidden_states without the residual it carries beside it: "
+            "whether that is a layer's full output is not read statically"
+        )
     return ""
+
+
+def _captures_without_residual(graph: ModelGraph, holder: ClassNode | None) -> bool:
+    """A capture of bare ``hidden_states`` in a forward whose layers return a separate residual."""
+    found = graph.find_method(holder, "forward") if holder is not None else None
+    if found is None:
+        return False
+    forward = found[1]
+    carries = any(
+        isinstance(node, ast.Name) and node.id == "residual" and isinstance(node.ctx, ast.Store) for node in ast.walk(forward)
+    )
+    if not carries:
+        return False
+    for node in ast.walk(forward):
+        if isinstance(node, ast.If) and "layers_to_capture" in ast.dump(node.test):
+            for call in ast.walk(node):
+                if (
+                    isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append"
+                    and len(call.args) == 1 and isinstance(call.args[0], ast.Name) and call.args[0].id == "hidden_states"
+                ):
+                    return True
+    return False
 
 
 def run_served(model: Model, layer_ids: Sequence[int] | None, num_layers: int, after_apply: bool = False) -> "RunOutcome | None":

@@ -84,15 +84,13 @@ def run_ids(
     ``texts``: file texts to run instead of the files on disk (what apply
     would write). A model the harness cannot build gives ``not_run``.
     """
-    sources = Sources(package, texts)
-    programs = {variant: Program(graph, sources, variant) for variant in (PATCHED, ORIGINAL)}
     try:
-        found = subjects(graph, plan, programs)
+        subject = _subject(package, graph, plan, texts)
     except (HarnessError, ShapeError) as exc:
         return RunOutcome(not_run=f"{NOT_RUN}: {exc}")
-    if not found:
+    if subject is None:
         return RunOutcome(not_run=f"{NOT_RUN}: no inner model class")
-    subject = replace(found[0], layers=num_layers)
+    subject = replace(subject, layers=num_layers)
     runs = graph.find_method(subject.inner, "forward")
     if runs is not None and runs[0].key != subject.forward_owner.key:
         # A draft's wrapper forward (``super().forward`` on other inputs): the smoke harness skips
@@ -101,6 +99,40 @@ def run_ids(
         return RunOutcome(not_run=f"{NOT_RUN}: {runs[0].label}.forward wraps {subject.forward_owner.label}.forward")
     with torch.no_grad():
         return _run(subject, layer_ids, num_layers)
+
+
+#: Subjects kept between runs (one model tried with several id lists): compiled once.
+_SUBJECTS: dict[tuple, tuple[Subject | None, tuple, ModelGraph]] = {}
+
+
+def _subject(package: Path, graph: ModelGraph, plan: ModelPlan, texts: Optional[Mapping[Path, str]]) -> Subject | None:
+    """The first subject of ``plan``, reused while its files are unchanged (size and mtime)."""
+    digest = tuple(sorted((str(p), hash(t)) for p, t in (texts or {}).items()))
+    key = (str(package), id(graph), plan.label, digest)
+    cached = _SUBJECTS.get(key)
+    if cached is not None and cached[2] is graph and cached[1] == _stats(cached[0]):
+        return cached[0]
+    sources = Sources(package, texts)
+    programs = {variant: Program(graph, sources, variant) for variant in (PATCHED, ORIGINAL)}
+    found = subjects(graph, plan, programs)
+    subject = found[0] if found else None
+    if len(_SUBJECTS) >= 32:
+        _SUBJECTS.pop(next(iter(_SUBJECTS)))
+    _SUBJECTS[key] = (subject, _stats(subject), graph)
+    return subject
+
+
+def _stats(subject: Subject | None) -> tuple:
+    if subject is None:
+        return ()
+    found = []
+    for name in sorted(subject.files):
+        try:
+            info = Path(name).stat()
+        except OSError:
+            return ("gone", name)
+        found.append((name, info.st_mtime_ns, info.st_size))
+    return tuple(found)
 
 
 def _run(subject: Subject, layer_ids: Optional[Sequence[int]], num_layers: int) -> RunOutcome:

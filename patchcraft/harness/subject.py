@@ -8,6 +8,7 @@ from that forward. :meth:`Subject.build` makes fresh stand-in instances.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import types
 from dataclasses import dataclass, field
@@ -103,8 +104,12 @@ class Subject:
         return Instance(variant, current, inner, embedding, flag)
 
     def set_ids(self, instance: Instance, ids: Optional[list[int]], world: World) -> None:
+        setter = getattr(instance.outer, SETTER)
         with activate(world):
-            getattr(instance.outer, SETTER)(list(ids) if ids is not None else None)
+            if len(inspect.signature(setter).parameters) == 0:
+                setter()  # a legacy setter (0.4.x) takes no ids: SGLang calls it without them
+            else:
+                setter(list(ids) if ids is not None else None)
 
     def run(
         self,
@@ -197,7 +202,7 @@ def setter_chain(graph: ModelGraph, cls: ClassNode) -> tuple[list[tuple[ClassNod
         if found is None:
             raise HarnessError(f"{current.label} has no {SETTER}")
         shape = read_setter(found[1])
-        attr = shape.delegate_attr or shape.inner_attr
+        attr = shape.delegate_attr or shape.inner_attr or _legacy_inner(found[1], shape.variant)
         if attr is None:
             raise HarnessError(f"{found[0].label}.{SETTER} names no inner model")
         targets = classes_assigned_to(graph, current, attr)
@@ -208,6 +213,22 @@ def setter_chain(graph: ModelGraph, cls: ClassNode) -> tuple[list[tuple[ClassNod
             return chain, targets
         current = targets[0]
     raise HarnessError(f"{cls.label}: delegation deeper than 6 classes")
+
+
+def _legacy_inner(func: Any, variant: str) -> Optional[str]:
+    """The ``X`` of ``self.X.layers_to_capture = ...`` in a legacy setter (it takes no ids)."""
+    if variant != "legacy":
+        return None
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute) and target.attr == "layers_to_capture"
+                    and isinstance(target.value, ast.Attribute) and isinstance(target.value.value, ast.Name)
+                    and target.value.value.id == "self"
+                ):
+                    return target.value.attr
+    return None
 
 
 def subjects(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program]) -> list[Subject]:
