@@ -623,7 +623,8 @@ def _judge(facts: _Facts) -> tuple[list[Finding], list[str]]:
     notes: list[str] = []
     run, ids, outcome = facts.run, facts.ids, facts.outcome
     if run.error and not (outcome is not None and outcome.stage == "setter"):
-        warnings.append(Finding("startup", f"SGLang will fail at start-up: the setter raises {_real_names(run.error, facts)}"))
+        message = _no_apply_advice(_real_names(run.error, facts), facts.model)
+        warnings.append(Finding("startup", f"SGLang will fail at start-up: the setter raises {message}"))
     if not run.takes_ids and ids is not None:
         warnings.append(Finding(
             "legacy",
@@ -664,7 +665,7 @@ def _run_findings(facts: _Facts, outcome: "RunOutcome") -> list[Finding]:
     if outcome.crash:
         when = "at start-up: the setter raises" if outcome.stage == "setter" else "on its first forward:"
         kind = "startup" if outcome.stage == "setter" else "crash"
-        return [Finding(kind, f"SGLang will crash {when} {outcome.crash}")]
+        return [Finding(kind, f"SGLang will crash {when} {_no_apply_advice(outcome.crash, facts.model)}")]
     if outcome.nothing:
         return [Finding("nothing", "nothing is captured: the setter and forward ran and no hidden state reached the collector, "
                                    "so the draft is fed nothing (EAGLE-3 cannot run on these ids here)")]
@@ -690,11 +691,20 @@ def _source_note(facts: _Facts) -> str:
 
 def _real_names(error: str, facts: _Facts) -> str:
     """A setter's message names ``type(self.model).__name__``: the static run's stand-in is no name to print."""
-    if "StandIn" not in error or not facts.run.calls:
+    if "StandIn" not in error:
         return error
-    owner = facts.run.calls[-1].owner
+    # ``self`` is the entry class (a delegate's setter runs on the delegate, the last call's owner).
+    owner = facts.run.calls[-1].owner if len(facts.run.calls) > 1 else facts.model.cls
     inner = classes_assigned_to(facts.model.graph, owner, "model")
     return error.replace("StandIn", inner[0].name if inner else f"the inner model of {owner.name}")
+
+
+def _no_apply_advice(error: str, model: Model) -> str:
+    """A patched setter's own message says "run `patchcraft apply`"; where apply cannot help, say that instead."""
+    if "patchcraft apply" not in error or apply_helps(model):
+        return error
+    cleaned = error.replace(" (run `patchcraft apply`)", "")
+    return f"{cleaned}; `patchcraft apply` cannot help here ({model.patch_detail})"
 
 
 def apply_helps(model: Model) -> bool:

@@ -335,3 +335,27 @@ def test_layer_marks_capture_at_the_top_and_no_capture_means_none():
     eagle = explain(model("0.5.10", "mistral_large_3_eagle"), [2, 30, 58], KIMI_LAYERS)
     assert eagle.served == ()
     assert "range" in kinds(eagle)
+
+
+# -- advice only where it helps, and real class names ------------------------------------
+
+def test_the_legacy_setter_never_sends_users_to_apply():
+    result = explain(model("0.4.6", "llama"), [-1, 2, 30], 32)
+    assert {"legacy", "embedding"} <= kinds(result)
+    for warning in result.warnings:
+        assert "run `patchcraft apply`" not in warning.message, warning.message
+    assert "cannot" in " ".join(w.message for w in result.warnings if w.kind == "legacy")
+    assert "`patchcraft apply` cannot help here" in result.findings("embedding")[0].message
+
+
+@pytest.mark.parametrize("run_code", [True, False])
+def test_an_unsupported_qwen3_5_on_a_patched_tree_names_its_class_and_no_apply(release_copy, run_code):
+    package = patched_copy(release_copy, "0.5.15", ("qwen3_vl",), runner=False)
+    qwen35 = load_model(resolve_target(str(package)), "qwen3_5.Qwen3_5ForConditionalGeneration")
+    assert "qwen3_vl.py" in qwen35.patch_detail and qwen35.plan.unsupported
+    result = explain(qwen35, [-1, 2, 20], 40, run_code=run_code)
+    startup = result.findings("startup")
+    assert startup and "not supported by Qwen3_5ForCausalLM" in startup[0].message
+    text = " ".join(w.message for w in result.warnings)
+    assert "StandIn" not in text
+    assert "run `patchcraft apply`" not in text and "`patchcraft apply` cannot help here" in text
