@@ -22,7 +22,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "planning": ("plan", "selection", "runner_plan"),
     "transforms": ("transforms.*",),
     "engine": ("results", "patching", "workers", "tree_rows", "engine", "cache", "diffs"),
-    "analysis": ("explain", "draft", "overlay", "harness.*", "gpu_smoke.summary"),
+    "analysis": ("explain", "draft", "fixes", "overlay", "harness.*", "gpu_smoke.summary"),
     "presentation": ("report", "output"),
     "commands": ("commands.*", "gpu_smoke.*", "cli", "__main__"),
     "tools": ("sweep", "coverage"),

@@ -146,3 +146,34 @@ def test_a_cloned_layer_zero_capture_is_offered_natively(tmp_path, release_copy)
     report = kimi_check(tmp_path, package, [2, 30, 58])
     assert report.fixes[0] == Fix((0, 3, 31), False, "run")
     assert kimi_check(tmp_path, package, [0, 3, 31]).ok
+
+
+# -- the overlay: the files `patchcraft run` serves ------------------------------------------
+
+def test_check_draft_runs_the_overlay_files_and_the_preflight_shares_the_verdict(tmp_path, release_copy, capsys):
+    from patchcraft.commands.run import parse_server_args, preflight
+
+    package = release_copy("0.5.10")
+    overlay = tmp_path / "overlay"
+    code, _, err = cli(capsys, "overlay", "build", str(package), "--out", str(overlay), "--no-smoke")
+    assert code == 0, err
+    draft, target = sglang_draft(tmp_path / "draft", [-1, 2, 30]), kimi_target(tmp_path / "target")
+    args = ("check-draft", str(draft), "--target", str(target), "--trained-on", TRAINED, "--format", "json")
+    code, out, _ = cli(capsys, *args, str(package))
+    assert code == 1  # the install itself: -1 crashes at layer 0
+    assert "crash" in {w["kind"] for w in json.loads(out)["explain"]["warnings"]}
+    code, out, _ = cli(capsys, *args, "--overlay", str(overlay))
+    data = json.loads(out)
+    assert code == 0, data["verdict"]
+    assert data["explain"]["served_source"] == "run" and data["explain"]["run"]["fed"][0] == {"hs": 0, "copy": True, "what": ""}
+    argv = ["--model-path", str(target), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft)]
+    assert preflight(parse_server_args(argv), overlay / "tree" / "sglang", TRAINED) == 0
+    assert "by running the code on the CPU harness" in capsys.readouterr().out
+
+
+def test_a_directory_that_is_no_overlay_is_one_line_exit_2(tmp_path, capsys):
+    draft = sglang_draft(tmp_path / "draft", [-1, 2, 30])
+    code, out, err = cli(capsys, "check-draft", str(draft), "--num-layers", "61", "--model", "kimi_k25", "--overlay", str(tmp_path))
+    assert code == 2 and "not an overlay" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    code, _, err = cli(capsys, "explain", "--layer-ids", "0,3,31", "--num-layers", "61", "--overlay", str(tmp_path), "--release", "0.5.23")
+    assert code == 2 and "--overlay is the target" in err
