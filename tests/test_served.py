@@ -177,3 +177,21 @@ def test_a_directory_that_is_no_overlay_is_one_line_exit_2(tmp_path, capsys):
     assert code == 2 and "not an overlay" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     code, _, err = cli(capsys, "explain", "--layer-ids", "0,3,31", "--num-layers", "61", "--overlay", str(tmp_path), "--release", "0.5.23")
     assert code == 2 and "--overlay is the target" in err
+
+
+# -- without torch: the static reading, and it says so -------------------------------------
+
+def test_without_torch_the_static_reading_answers_and_says_so(tmp_path, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    report = kimi_check(tmp_path, release_package("0.5.23"), [2, 30, 58])
+    assert report.explanation.source == "static" and report.explanation.outcome is None
+    assert check_by_name(report, "run").ok is None and "static reading" in check_by_name(report, "run").message
+    # [0, 3, 31] is unknown to the rules (a capture at layer 0 without the flag): never offered unproven.
+    assert report.fixes == (Fix((-1, 2, 30), True, "static"),)
+    native = kimi_check(tmp_path, release_package("0.5.23"), [0, 3, 31])
+    assert not native.ok and check_by_name(native, "run").ok is False and "install torch" in native.verdict
+    draft, target = sglang_draft(tmp_path / "d", [2, 30, 58]), kimi_target(tmp_path / "t")
+    code, out, _ = cli(capsys, "check-draft", str(draft), "--target", str(target), "--trained-on", TRAINED, "--release", "0.5.23")
+    assert code == 1 and "(static reading)" in out and "[static reading]" in out
