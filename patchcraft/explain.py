@@ -574,7 +574,7 @@ def _layer_zero_row(layer_id: int, outcome: "RunOutcome | None") -> IdRow:
         return IdRow(layer_id, 0, None, f"crash: {outcome.crash}")
     first = outcome.fed[0] if outcome.fed else None
     if first is not None and first.state == 0:
-        how = "a copy (the release's capture clones it)" if first.copy else "not a copy: layer 0 overwrites it in place"
+        how = "a copy" if first.copy else "not a copy: layer 0 overwrites it in place"
         return IdRow(layer_id, 0, 0, f"embedding output, {how}")
     return IdRow(layer_id, 0, None, "never captured (run)")
 
@@ -731,7 +731,7 @@ def _range_warnings(facts: _Facts) -> list[Finding]:
     warnings = []
     reach, n = facts.served.reachable, facts.num_layers
     for row in facts.rows:
-        if row.state is None:
+        if row.state is None and row.value not in reach:  # a crash there is the run's finding, not a range
             span = f"captures {min(reach)}..{max(reach)}" if reach else "captures nothing"
             warnings.append(Finding(
                 "range",

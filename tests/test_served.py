@@ -67,6 +67,7 @@ def test_native_ids_crash_on_0_5_13_at_layer_0(tmp_path, release_copy):
     assert run_check.ok is False
     assert "TypeError" in run_check.message and "deepseek_v2.py:2453 in forward" in run_check.message
     assert report.verdict == run_check.message
+    assert "range" not in {w.kind for w in report.explanation.warnings}  # a crash, not an id out of range
     assert report.fixes == (Fix((-1, 2, 30), True, "run"),)
     assert "[-1, 2, 30] after `patchcraft apply`" in report.suggestion_text
     assert kimi_check(tmp_path, applied(release_copy, "0.5.13"), [-1, 2, 30]).ok
