@@ -88,6 +88,8 @@ def run_ids(
         subject = _subject(package, graph, plan, texts)
     except (HarnessError, ShapeError) as exc:
         return RunOutcome(not_run=f"{NOT_RUN}: {exc}")
+    except Exception as exc:  # a class graph the harness cannot assemble: the static reading answers
+        return RunOutcome(not_run=f"{NOT_RUN}: the harness cannot build {plan.label} ({type(exc).__name__}: {exc})")
     if subject is None:
         return RunOutcome(not_run=f"{NOT_RUN}: no inner model class")
     subject = replace(subject, layers=num_layers)
