@@ -199,11 +199,12 @@ def fetch(version, dest) -> None:
 @click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).")
-def explain(target, layer_ids, num_layers, model, release, output_format, tp) -> None:
+@click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="Explain the overlay in DIR: the files `patchcraft run` serves.")
+def explain(target, layer_ids, num_layers, model, release, output_format, tp, overlay_dir) -> None:
     """Show which hidden states these aux layer ids capture on this install."""
     from patchcraft.commands.explain import ExplainOptions, explain_command
 
-    sys.exit(explain_command(ExplainOptions(layer_ids, num_layers, target, release, model, output_format, tp=tp)))
+    sys.exit(explain_command(ExplainOptions(layer_ids, num_layers, target, release, model, output_format, tp=tp, overlay=overlay_dir)))
 
 
 @cli.command(name="check-draft")
@@ -217,11 +218,14 @@ def explain(target, layer_ids, num_layers, model, release, output_format, tp) ->
 @click.option("--no-cuda-graph", "no_cuda_graph", is_flag=True, help="The server runs with --disable-cuda-graph.")
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).")
-def check_draft(draft_dir, target, target_model, trained_on, model, num_layers, release, no_cuda_graph, output_format, tp) -> None:
+@click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="Check against the overlay in DIR: the files `patchcraft run` serves.")
+def check_draft(draft_dir, target, target_model, trained_on, model, num_layers, release, no_cuda_graph, output_format, tp, overlay_dir) -> None:
     """Check a draft's aux layer ids and fc width against this install and target."""
     from patchcraft.commands.check_draft import CheckDraftOptions, check_draft_command
 
-    options = CheckDraftOptions(draft_dir, target_model, target, release, model, num_layers, trained_on, not no_cuda_graph, output_format, tp=tp)
+    options = CheckDraftOptions(
+        draft_dir, target_model, target, release, model, num_layers, trained_on, not no_cuda_graph, output_format, tp=tp, overlay=overlay_dir
+    )
     sys.exit(check_draft_command(options))
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from patchcraft.errors import PatchcraftError
-from patchcraft.explain import Explanation, Model, Suggestion, explain, states_text, suggest_ids
+from patchcraft.explain import RUN, Explanation, Model, Suggestion, apply_helps, explain, states_text
+from patchcraft.fixes import Fix, fixes
 from patchcraft.training import Expected, Training, expected_states
 
 _TEXT_CONFIGS = ("text_config", "language_config", "llm_config")
@@ -204,6 +205,8 @@ class DraftReport:
     verdict: str
     suggestion: Suggestion | None
     suggestion_text: str
+    #: Every way to feed the training states, least invasive first (ids as installed, then after apply).
+    fixes: tuple[Fix, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -227,6 +230,7 @@ def check_draft(
     checks = [
         _check_ids(draft, explanation),
         _check_hidden(draft, target),
+        _check_run(explanation),
         _check_fc(draft, explanation, hidden),
         _check_range(explanation),
         _check_embedding(draft, explanation, model),
@@ -236,11 +240,26 @@ def check_draft(
     if tp > 1:
         checks.append(_check_fusion(explanation, tp))
     failed = [c for c in checks if c.ok is False]
-    suggestion, suggestion_text = _suggest(model, expected, explanation, num_layers, bool(failed))
+    found, suggestion_text = _suggest(model, expected, explanation, num_layers, bool(failed))
+    suggestion = Suggestion(found[0].ids, found[0].after_apply) if found else None
     verdict = failed[0].message if failed else "ok: SGLang will feed the draft " + (
         "the states it was trained on" if expected and not expected.problem else "states of the expected shape"
     )
-    return DraftReport(draft, target, explanation, hidden, expected, tuple(checks), verdict, suggestion, suggestion_text)
+    return DraftReport(draft, target, explanation, hidden, expected, tuple(checks), verdict, suggestion, suggestion_text, found)
+
+
+def _check_run(explanation: Explanation) -> Check:
+    """The served states by running the code: a crash or nothing captured fails; static says so."""
+    found = explanation.findings("crash", "nothing", "unknown") + [
+        w for w in explanation.findings("startup") if explanation.source == RUN
+    ]
+    if found:
+        return Check("run", False, found[0].message)
+    if explanation.source != RUN:
+        return Check("run", None, "static reading: the code was not run (install torch to run it on the CPU harness)")
+    if explanation.outcome is not None and not explanation.outcome.all_copies:
+        return Check("run", False, explanation.findings("embedding")[0].message)
+    return Check("run", True, f"ran this install's setter and forward on the CPU harness: fed {states_text(explanation.served)}")
 
 
 def _check_fusion(explanation: Explanation, tp: int) -> Check:
@@ -343,22 +362,35 @@ def _check_cuda_graph(explanation: Explanation, expected: Expected | None, cuda_
     return Check("cuda-graph", False, message)
 
 
-def _suggest(model: Model, expected: Expected | None, explanation: Explanation, num_layers: int, failed: bool) -> tuple[Suggestion | None, str]:
+def _suggest(model: Model, expected: Expected | None, explanation: Explanation, num_layers: int, failed: bool) -> tuple[tuple[Fix, ...], str]:
     if not failed or expected is None or expected.problem or not expected.states:
-        if failed and -1 in (explanation.layer_ids or ()) and not model.patched:
-            return None, "run `patchcraft apply` first, so that id -1 captures the embedding"
-        return None, ""
-    suggestion = suggest_ids(model, expected.states, num_layers)
-    if suggestion is None:
+        if failed and -1 in (explanation.layer_ids or ()) and not model.patched and apply_helps(model):
+            return (), "run `patchcraft apply` first, so that id -1 captures the embedding"
+        return (), ""
+    found = fixes(model, expected.states, num_layers)
+    if not found:
         why = f"; {model.patch_detail}" if 0 in expected.states and not model.patched else ""
-        return None, f"no id list makes this install feed {states_text(expected.states)}{why}"
-    ids = list(suggestion.ids)
-    text = f"set eagle_config.eagle_aux_hidden_state_layer_ids = {ids}"
-    if suggestion.after_apply:
-        text += " after `patchcraft apply` (id -1 needs the patch)"
+        return (), f"no id list makes this install feed {states_text(expected.states)}{why}"
+    lines = [_fix_text(found[0], explanation)]
+    if found[0].native and len(found) > 1:
+        lines.append(
+            f"  these ids are release-specific (another release may read them otherwise); "
+            f"{list(found[1].ids)} after `patchcraft apply` means the same on every release"
+        )
+    lines += [f"  or: {_fix_text(fix, explanation)}" for fix in found[1:]]
+    return found, "\n".join(lines)
+
+
+def _fix_text(fix: Fix, explanation: Explanation) -> str:
+    text = f"set eagle_config.eagle_aux_hidden_state_layer_ids = {list(fix.ids)}"
+    if fix.after_apply:
+        text += " after `patchcraft apply` (or serve through `patchcraft run`)"
+    else:
+        text += " (this install as it is: no patch needed)"
     if explanation.graph_reset:
         text += "; with CUDA graphs, `patchcraft apply` must also patch the runner (or serve with --disable-cuda-graph)"
-    return suggestion, text
+    proof = "proven by running the code on the CPU harness" if fix.proof == RUN else "static reading"
+    return f"{text} [{proof}]"
 
 
 def setter_modules(explanation: Explanation) -> tuple[str, ...]:

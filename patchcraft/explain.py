@@ -28,10 +28,10 @@ import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from patchcraft.errors import PatchcraftError
-from patchcraft.graph import SETTER, ClassNode, EditSite, ModelGraph, ModelPlan, read_setter
+from patchcraft.graph import SETTER, ClassNode, EditSite, ModelGraph, ModelPlan, classes_assigned_to, read_setter
 from patchcraft.patching import patch_text
 from patchcraft.plan import plan_model, plan_models, scan
 from patchcraft.runner_plan import setter_calls
@@ -41,6 +41,11 @@ from patchcraft.setter_eval import Config, Layer, NotEvaluable, Pipeline, Setter
 from patchcraft.status import EDIT_IN_PLACE
 from patchcraft.tree import SglangTree
 
+if TYPE_CHECKING:
+    from patchcraft.harness.served import RunOutcome
+
+#: The source of the served states: the code ran on the CPU harness, or the static reading.
+RUN, STATIC = "run", "static"
 
 
 def hs(index: int) -> str:
@@ -93,6 +98,8 @@ def load_model(tree: SglangTree, name: str | None) -> Model:
     if not tree.models_dir.is_dir():
         raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
     stem = name.lower().removesuffix(".py") if name else ""
+    if "." in stem and (tree.models_dir / f"{stem.split('.')[0]}.py").is_file():
+        stem = stem.split(".")[0]  # module.Class: that module's classes are enough, as for a file stem
     if stem and (tree.models_dir / f"{stem}.py").is_file():
         # A model file: its classes and what they import are enough (loaded on demand).
         graph = ModelGraph(models_dir=tree.models_dir)
@@ -171,15 +178,17 @@ def _patch_state(plan: ModelPlan) -> tuple[bool, str, dict[Path, str]]:
 
 # -- what the forward can capture ------------------------------------------------
 
-def reachable(graph: ModelGraph, holder: ClassNode | None, num_layers: int) -> frozenset[int]:
+def reachable(graph: ModelGraph, holder: ClassNode | None, num_layers: int, marks: bool = True) -> frozenset[int]:
     """The ``layers_to_capture`` values the inner model's forward ever captures.
 
     Each ``X in self.layers_to_capture`` test in ``forward`` is evaluated
     over the layer loop: ``i`` gives 0..n-1 (top of layer i), ``i + 1``
     gives 1..n (after layer i), ``self.start_layer`` gives 0 and
     ``num_layers`` or ``self.end_layer`` gives n. A forward that gates on
-    the ``_is_layer_to_capture`` marks the setter sets captures at the top
-    of the layer: 0..n-1. A forward with neither captures nothing.
+    the ``_is_layer_to_capture`` marks captures at the top of the layers
+    the setter marked: 0..n-1, or nothing when the setter that ran sets no
+    mark (``marks`` False: Qwen3.5's EAGLE-3 setter, where only the DFLASH
+    setter marks layers). A forward with neither captures nothing.
     """
     loop_top = frozenset(range(num_layers))
     found = graph.find_method(holder, "forward") if holder is not None else None
@@ -201,7 +210,17 @@ def reachable(graph: ModelGraph, holder: ClassNode | None, num_layers: int) -> f
         return frozenset(values)
     # Layers marked by the setter (``_is_layer_to_capture``) capture at their top; a
     # forward with neither test nor mark never captures (the plan reports it too).
-    return loop_top if "_is_layer_to_capture" in ast.dump(forward) else frozenset()
+    return loop_top if marks and "_is_layer_to_capture" in ast.dump(forward) else frozenset()
+
+
+def _sets_marks(run: SetterRun) -> bool:
+    """Whether a setter that ran marks layers (``layer._is_layer_to_capture = ...``)."""
+    return any("_is_layer_to_capture" in ast.dump(call.func) for call in run.calls)
+
+
+def _forward_text(graph: ModelGraph, holder: ClassNode | None) -> str:
+    found = graph.find_method(holder, "forward") if holder is not None else None
+    return ast.dump(found[1]) if found is not None else ""
 
 
 def _loop_variables(func: ast.AST) -> set[str]:
@@ -293,6 +312,8 @@ class Served:
     run: SetterRun
     states: tuple[int, ...]
     reachable: frozenset[int]
+    #: Why the static reading cannot tell what is served ("" when it can): the run decides.
+    unknown: str = ""
 
     @property
     def unsafe_embedding(self) -> bool:
@@ -334,6 +355,12 @@ class Explanation:
     resets: tuple[RunnerReset, ...]
     warnings: tuple[Finding, ...]
     notes: tuple[str, ...]
+    #: ``run`` (the setter and forward ran on the CPU harness) or ``static`` (read by rules).
+    source: str = STATIC
+    #: The run with these ids (None: static), and what the static reading says.
+    outcome: "RunOutcome | None" = None
+    static_served: tuple[int, ...] = ()
+    static_unknown: str = ""
 
     def findings(self, *kinds: str) -> list[Finding]:
         return [w for w in self.warnings if w.kind in kinds]
@@ -355,35 +382,107 @@ def serve(model: Model, layer_ids: Sequence[int] | None, num_layers: int, after_
         run = run_setter(graph, cls, layer_ids, num_layers)
     except NotEvaluable as exc:
         raise PatchcraftError(f"{model.label}: cannot evaluate the setter statically: {exc}") from None
-    reach = reachable(graph, run.holder, num_layers)
+    reach = reachable(graph, run.holder, num_layers, marks=_sets_marks(run))
     if run.error or run.layers_to_capture is None:
         return Served(run, (), reach)
     loop = sorted({v for v in run.layers_to_capture if v in reach})
-    return Served(run, ((0,) if run.embedding else ()) + tuple(loop), reach)
+    return Served(run, ((0,) if run.embedding else ()) + tuple(loop), reach, _static_unknown(graph, run, reach))
 
 
-def explain(model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp: int = 1) -> Explanation:
-    """Explain what ``layer_ids`` capture on ``model``'s install (served at tensor parallelism ``tp``)."""
+def _static_unknown(graph: ModelGraph, run: SetterRun, reach: frozenset[int]) -> str:
+    """Where rules cannot tell what the forward does with these values: say so, never guess."""
+    values = run.layers_to_capture or ()
+    if 0 in values and 0 in reach:
+        return (
+            "layers_to_capture 0 is a capture at the top of layer 0, where residual is None: whether the forward "
+            "crashes there, aliases the embedding or copies it is not read statically"
+        )
+    if any(v not in reach for v in values) and "AuxHiddenStatePacker" in _forward_text(graph, run.holder):
+        return "the forward's AuxHiddenStatePacker is sized for every id, and fewer are captured: its finalize() may raise"
+    if values and _captures_without_residual(graph, run.holder):
+        return (
+            "the forward appends hidden_states without the residual it carries beside it: "
+            "whether that is a layer's full output is not read statically"
+        )
+    return ""
+
+
+def _captures_without_residual(graph: ModelGraph, holder: ClassNode | None) -> bool:
+    """A capture of bare ``hidden_states`` in a forward whose layers return a separate residual."""
+    found = graph.find_method(holder, "forward") if holder is not None else None
+    if found is None:
+        return False
+    forward = found[1]
+    carries = any(
+        isinstance(node, ast.Name) and node.id == "residual" and isinstance(node.ctx, ast.Store) for node in ast.walk(forward)
+    )
+    if not carries:
+        return False
+    for node in ast.walk(forward):
+        if isinstance(node, ast.If) and "layers_to_capture" in ast.dump(node.test):
+            for call in ast.walk(node):
+                if (
+                    isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append"
+                    and len(call.args) == 1 and isinstance(call.args[0], ast.Name) and call.args[0].id == "hidden_states"
+                ):
+                    return True
+    return False
+
+
+def run_served(model: Model, layer_ids: Sequence[int] | None, num_layers: int, after_apply: bool = False) -> "RunOutcome | None":
+    """Run the setter and forward on the CPU harness (None without torch).
+
+    What runs is what the server would import: the files of ``model``'s
+    tree as they are (the install, patched or not, or an overlay's tree),
+    or with ``after_apply`` the texts ``patchcraft apply`` would write.
+    """
+    from patchcraft.harness import torch_problem
+
+    if torch_problem() is not None:
+        return None
+    from patchcraft.harness.served import run_ids
+
+    texts = model.patched_texts if after_apply else None
+    return run_ids(model.tree.package, model.graph, model.plan, layer_ids, num_layers, texts)
+
+
+def explain(model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp: int = 1, run_code: bool = True) -> Explanation:
+    """Explain what ``layer_ids`` capture on ``model``'s install (served at tensor parallelism ``tp``).
+
+    With torch (and ``run_code``), the served states are those the real
+    setter and forward feed on the CPU harness; without it, the static
+    reading, which says "unknown" where its rules cannot tell.
+    """
     if tp < 1:
         raise PatchcraftError(f"--tp must be positive, not {tp}")
     if num_layers < 1:
         raise PatchcraftError(f"--num-layers must be positive, not {num_layers}")
     ids = tuple(layer_ids) if layer_ids is not None else None
-    served = serve(model, ids, num_layers)
-    run = served.run
+    static = serve(model, ids, num_layers)
+    outcome = run_served(model, ids, num_layers) if run_code else None
+    if outcome is not None and not outcome.ran:
+        outcome = None  # the harness cannot follow this model: the static reading stays, and says so
+    run = static.run
+    default = serve(model, None, num_layers)
+    default_run = run_served(model, None, num_layers) if outcome is not None and runner_resets(model.tree) else None
+    default_states = default_run.states if default_run is not None and default_run.ran and not default_run.crash else default.states
+    served = outcome.states if outcome is not None else static.states
     variant, test = _variant(run)
     facts = _Facts(
         model=model,
         ids=ids,
         run=run,
-        rows=_rows(ids, run, served.reachable),
-        served=served,
-        default=serve(model, None, num_layers),
+        rows=_rows(ids, run, static.reachable, outcome),
+        served=static,
+        default=default,
         variant=variant,
         test=test,
         rule=_rule(ids, run, test),
         resets=runner_resets(model.tree),
         num_layers=num_layers,
+        outcome=outcome,
+        states=served,
+        default_states=default_states,
     )
     warnings, notes = _judge(facts)
     if tp > 1:
@@ -406,11 +505,15 @@ def explain(model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp: 
         layers_to_capture=run.layers_to_capture,
         embedding=run.embedding,
         rows=facts.rows,
-        served=served.states,
-        default_served=facts.default.states,
+        served=served,
+        default_served=default_states,
         resets=facts.resets,
         warnings=tuple(warnings),
         notes=tuple(notes),
+        source=RUN if outcome is not None else STATIC,
+        outcome=outcome,
+        static_served=static.states,
+        static_unknown=static.unknown,
     )
 
 
@@ -429,9 +532,15 @@ class _Facts:
     rule: str
     resets: tuple[RunnerReset, ...]
     num_layers: int
+    outcome: "RunOutcome | None" = None
+    #: What is served (the run's states, or the static reading's) and for the default call.
+    states: tuple[int, ...] = ()
+    default_states: tuple[int, ...] = ()
 
 
-def _rows(ids: tuple[int, ...] | None, run: SetterRun, reach: frozenset[int]) -> tuple[IdRow, ...]:
+def _rows(
+    ids: tuple[int, ...] | None, run: SetterRun, reach: frozenset[int], outcome: "RunOutcome | None" = None
+) -> tuple[IdRow, ...]:
     """Pair each id with its ``layers_to_capture`` value (the setters keep the order)."""
     if ids is None or run.layers_to_capture is None or not run.takes_ids:
         return ()
@@ -444,17 +553,30 @@ def _rows(ids: tuple[int, ...] | None, run: SetterRun, reach: frozenset[int]) ->
         pairs = list(zip(ids, values))
     else:
         return ()
-    return tuple(_row(layer_id, value, reach) for layer_id, value in pairs)
+    return tuple(_row(layer_id, value, reach, outcome) for layer_id, value in pairs)
 
 
-def _row(layer_id: int, value: int | None, reach: frozenset[int]) -> IdRow:
+def _row(layer_id: int, value: int | None, reach: frozenset[int], outcome: "RunOutcome | None" = None) -> IdRow:
     if value is None:
         return IdRow(layer_id, None, 0, "embedding output (patchcraft capture)")
     if value not in reach:
         return IdRow(layer_id, value, None, "never captured")
     if value == 0:
-        return IdRow(layer_id, value, value, "embedding output, un-cloned (install not patched for -1)")
+        return _layer_zero_row(layer_id, outcome)
     return IdRow(layer_id, value, value, describe_state(value))
+
+
+def _layer_zero_row(layer_id: int, outcome: "RunOutcome | None") -> IdRow:
+    """``layers_to_capture`` 0: the run says whether the release crashes, aliases or copies there."""
+    if outcome is None:
+        return IdRow(layer_id, 0, 0, "embedding output if the capture at layer 0 survives residual None (unknown statically)")
+    if outcome.crash:
+        return IdRow(layer_id, 0, None, f"crash: {outcome.crash}")
+    first = outcome.fed[0] if outcome.fed else None
+    if first is not None and first.state == 0:
+        how = "a copy" if first.copy else "not a copy: layer 0 overwrites it in place"
+        return IdRow(layer_id, 0, 0, f"embedding output, {how}")
+    return IdRow(layer_id, 0, None, "never captured (run)")
 
 
 def _variant(run: SetterRun) -> tuple[str, str]:
@@ -499,33 +621,117 @@ def _rule(ids: tuple[int, ...] | None, run: SetterRun, test: str) -> str:
 def _judge(facts: _Facts) -> tuple[list[Finding], list[str]]:
     warnings: list[Finding] = []
     notes: list[str] = []
-    run, ids = facts.run, facts.ids
-    if run.error:
-        warnings.append(Finding("startup", f"SGLang will fail at start-up: the setter raises {run.error}"))
+    run, ids, outcome = facts.run, facts.ids, facts.outcome
+    if run.error and not (outcome is not None and outcome.stage == "setter"):
+        message = _no_apply_advice(_real_names(run.error, facts), facts.model)
+        warnings.append(Finding("startup", f"SGLang will fail at start-up: the setter raises {message}"))
     if not run.takes_ids and ids is not None:
-        warnings.append(Finding("legacy", "this release's setter takes no ids: SGLang captures the default layers whatever the draft config says"))
+        warnings.append(Finding(
+            "legacy",
+            "this release's setter takes no ids: SGLang captures the default layers whatever the draft config says"
+            " (`patchcraft apply` cannot change that: it patches only setters that take ids)",
+        ))
     if ids is not None and run.takes_ids and not run.error:
         warnings += _range_warnings(facts)
     if facts.variant.endswith("heuristic") and ids is not None and run.layers_to_capture is not None:
         _heuristic_message(facts, warnings, notes)
+    if outcome is not None:
+        warnings += _run_findings(facts, outcome)
+    elif facts.served.unknown:
+        hint = _install_hint()
+        warnings.append(Finding("unknown", f"the static reading cannot tell what is served: {facts.served.unknown}; "
+                                f"install torch to run the code ({hint})"))
     if ids is not None and -1 in ids and not facts.model.patched:
         warnings.append(_unpatched_embedding(facts))
-        if facts.model.patched_texts:
-            after = serve(facts.model, ids, facts.num_layers, after_apply=True)
-            if after.states and not after.run.error:
-                notes.append(f"after `patchcraft apply`, these ids serve {states_text(after.states)}")
+        after_note = _after_apply_note(facts)
+        if after_note:
+            notes.append(after_note)
     _runner_message(facts, warnings, notes)
     if facts.model.plan.unsupported:
         notes.append(f"patchcraft cannot patch this model for -1: {facts.model.plan.unsupported}")
+    notes.append(_source_note(facts))
     notes.append("assumes one pipeline stage (setters return early on all but the last one)")
     return warnings, notes
+
+
+def _install_hint() -> str:
+    from patchcraft.harness import INSTALL_HINT
+
+    return INSTALL_HINT
+
+
+def _run_findings(facts: _Facts, outcome: "RunOutcome") -> list[Finding]:
+    """What running the code showed: a crash, nothing captured, an embedding that is no copy."""
+    if outcome.crash:
+        when = "at start-up: the setter raises" if outcome.stage == "setter" else "on its first forward:"
+        kind = "startup" if outcome.stage == "setter" else "crash"
+        return [Finding(kind, f"SGLang will crash {when} {_no_apply_advice(outcome.crash, facts.model)}")]
+    if outcome.nothing:
+        return [Finding("nothing", "nothing is captured: the setter and forward ran and no hidden state reached the collector, "
+                                   "so the draft is fed nothing (EAGLE-3 cannot run on these ids here)")]
+    found = []
+    if not outcome.all_copies:
+        found.append(Finding("embedding", "hs[0] reaches the collector as the embedding tensor itself, not a copy: "
+                                          "layer 0's in-place residual add overwrites it before the draft reads it"))
+    unknown = [f.what for f in outcome.fed if f.state is None]
+    if unknown:
+        found.append(Finding("range", f"the collector got {unknown[0]}, which is no hidden state of the target"))
+    return found
+
+
+def _source_note(facts: _Facts) -> str:
+    if facts.outcome is None:
+        return "static reading: the served states are read from the code by rules (with torch, the code is run instead)"
+    text = "served states from running this install's setter and forward on the CPU harness (stand-in layers, docs/harness.md)"
+    if facts.states != facts.served.states and facts.ids is not None:
+        static = facts.served.unknown and "unknown" or states_text(facts.served.states)
+        text += f"; the static reading says {static}"
+    return text
+
+
+def _real_names(error: str, facts: _Facts) -> str:
+    """A setter's message names ``type(self.model).__name__``: the static run's stand-in is no name to print."""
+    if "StandIn" not in error:
+        return error
+    # ``self`` is the entry class (a delegate's setter runs on the delegate, the last call's owner).
+    owner = facts.run.calls[-1].owner if len(facts.run.calls) > 1 else facts.model.cls
+    inner = classes_assigned_to(facts.model.graph, owner, "model")
+    return error.replace("StandIn", inner[0].name if inner else f"the inner model of {owner.name}")
+
+
+def _no_apply_advice(error: str, model: Model) -> str:
+    """A patched setter's own message says "run `patchcraft apply`"; where apply cannot help, say that instead."""
+    if "patchcraft apply" not in error or apply_helps(model):
+        return error
+    cleaned = error.replace(" (run `patchcraft apply`)", "")
+    return f"{cleaned}; `patchcraft apply` cannot help here ({model.patch_detail})"
+
+
+def apply_helps(model: Model) -> bool:
+    """Whether ``patchcraft apply`` would change this model (not unsupported, something to write)."""
+    return not model.plan.unsupported and bool(model.patched_texts)
+
+
+def _after_apply_note(facts: _Facts) -> str:
+    if not apply_helps(facts.model):
+        return ""
+    ids = facts.ids
+    if facts.outcome is not None:
+        outcome = run_served(facts.model, ids, facts.num_layers, after_apply=True)
+        if outcome is not None and outcome.ran and not outcome.crash and outcome.fed:
+            return f"after `patchcraft apply`, these ids serve {states_text(outcome.states)} (run)"
+        return ""
+    after = serve(facts.model, ids, facts.num_layers, after_apply=True)
+    if after.states and not after.run.error:
+        return f"after `patchcraft apply`, these ids serve {states_text(after.states)}"
+    return ""
 
 
 def _range_warnings(facts: _Facts) -> list[Finding]:
     warnings = []
     reach, n = facts.served.reachable, facts.num_layers
     for row in facts.rows:
-        if row.state is None:
+        if row.state is None and row.value not in reach:  # a crash there is the run's finding, not a range
             span = f"captures {min(reach)}..{max(reach)}" if reach else "captures nothing"
             warnings.append(Finding(
                 "range",
@@ -572,17 +778,21 @@ def _unpatched_embedding(facts: _Facts) -> Finding:
         )
     else:
         what = "no state is captured for it"
-    return Finding("embedding", f"id -1 on an install not patched for -1: {what}; run `patchcraft apply` ({facts.model.patch_detail})")
+    if apply_helps(facts.model):
+        fix = f"run `patchcraft apply` ({facts.model.patch_detail})"
+    else:
+        fix = f"`patchcraft apply` cannot help here ({facts.model.patch_detail})"
+    return Finding("embedding", f"id -1 on an install not patched for -1: {what}; {fix}")
 
 
 def _runner_message(facts: _Facts, warnings: list[Finding], notes: list[str]) -> None:
     if not facts.resets:
         return
     where = ", ".join(r.where for r in facts.resets)
-    if facts.run.takes_ids and facts.ids is not None and facts.served.states != facts.default.states:
+    if facts.run.takes_ids and facts.ids is not None and facts.states != facts.default_states:
         warnings.append(Finding(
             "cuda-graph",
-            f"CUDA-graph decode will capture the default layers ({states_text(facts.default.states)}), not these: "
+            f"CUDA-graph decode will capture the default layers ({states_text(facts.default_states)}), not these: "
             f"this release resets the ids before graph capture ({where}); "
             "run `patchcraft apply` (its runner edit passes the configured ids), or serve with --disable-cuda-graph",
         ))

@@ -22,7 +22,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "planning": ("plan", "selection", "runner_plan"),
     "transforms": ("transforms.*",),
     "engine": ("results", "patching", "workers", "tree_rows", "engine", "cache", "preflight_cache", "diffs"),
-    "analysis": ("explain", "draft", "training", "overlay", "harness.*", "gpu_smoke.summary"),
+    "analysis": ("explain", "draft", "training", "fixes", "overlay", "harness.*", "gpu_smoke.summary"),
     "presentation": ("report", "output"),
     "commands": ("commands.*", "gpu_smoke.*", "cli", "__main__"),
     "tools": ("sweep", "coverage"),

@@ -65,7 +65,12 @@ def test_minus_one_on_an_unpatched_install_is_flagged():
     result = explain(model("0.5.10", "deepseek_v2"), [-1, 2, 30], KIMI_LAYERS)
     assert result.layers_to_capture == (0, 3, 31)  # the +1 rule turns -1 into 0
     assert result.rows[0].value == 0
-    assert "un-cloned" in result.rows[0].note
+    # Running the code shows what the static reading cannot: `hidden_states + residual` at layer 0.
+    assert result.source == "run"
+    assert result.rows[0].note.startswith("crash: TypeError") and "deepseek_v2.py:" in result.rows[0].note
+    assert "crash" in kinds(result) and result.served == ()
+    static = explain(model("0.5.10", "deepseek_v2"), [-1, 2, 30], KIMI_LAYERS, run_code=False)
+    assert "unknown statically" in static.rows[0].note and "unknown" in kinds(static)
     assert "embedding" in kinds(result)
 
 
@@ -98,6 +103,10 @@ def test_first_id_heuristic_keeps_ids_raw_unless_the_first_is_one(version):
 
 
 def _setter_edited(release_copy, version: str, stem: str):
+    """Only the init and setter edits; these tests read the setter's conversion (``run_code=False``).
+
+    Run, such a half-patched file feeds no embedding: its forward has no capture for the flag.
+    """
     package = release_copy(version)
     loaded = load_model(resolve_target(str(package)), stem)
     # Only the init and setter edits: the conversion does not depend on the forward.
@@ -113,31 +122,31 @@ def test_first_id_heuristic_after_the_setter_edit_means_plus_one_with_minus_one(
     edited = _setter_edited(release_copy, "0.5.15", "deepseek_v2")
     # -1 exists only in the +1 convention: [2, 30] beside it are layer outputs, hs[3], hs[31],
     # although the release's test would keep [2, 30] raw on its own.
-    result = explain(edited, [-1, 2, 30], KIMI_LAYERS)
+    result = explain(edited, [-1, 2, 30], KIMI_LAYERS, run_code=False)
     assert result.embedding and result.layers_to_capture == (3, 31)
     assert result.served == (0, 3, 31)
     assert "heuristic" not in kinds(result)
     assert any("one config one meaning" in n for n in result.notes)
-    assert explain(edited, [-1, 0, 30], KIMI_LAYERS).served == (0, 1, 31)
+    assert explain(edited, [-1, 0, 30], KIMI_LAYERS, run_code=False).served == (0, 1, 31)
     # Without -1, the release's own choice stands.
-    assert explain(edited, [2, 30, 58], KIMI_LAYERS).served == (2, 30, 58)
+    assert explain(edited, [2, 30, 58], KIMI_LAYERS, run_code=False).served == (2, 30, 58)
 
 
 @pytest.mark.parametrize("version", ["0.5.10", "0.5.15", "0.5.23"])
 def test_a_config_for_0_5_10_serves_the_same_states_on_every_release(release_copy, version):
     """[-1, 2, 30] serves hs[0], hs[3], hs[31] on the +1-rule release and on the first-id-heuristic ones."""
     edited = _setter_edited(release_copy, version, "deepseek_v2")
-    assert explain(edited, [-1, 2, 30], KIMI_LAYERS).served == (0, 3, 31)
+    assert explain(edited, [-1, 2, 30], KIMI_LAYERS, run_code=False).served == (0, 3, 31)
     if version == "0.5.23":  # without -1, upstream's own choice: raw
-        assert explain(edited, [2, 30, 58], KIMI_LAYERS).served == (2, 30, 58)
+        assert explain(edited, [2, 30, 58], KIMI_LAYERS, run_code=False).served == (2, 30, 58)
 
 
 def test_max_heuristic_after_the_setter_edit_means_plus_one_with_minus_one(release_copy):
     edited = _setter_edited(release_copy, "0.5.20", "gpt_oss")
-    assert explain(edited, [-1, 2, 30], KIMI_LAYERS).served == (0, 3, 31)
+    assert explain(edited, [-1, 2, 30], KIMI_LAYERS, run_code=False).served == (0, 3, 31)
     # The test alone would keep [2, 30, 61] raw (61 = num_layers); with -1 they are +1.
-    assert explain(edited, [-1, 2, 30, 61], KIMI_LAYERS).layers_to_capture == (3, 31, 62)
-    assert explain(edited, [2, 30, 61], KIMI_LAYERS).served == (2, 30, 61)
+    assert explain(edited, [-1, 2, 30, 61], KIMI_LAYERS, run_code=False).layers_to_capture == (3, 31, 62)
+    assert explain(edited, [2, 30, 61], KIMI_LAYERS, run_code=False).served == (2, 30, 61)
 
 
 def test_max_heuristic_keeps_ids_raw_when_the_last_layer_is_named():
@@ -314,7 +323,8 @@ def test_boundary_zero_before_the_loop_is_an_uncloned_embedding():
     result = explain(model("0.5.20", "gpt_oss"), [-1, 2, 30], KIMI_LAYERS)
     assert result.layers_to_capture == (0, 3, 31)  # `self.start_layer in self.layers_to_capture`
     assert result.served == (0, 3, 31)
-    assert "un-cloned" in result.rows[0].note
+    assert "not a copy" in result.rows[0].note  # the run saw the embedding tensor itself appended
+    assert result.outcome is not None and not result.outcome.fed[0].copy
     assert "embedding" in kinds(result)
 
 
@@ -325,3 +335,27 @@ def test_layer_marks_capture_at_the_top_and_no_capture_means_none():
     eagle = explain(model("0.5.10", "mistral_large_3_eagle"), [2, 30, 58], KIMI_LAYERS)
     assert eagle.served == ()
     assert "range" in kinds(eagle)
+
+
+# -- advice only where it helps, and real class names ------------------------------------
+
+def test_the_legacy_setter_never_sends_users_to_apply():
+    result = explain(model("0.4.6", "llama"), [-1, 2, 30], 32)
+    assert {"legacy", "embedding"} <= kinds(result)
+    for warning in result.warnings:
+        assert "run `patchcraft apply`" not in warning.message, warning.message
+    assert "cannot" in " ".join(w.message for w in result.warnings if w.kind == "legacy")
+    assert "`patchcraft apply` cannot help here" in result.findings("embedding")[0].message
+
+
+@pytest.mark.parametrize("run_code", [True, False])
+def test_an_unsupported_qwen3_5_on_a_patched_tree_names_its_class_and_no_apply(release_copy, run_code):
+    package = patched_copy(release_copy, "0.5.15", ("qwen3_vl",), runner=False)
+    qwen35 = load_model(resolve_target(str(package)), "qwen3_5.Qwen3_5ForConditionalGeneration")
+    assert "qwen3_vl.py" in qwen35.patch_detail and qwen35.plan.unsupported
+    result = explain(qwen35, [-1, 2, 20], 40, run_code=run_code)
+    startup = result.findings("startup")
+    assert startup and "not supported by Qwen3_5ForCausalLM" in startup[0].message
+    text = " ".join(w.message for w in result.warnings)
+    assert "StandIn" not in text
+    assert "run `patchcraft apply`" not in text and "`patchcraft apply` cannot help here" in text

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from patchcraft import __version__, output
-from patchcraft.commands.explain import explanation_json, resolve_tree
+from patchcraft.commands.explain import explanation_json, fed_line, resolve_tree, source_line
 from patchcraft.draft import DraftReport, check_draft, read_draft, read_target, speculators_note
 from patchcraft.errors import PatchcraftError
 from patchcraft.explain import load_model, states_text
@@ -28,6 +28,8 @@ class CheckDraftOptions:
     output_format: str = "text"
     #: Tensor parallelism the server runs with (all-reduce fusion matters only above 1).
     tp: int = 1
+    #: An overlay directory: its files are the ones the server imports (``patchcraft run``).
+    overlay: str | None = None
 
 
 def check_draft_command(options: CheckDraftOptions) -> int:
@@ -41,7 +43,7 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     if num_layers is None:
         raise PatchcraftError("the target's layer count is unknown: pass --target TARGET_MODEL_DIR or --num-layers N")
     name = options.model or (target.architectures[0] if target and target.architectures else None)
-    tree = resolve_tree(options.target, options.release)
+    tree = resolve_tree(options.target, options.release, options.overlay)
     model = load_model(tree, name)
     report = check_draft(model, draft, target, training, num_layers, cuda_graph=options.cuda_graph, tp=options.tp)
     code = OK if report.ok else CHANGED
@@ -62,7 +64,7 @@ def report_text(report: DraftReport) -> str:
         lines.append(f"target   {report.target.path}: {arch}, {report.target.num_layers} layers, hidden {report.target.hidden_size}")
     lines += [
         f"sglang   {result.version}: {result.model} ({result.rule}); {result.patch_detail}",
-        f"serves   {states_text(result.served)}",
+        f"serves   {fed_line(result)} ({source_line(result)})",
     ]
     if report.expected is not None:
         lines.append(f"trained  {states_text(report.expected.states)} ({report.expected.how})")
@@ -102,6 +104,7 @@ def report_json(report: DraftReport, code: int) -> dict[str, Any]:
         "suggested_ids": list(report.suggestion.ids) if report.suggestion else None,
         "suggested_after_apply": report.suggestion.after_apply if report.suggestion else None,
         "suggestion": report.suggestion_text,
+        "fixes": [{"ids": list(f.ids), "after_apply": f.after_apply, "proof": f.proof} for f in report.fixes],
         "explain": explanation_json(report.explanation, code),
         "exit_code": code,
     }

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from patchcraft import __version__, output
 from patchcraft.explain import Explanation, describe_state, explain, hs, load_model, states_text
 from patchcraft.commands._targets import release_targets
+from patchcraft.errors import PatchcraftError
 from patchcraft.layer_ids import parse_layer_ids
 from patchcraft.report import CHANGED, OK, SCHEMA_VERSION
 from patchcraft.tree import SglangTree, resolve_target
@@ -23,17 +25,33 @@ class ExplainOptions:
     output_format: str = "text"
     #: Tensor parallelism the server runs with (all-reduce fusion matters only above 1).
     tp: int = 1
+    #: An overlay directory (patchcraft overlay build): its files are the ones the server imports.
+    overlay: str | None = None
 
 
-def resolve_tree(target: str | None, release: str | None) -> SglangTree:
-    """TARGET, or ``--release X`` (fetched into the cache), or the installed sglang."""
+def resolve_tree(target: str | None, release: str | None, overlay: str | None = None) -> SglangTree:
+    """TARGET, or ``--release X`` (fetched into the cache), or the installed sglang; or an overlay's tree."""
+    if overlay is not None:
+        return overlay_tree(overlay, target, release)
     (chosen,) = release_targets((target,) if target else (), release) or (None,)
     return resolve_target(chosen)
 
 
+def overlay_tree(directory: str, target: str | None, release: str | None) -> SglangTree:
+    """The patched tree of the overlay in ``directory``: what a server started by ``patchcraft run`` imports."""
+    from patchcraft.overlay import MANIFEST, TREE
+
+    if target or release:
+        raise PatchcraftError("--overlay is the target: give no TARGET or --release with it")
+    root = Path(directory)
+    if not (root / MANIFEST).is_file():
+        raise PatchcraftError(f"{root}: not an overlay (no {MANIFEST}; build one with `patchcraft overlay build --out {root}`)")
+    return resolve_target(str(root / TREE / "sglang"))
+
+
 def explain_command(options: ExplainOptions) -> int:
     """Print the explanation; exit 1 when any id will not capture what it says."""
-    tree = resolve_tree(options.target, options.release)
+    tree = resolve_tree(options.target, options.release, options.overlay)
     model = load_model(tree, options.model)
     result = explain(model, parse_layer_ids(options.layer_ids), options.num_layers, tp=options.tp)
     code = CHANGED if result.warnings else OK
@@ -59,10 +77,34 @@ def explanation_text(result: Explanation) -> str:
     elif result.layers_to_capture is not None:
         lines.append(f"layers_to_capture = {list(result.layers_to_capture)}")
     count = len(result.served)
-    lines.append(f"SGLang feeds the draft: {states_text(result.served)} ({count} state{'s' if count != 1 else ''}, in layer order)")
+    lines.append(f"SGLang feeds the draft: {fed_line(result)} ({count} state{'s' if count != 1 else ''}, in layer order; {source_line(result)})")
     lines += [f"warning: {w}" for w in result.warnings]
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines) + "\n"
+
+
+def fed_line(result: Explanation) -> str:
+    if result.outcome is None:
+        return "unknown" if result.static_unknown else states_text(result.served)
+    from patchcraft.harness.served import fed_text
+
+    return fed_text(result.outcome)
+
+
+def source_line(result: Explanation) -> str:
+    return "by running the code on the CPU harness" if result.source == "run" else "static reading"
+
+
+def run_json(result: Explanation) -> dict[str, Any] | None:
+    """The run's record: each state fed and whether it is a copy, or the crash."""
+    outcome = result.outcome
+    if outcome is None:
+        return None
+    return {
+        "fed": [{"hs": f.state, "copy": f.copy, "what": f.what} for f in outcome.fed],
+        "crash": outcome.crash or None,
+        "crash_in": outcome.stage or None,
+    }
 
 
 def explanation_json(result: Explanation, code: int) -> dict[str, Any]:
@@ -93,6 +135,10 @@ def explanation_json(result: Explanation, code: int) -> dict[str, Any]:
             for row in result.rows
         ],
         "served": list(result.served),
+        "served_source": result.source,
+        "run": run_json(result),
+        "static_served": None if result.static_unknown else list(result.static_served),
+        "static_unknown": result.static_unknown or None,
         "default_served": list(result.default_served),
         "cuda_graph_resets": [r.where for r in result.resets],
         "warnings": [{"kind": w.kind, "message": w.message} for w in result.warnings],

@@ -8,6 +8,7 @@ from that forward. :meth:`Subject.build` makes fresh stand-in instances.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import types
 from dataclasses import dataclass, field
@@ -80,6 +81,8 @@ class Subject:
     files: set[str] = field(default_factory=set)
     embeddings: set[str] = field(default_factory=set)
     norms: set[str] = field(default_factory=set)
+    #: Decoder layers of the stand-in model (the served-states run uses the target's count).
+    layers: int = LAYERS
 
     @property
     def pipeline(self) -> bool:
@@ -94,15 +97,19 @@ class Subject:
             current: StandInModule = inner
             for node, attr in reversed(self.chain):
                 outer: Any = program.stand_in(node)()
-                outer.equip("config", StandInConfig(LAYERS, HIDDEN, VOCAB))
+                outer.equip("config", StandInConfig(self.layers, HIDDEN, VOCAB))
                 outer.equip("pp_group", world.pp)
                 setattr(outer, attr, current)
                 current = outer
         return Instance(variant, current, inner, embedding, flag)
 
     def set_ids(self, instance: Instance, ids: Optional[list[int]], world: World) -> None:
+        setter = getattr(instance.outer, SETTER)
         with activate(world):
-            getattr(instance.outer, SETTER)(list(ids) if ids is not None else None)
+            if len(inspect.signature(setter).parameters) == 0:
+                setter()  # a legacy setter (0.4.x) takes no ids: SGLang calls it without them
+            else:
+                setter(list(ids) if ids is not None else None)
 
     def run(
         self,
@@ -149,13 +156,14 @@ def _equip(inner: Any, world: World, subject: "Subject") -> RecordingEmbedding:
     embedding = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
     for name in {"embed_tokens"} | subject.embeddings:
         inner.equip(name, embedding)
-    inner.equip("layers", nn.ModuleList(StandInLayer(i, subject.call) for i in range(LAYERS)))
-    inner.equip("start_layer", 0 if world.pp.is_first_rank else LAYERS // 2)
-    inner.equip("end_layer", LAYERS)
+    layers = subject.layers
+    inner.equip("layers", nn.ModuleList(StandInLayer(i, subject.call) for i in range(layers)))
+    inner.equip("start_layer", 0 if world.pp.is_first_rank else layers // 2)
+    inner.equip("end_layer", layers)
     for name in {"norm"} | subject.norms:
         inner.equip(name, StandInNorm())
     inner.equip("pp_group", world.pp)
-    inner.equip("config", StandInConfig(LAYERS, HIDDEN, VOCAB))
+    inner.equip("config", StandInConfig(layers, HIDDEN, VOCAB))
     return embedding
 
 
@@ -194,7 +202,7 @@ def setter_chain(graph: ModelGraph, cls: ClassNode) -> tuple[list[tuple[ClassNod
         if found is None:
             raise HarnessError(f"{current.label} has no {SETTER}")
         shape = read_setter(found[1])
-        attr = shape.delegate_attr or shape.inner_attr
+        attr = shape.delegate_attr or shape.inner_attr or _legacy_inner(found[1], shape.variant)
         if attr is None:
             raise HarnessError(f"{found[0].label}.{SETTER} names no inner model")
         targets = classes_assigned_to(graph, current, attr)
@@ -205,6 +213,22 @@ def setter_chain(graph: ModelGraph, cls: ClassNode) -> tuple[list[tuple[ClassNod
             return chain, targets
         current = targets[0]
     raise HarnessError(f"{cls.label}: delegation deeper than 6 classes")
+
+
+def _legacy_inner(func: Any, variant: str) -> Optional[str]:
+    """The ``X`` of ``self.X.layers_to_capture = ...`` in a legacy setter (it takes no ids)."""
+    if variant != "legacy":
+        return None
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute) and target.attr == "layers_to_capture"
+                    and isinstance(target.value, ast.Attribute) and isinstance(target.value.value, ast.Name)
+                    and target.value.value.id == "self"
+                ):
+                    return target.value.attr
+    return None
 
 
 def subjects(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program]) -> list[Subject]:
