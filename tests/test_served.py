@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package, run_cli as cli
-from patchcraft.draft import check_draft, parse_training, read_draft, read_target
+from patchcraft.draft import check_draft, read_draft, read_target
+from patchcraft.training import parse_training
 from patchcraft.engine import run, write_changes
 from patchcraft.explain import explain, load_model
 from patchcraft.fixes import Fix
