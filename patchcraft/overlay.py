@@ -91,7 +91,7 @@ def build(
 
     A cache entry is reused when it is owned by this user (or root), intact,
     built from these very files, and, with ``require_proof``, proven by the
-    harness; anything else is rebuilt beside it. ``out`` is always rebuilt.
+    harness when it can run here; anything else is rebuilt beside it. ``out`` is always rebuilt.
     ``prove`` is the harness step (commands/_proof.gate): what it fails is
     not in the overlay, and the build refuses.
     """
@@ -142,9 +142,16 @@ def _reusable(directory: Path, require_proof: bool) -> tuple[Overlay | None, str
     if problems:
         return None, f"{directory}: rebuilt: {problems[0]}"
     proof = str(manifest.get("proof", ""))
-    if require_proof and proof not in (PROVEN, NOTHING_TO_PROVE):
+    if require_proof and proof not in (PROVEN, NOTHING_TO_PROVE) and _can_prove():
         return None, f"{directory}: rebuilt to prove it (it was built with proof {proof!r})"
     return Overlay(directory, tuple(manifest["modules"]), reused=True, proof=proof), ""
+
+
+def _can_prove() -> bool:
+    """Whether the harness can run here (imports torch: asked only of an entry that is not proven yet)."""
+    from patchcraft.harness import torch_problem
+
+    return torch_problem() is None
 
 
 def module_name(tree: SglangTree, path: Path) -> str:
@@ -207,7 +214,8 @@ def _write_files(tree: SglangTree, result: RunResult, version: Path) -> dict[str
             "mtime_ns": info.st_mtime_ns,
             "sha256": hashlib.sha256(data).hexdigest(),
         }
-    (version / TABLE).write_text("".join(_table_row(name, entry) for name, entry in sorted(modules.items())), encoding="utf-8")
+    rows = [_table_row(name, entry) for name, entry in sorted(modules.items())]
+    (version / TABLE).write_text(f"{overlay_bootstrap.HEADER}\t{len(rows)}\n" + "".join(rows), encoding="utf-8")
     bootstrap = version / BOOTSTRAP
     bootstrap.write_bytes(Path(overlay_bootstrap.__file__).read_bytes())
     # A hash-checked .pyc stays valid when the overlay is copied (COPY, cp -r) with new mtimes.

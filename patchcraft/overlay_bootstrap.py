@@ -36,8 +36,10 @@ from __future__ import annotations
 import os
 import sys
 
-#: The module table, beside the bootstrap: one module a line, :data:`FIELDS` tab-separated fields.
+#: The module table, beside the bootstrap: a header (:data:`HEADER`, the row count), then one module a line,
+#: :data:`FIELDS` tab-separated fields. The count makes an emptied or cut table damaged, not "nothing to serve".
 TABLE = "patchcraft_modules.tsv"
+HEADER = "#patchcraft-overlay-table"
 #: The file every process using the overlay holds a shared lock on.
 LOCK = ".lock"
 #: The manifest patchcraft writes (the bootstrap only checks that it is there, to recognise an overlay).
@@ -53,8 +55,12 @@ def read_table(directory: str) -> dict[str, tuple[str, ...]]:
     """The table of the overlay in ``directory``: module name -> the other six fields."""
     with open(os.path.join(directory, TABLE), encoding="utf-8") as handle:
         text = handle.read()
+    lines = text.splitlines()
+    head = lines[0].split("\t") if lines else []
+    if len(head) != 2 or head[0] != HEADER or head[1] != str(len(lines) - 1):
+        raise ValueError(f"{TABLE} is cut short or not a module table")
     rows: dict[str, tuple[str, ...]] = {}
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(lines[1:], 2):
         fields = line.split("\t")
         if len(fields) != FIELDS:
             raise ValueError(f"{TABLE} line {number} has {len(fields)} fields, not {FIELDS}")

@@ -144,13 +144,14 @@ def _mtime(path: Path) -> float:
 def remove_unused(parent: Path, name: str, keep_previous: bool = True) -> list[Path]:
     """Remove the versions of ``name`` nobody holds and no link points to; return them.
 
-    ``keep_previous`` spares the newest of them: a process that found it an
-    instant before the link moved may not hold its lock yet.
+    ``keep_previous`` spares the newest complete one: a process that found it
+    an instant before the link moved may not hold its lock yet.
     """
     current = target(parent / name)
     candidates = [v for v in versions(parent, name) if current is None or v.resolve() != current.resolve()]
-    if keep_previous and candidates:
-        candidates = candidates[:-1]
+    complete = [v for v in candidates if (v / MANIFEST).is_file()]
+    if keep_previous and complete:
+        candidates.remove(complete[-1])
     return [v for v in candidates if remove_if_unused(v)]
 
 

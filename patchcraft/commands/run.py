@@ -125,20 +125,11 @@ def _overlay_for_run(tree, options: RunOptions) -> Path:
         return directory
     from patchcraft.commands import _proof
 
-    overlay = build(tree, runner=options.runner, prove=_proof.gate("apply", options.smoke, quiet=True), require_proof=_wants_proof(options.smoke))
+    overlay = build(tree, runner=options.runner, prove=_proof.gate("apply", options.smoke, quiet=True), require_proof=options.smoke)
     _say_what_was_proven(overlay, options.smoke)
     if overlay.note:
         output.print_line(f"patchcraft run: {overlay.note}")
     return overlay.directory
-
-
-def _wants_proof(smoke: bool) -> bool:
-    """A run that asks for the harness, where it can run: only a proven overlay is reused."""
-    if not smoke:
-        return False
-    import importlib.util
-
-    return importlib.util.find_spec("torch") is not None
 
 
 def _say_what_was_proven(overlay, smoke: bool) -> None:
@@ -190,7 +181,7 @@ def overlay_build(target: str | None, out: str | None, runner: bool, smoke: bool
     from patchcraft.tree import resolve_target
 
     tree = resolve_target(target)
-    overlay = build(tree, Path(out) if out else None, runner=runner, prove=_proof.gate("apply", smoke, quiet=True), require_proof=_wants_proof(smoke))
+    overlay = build(tree, Path(out) if out else None, runner=runner, prove=_proof.gate("apply", smoke, quiet=True), require_proof=smoke)
     if output_format == "json":
         output.print_json({"overlay": str(overlay.directory), "modules": list(overlay.modules), "reused": overlay.reused, "proof": overlay.proof})
         return OK
