@@ -248,7 +248,7 @@ def test_a_planted_entry_in_a_shared_cache_is_not_executed(world: dict) -> None:
     origin = served(proc)
     assert patched(origin) and not origin.startswith(str(shared)), origin
     assert "owned by uid 65534" in proc.stderr and "private overlay" in proc.stderr, proc.stderr
-    refused = patchcraft("run", "--overlay", str(entry), "--no-preflight", "--", "true", env=env)
+    refused = patchcraft("run", "--target", str(world["package"]), "--overlay", str(entry), "--no-preflight", "--", "true", env=env)
     assert refused.returncode == 2 and "owned by uid 65534" in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
     assert not marker.exists()
 
