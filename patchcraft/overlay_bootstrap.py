@@ -167,13 +167,27 @@ def _is_overlay(directory: str) -> bool:
     return os.path.isfile(os.path.join(directory, MANIFEST))
 
 
+def _import_system() -> tuple[object, object]:
+    """``PathFinder`` and ``module_from_spec``, from the import system's frozen modules when it can.
+
+    ``importlib.util`` pulls in contextlib, collections and functools: several
+    ms in every process. The frozen modules are loaded already.
+    """
+    try:
+        from _frozen_importlib import module_from_spec
+        from _frozen_importlib_external import PathFinder
+    except ImportError:  # another Python than CPython
+        from importlib.machinery import PathFinder
+        from importlib.util import module_from_spec
+    return PathFinder, module_from_spec
+
+
 def _run_shadowed(finder: OverlayFinder) -> None:
     """Run the first ``sitecustomize`` further down ``sys.path`` that is not an overlay's; join the overlays met on the way."""
-    from importlib.machinery import PathFinder
-
+    path_finder, module_from_spec = _import_system()
     while True:
         rest = [p for p in sys.path if os.path.realpath(p or os.curdir) not in finder.directories]
-        spec = PathFinder.find_spec("sitecustomize", rest)
+        spec = path_finder.find_spec("sitecustomize", rest)  # type: ignore[attr-defined]
         if spec is None or spec.loader is None or not spec.origin:
             return
         where = os.path.realpath(os.path.dirname(spec.origin))
@@ -183,9 +197,7 @@ def _run_shadowed(finder: OverlayFinder) -> None:
             else:  # an overlay of an older patchcraft: never executed (it would chain back to this one)
                 finder.directories.append(where)
             continue
-        import importlib.util
-
-        module = importlib.util.module_from_spec(spec)
+        module = module_from_spec(spec)  # type: ignore[operator]
         spec.loader.exec_module(module)
         return
 

@@ -317,7 +317,8 @@ def test_the_static_line_is_shown_without_torch(world: dict, tmp_path: Path) -> 
     broken = tmp_path / "no-torch" / "torch"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text("raise ImportError('no torch in this environment')\n")
-    env = dict(os.environ, PATCHCRAFT_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(broken.parent))
+    pythonpath = os.pathsep.join(filter(None, [str(broken.parent), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PATCHCRAFT_CACHE=str(tmp_path / "cache"), PYTHONPATH=pythonpath)
     for _ in range(2):  # built, then reused (it cannot be proven here): the line both times
         proc = patchcraft("run", "--target", str(world["package"]), "--no-preflight", "--", "true", env=env)
         assert proc.returncode == 0, proc.stderr
@@ -370,3 +371,26 @@ def test_a_build_cleans_what_a_killed_build_left(world: dict) -> None:
     os.utime(killed, (0, 0))  # older than any version the build will write
     assert patchcraft("overlay", "build", str(world["package"]), "--out", str(overlay), "--no-smoke").returncode == 0
     assert not killed.exists()
+
+
+# -- the bootstrap is a real module ------------------------------------------------------------
+
+
+def test_the_bootstrap_is_stdlib_only_and_inert_when_imported() -> None:
+    """It runs in every server process: no patchcraft, libcst, rich or torch; importing it as a module installs nothing."""
+    import ast
+
+    import patchcraft.overlay_bootstrap as bootstrap
+
+    tree = ast.parse(Path(bootstrap.__file__).read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
+    assert not any(getattr(f, "patchcraft_overlay", None) for f in sys.meta_path)
+
+
+def test_the_overlay_bootstrap_is_the_module_verbatim(world: dict) -> None:
+    import patchcraft.overlay_bootstrap as bootstrap
+
+    assert (world["overlay"] / "sitecustomize.py").read_bytes() == Path(bootstrap.__file__).read_bytes()
+    assert (world["overlay"] / "__pycache__").is_dir()  # its .pyc ships with it
