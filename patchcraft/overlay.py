@@ -49,11 +49,6 @@ PROVEN = "harness-passed"
 #: The manifest's ``proof`` when the overlay patches no model class: nothing for the harness to run.
 NOTHING_TO_PROVE = "nothing to prove"
 
-__all__ = ["MANIFEST", "BOOTSTRAP", "TREE", "Overlay", "build", "default_directory", "module_name", "stale"]
-
-stale = overlay_check.stale
-
-
 @dataclass(frozen=True)
 class Overlay:
     directory: Path
@@ -91,23 +86,29 @@ def build(
 
     A cache entry is reused when it is owned by this user (or root), intact,
     built from these very files, and, with ``require_proof``, proven by the
-    harness when it can run here; anything else is rebuilt beside it. ``out`` is always rebuilt.
-    ``prove`` is the harness step (commands/_proof.gate): what it fails is
+    harness when it can run here; anything else is rebuilt beside it, and
+    an entry in a directory others can write is never used (a private
+    overlay is built). ``out`` is always rebuilt. ``prove`` is the harness step (commands/_proof.gate): what it fails is
     not in the overlay, and the build refuses.
     """
-    note = ""
-    directory = out if out is not None else default_directory(tree, names, runner)
+    if out is not None:
+        return _build(tree, out, names, runner, prove)
+    directory = default_directory(tree, names, runner)
     if directory is None:
         raise PatchcraftError(f"{tree.package}: cannot read every file of the install to key the overlay")
-    if out is None:
-        shared = _untrusted_store(directory.parent)
-        if shared:
-            note = f"{shared}: not reused; this launch gets a private overlay"
-            directory = Path(tempfile.mkdtemp(prefix="patchcraft-overlay-")) / "overlay"
-        else:
-            reused, note = _reusable(directory, require_proof)
-            if reused is not None:
-                return reused
+    shared = _untrusted_store(directory.parent)
+    if shared:  # someone else could swap what we build there: build where only we can write, and do not cache it
+        private = Path(tempfile.mkdtemp(prefix="patchcraft-overlay-")) / "overlay"
+        return _build(tree, private, names, runner, prove, f"{shared}: not reused; this launch gets a private overlay")
+    reused, note = _reusable(directory, require_proof)
+    if reused is not None:
+        return reused
+    built = _build(tree, directory, names, runner, prove, note)
+    overlay_store.remove_orphans(directory.parent)  # what killed builds of any entry left
+    return built
+
+
+def _build(tree: SglangTree, directory: Path, names: Sequence[str], runner: bool, prove: Callable[[RunResult], RunResult] | None, note: str = "") -> Overlay:
     result = run(tree, Mode.APPLY, names, runner=runner)
     if prove is not None:
         result = prove(result)

@@ -186,6 +186,25 @@ def remove_if_unused(version: Path, link: Path | None = None) -> bool:
     return not version.exists()
 
 
+def remove_orphans(parent: Path) -> tuple[list[Path], list[Path]]:
+    """Versions and temp dirs in ``parent`` whose overlay is gone (a build killed mid-write, an entry removed by hand).
+
+    Returns (removed, kept because held). Only for a directory of overlays
+    alone (the cache's): any hidden directory there is one of ours.
+    """
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return [], []
+    names = {p.name for p in entries if not p.name.startswith(".")}
+    removed: list[Path] = []
+    kept: list[Path] = []
+    for path in entries:
+        if path.name.startswith(".") and not path.is_symlink() and path.is_dir() and path.name[1:].rsplit("-", 1)[0] not in names:
+            (removed if remove_if_unused(path) else kept).append(path)
+    return removed, kept
+
+
 def _unlink_if_pointing(link: Path | None, version: Path) -> None:
     """Remove ``link`` first (a run then rebuilds, never finds a half-removed version), unless it moved meanwhile."""
     if link is not None and link.is_symlink() and link.resolve() == version.resolve():

@@ -30,8 +30,9 @@ def prune(output_format: str) -> int:
         removed_here, kept_here = _prune_entry(overlays, entry)
         removed += removed_here
         kept += kept_here
-    for version in _orphans(overlays):
-        (removed if overlay_store.remove_if_unused(version) else kept).append(version)
+    orphans, held = overlay_store.remove_orphans(overlays)
+    removed += orphans
+    kept += held
     if output_format == "json":
         output.print_json({"removed": [str(p) for p in removed], "in_use": [str(p) for p in kept]})
         return OK
@@ -58,17 +59,3 @@ def _prune_entry(overlays: Path, entry: Path) -> tuple[list[Path], list[Path]]:
         return removed, [entry]
     shutil.rmtree(entry, ignore_errors=True)
     return removed + [entry], []
-
-
-def _orphans(overlays: Path) -> list[Path]:
-    """Version and temp dirs whose entry is gone (a build killed mid-write, an entry removed by hand)."""
-    if not overlays.is_dir():
-        return []
-    names = {p.name for p in overlays.iterdir() if not p.name.startswith(".")}
-    found = []
-    for path in overlays.iterdir():
-        if path.name.startswith(".") and path.is_dir() and not path.is_symlink():
-            owner = path.name[1:].rsplit("-", 1)[0]
-            if owner not in names:
-                found.append(path)
-    return found
