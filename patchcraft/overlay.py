@@ -120,12 +120,31 @@ def _build(tree: SglangTree, directory: Path, names: Sequence[str], runner: bool
 
 
 def _untrusted_store(overlays: Path) -> str | None:
-    """Why the cache's ``overlays`` directory (or the cache above it) is not this user's alone, or None."""
-    for path, sticky_ok in ((overlays, False), (overlays.parent, True)):
-        if path.exists():
-            why = overlay_check.untrusted_directory(path, sticky_ok)
-            if why:
-                return why
+    """Why the cache's ``overlays`` directory is not this user's alone, or None.
+
+    ``overlays`` must be this user's (or root's) and writable by no one else;
+    when it is this user's but group-writable (a umask of 002), it is made
+    755 here, and the entries others may have put in it fail their own owner
+    check. The cache above it may be group-writable, but not
+    others-writable unless sticky (a 1777 shared cache is fine: ``overlays``
+    in it is ours, or refused).
+    """
+    import stat
+
+    if overlays.exists():
+        info = overlays.lstat()
+        if info.st_uid == os.getuid() and not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
+            os.chmod(overlays, 0o755)
+        why = overlay_check.untrusted_directory(overlays)
+        if why:
+            return why
+    root = overlays.parent
+    if root.exists():
+        info = root.stat()
+        if info.st_uid not in (os.getuid(), 0):
+            return f"{root}: owned by uid {info.st_uid}, not by this user (uid {os.getuid()}) or root"
+        if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+            return f"{root}: writable by others, and not sticky (mode {stat.S_IMODE(info.st_mode):o})"
     return None
 
 

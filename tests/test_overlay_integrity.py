@@ -238,7 +238,9 @@ def test_a_planted_entry_in_a_shared_cache_is_not_executed(world: dict) -> None:
     shared = world["root"] / "shared-cache"
     shared.mkdir()
     os.chmod(shared, 0o1777)
-    env = dict(os.environ, PATCHCRAFT_CACHE=str(shared))
+    private_tmp = world["root"] / "tmp"
+    private_tmp.mkdir()
+    env = dict(os.environ, PATCHCRAFT_CACHE=str(shared), TMPDIR=str(private_tmp))
     os.environ["PATCHCRAFT_CACHE"] = str(shared)
     try:
         entry = default_directory(resolve_target(str(world["package"])), (), True)
@@ -252,11 +254,26 @@ def test_a_planted_entry_in_a_shared_cache_is_not_executed(world: dict) -> None:
     proc = patchcraft(*command, env=env)
     assert not marker.exists(), "the planted sitecustomize ran"
     origin = served(proc)
-    assert patched(origin) and not origin.startswith(str(shared)), origin
+    assert patched(origin) and origin.startswith(str(private_tmp)), origin
     assert "owned by uid 65534" in proc.stderr and "private overlay" in proc.stderr, proc.stderr
     refused = patchcraft("run", "--target", str(world["package"]), "--overlay", str(entry), "--no-preflight", "--", "true", env=env)
     assert refused.returncode == 2 and "owned by uid 65534" in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
     assert not marker.exists()
+
+
+def test_a_group_writable_overlays_directory_of_ours_is_repaired_not_refused(tmp_path: Path) -> None:
+    """A umask of 002 makes the cache 775: ours, so made 755 and used; an others-writable cache that is not sticky is refused."""
+    from patchcraft.overlay import _untrusted_store
+
+    overlays = tmp_path / "cache" / "overlays"
+    overlays.mkdir(parents=True)
+    os.chmod(overlays, 0o775)
+    os.chmod(overlays.parent, 0o775)
+    assert _untrusted_store(overlays) is None and oct(overlays.stat().st_mode & 0o777) == "0o755"
+    os.chmod(overlays.parent, 0o777)
+    assert "writable by others, and not sticky" in (_untrusted_store(overlays) or "")
+    os.chmod(overlays.parent, 0o1777)
+    assert _untrusted_store(overlays) is None
 
 
 def test_a_root_owned_image_overlay_is_accepted_for_another_user(world: dict) -> None:
