@@ -91,12 +91,12 @@ def point(path: Path, version: Path) -> None:
         if path.is_symlink() or not path.exists():
             os.replace(link, path)
             return
-        if not path.is_dir():
-            raise PatchcraftError(f"{path}: exists and is not an overlay directory; choose another --out")
-        if not any(path.iterdir()):
+        if path.is_dir() and not any(path.iterdir()):
             path.rmdir()  # an empty directory (mkdir'd ahead): nothing can be using it
             os.replace(link, path)
             return
+        if not (path / MANIFEST).is_file():  # never swap away a directory that is not an overlay (a mistyped --out)
+            raise PatchcraftError(f"{path}: exists and is not an overlay; choose another --out, or remove it")
         _exchange(link, path)  # the old real directory is now at `link`: keep it as an old version
         os.replace(link, path.parent / f".{path.name}-old{time.monotonic_ns()}")
     except BaseException:

@@ -417,3 +417,17 @@ def test_the_overlay_bootstrap_is_the_module_verbatim(world: dict) -> None:
 
     assert (world["overlay"] / "sitecustomize.py").read_bytes() == Path(bootstrap.__file__).read_bytes()
     assert (world["overlay"] / "__pycache__").is_dir()  # its .pyc ships with it
+
+
+def test_out_never_replaces_a_directory_that_is_not_an_overlay(world: dict) -> None:
+    """A mistyped --out (an existing directory of other files) is refused, untouched; an older patchcraft's overlay is swapped for the link."""
+    other = world["root"] / "not-an-overlay"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine\n")
+    proc = patchcraft("overlay", "build", str(world["package"]), "--out", str(other), "--no-smoke")
+    assert proc.returncode == 2 and "is not an overlay" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert (other / "keep.txt").read_text() == "mine\n" and not other.is_symlink()
+    legacy = clone(world, "legacy")  # a real directory holding an overlay, as older patchcraft wrote them
+    assert patchcraft("overlay", "build", str(world["package"]), "--out", str(legacy), "--no-smoke").returncode == 0
+    assert legacy.is_symlink() and patched(served(child(world, str(legacy))))
+    assert [p.name for p in world["root"].iterdir() if p.name.startswith(".legacy-old")]  # kept while it may be in use
