@@ -431,3 +431,23 @@ def test_out_never_replaces_a_directory_that_is_not_an_overlay(world: dict) -> N
     assert patchcraft("overlay", "build", str(world["package"]), "--out", str(legacy), "--no-smoke").returncode == 0
     assert legacy.is_symlink() and patched(served(child(world, str(legacy))))
     assert [p.name for p in world["root"].iterdir() if p.name.startswith(".legacy-old")]  # kept while it may be in use
+
+
+def test_the_preflight_never_says_ok_about_a_damaged_overlay(world: dict, tmp_path: Path) -> None:
+    """An overlay file reverted to the original: refused before the preflight (--overlay), or rebuilt and then preflighted (run)."""
+    from test_check_draft import kimi_target, sglang_draft
+
+    server = ["--", sys.executable, "-c", "print('LAUNCHED')", "--model-path", str(kimi_target(tmp_path / "kimi")),
+              "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(sglang_draft(tmp_path / "draft", [-1, 2, 30]))]
+    flags = ["--target", str(world["package"]), "--no-smoke", "--trained-on", "hf:0,3,31"]
+    overlay = clone(world, "reverted")
+    DAMAGE["overlay file reverted"](overlay)
+    refused = patchcraft("run", *flags, "--overlay", str(overlay), *server)
+    assert refused.returncode == 2 and "LAUNCHED" not in refused.stdout, refused.stdout + refused.stderr
+    assert _damaged_name(overlay, "overlay file reverted") in refused.stderr and "after patchcraft apply" not in refused.stdout + refused.stderr
+    env = dict(os.environ, PATCHCRAFT_CACHE=str(tmp_path / "cache"))
+    assert patchcraft("run", *flags, *server, env=env).returncode == 0
+    (entry,) = [p for p in (tmp_path / "cache" / "overlays").iterdir() if not p.name.startswith(".")]
+    DAMAGE["overlay file reverted"](entry.resolve())
+    rebuilt = patchcraft("run", *flags, *server, env=env)
+    assert rebuilt.returncode == 0 and "LAUNCHED" in rebuilt.stdout and "rebuilt" in rebuilt.stderr, rebuilt.stdout + rebuilt.stderr
