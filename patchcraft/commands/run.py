@@ -132,14 +132,14 @@ def _overlay_for_run(tree, options: RunOptions) -> Path:
     return overlay.directory
 
 
-def _say_what_was_proven(overlay, smoke: bool) -> None:
+def _say_what_was_proven(overlay, smoke: bool, prefix: str = "patchcraft run: ") -> None:
     """The "static, no torch" line, whether the overlay was just built or reused: never hidden."""
     from patchcraft.commands import _proof
 
     if smoke and overlay.proof == _proof.NO_TORCH:
         output.print_line(
-            "patchcraft: torch is not installed, so the overlay is static: "
-            "the harness did not run the patched code (pip install 'patchcraft[smoke]')"
+            f"{prefix}torch is not installed, so the overlay is static: the harness did not run its patched code "
+            "(pip install 'patchcraft[smoke]')"
         )
 
 
@@ -185,7 +185,7 @@ def overlay_build(target: str | None, out: str | None, runner: bool, smoke: bool
     if output_format == "json":
         output.print_json({"overlay": str(overlay.directory), "modules": list(overlay.modules), "reused": overlay.reused, "proof": overlay.proof})
         return OK
-    _say_what_was_proven(overlay, smoke)
+    _say_what_was_proven(overlay, smoke, "patchcraft overlay build: ")
     if overlay.note:
         output.print_line(f"patchcraft overlay build: {overlay.note}")
     word = "reused" if overlay.reused else "built"
