@@ -417,6 +417,12 @@ def test_the_overlay_bootstrap_is_the_module_verbatim(world: dict) -> None:
 
     assert (world["overlay"] / "sitecustomize.py").read_bytes() == Path(bootstrap.__file__).read_bytes()
     assert (world["overlay"] / "__pycache__").is_dir()  # its .pyc ships with it
+    # The manifest lists every file of the overlay (but itself), the bootstrap, its .pyc, table and lock included.
+    version = world["overlay"].resolve()
+    files = {p.relative_to(version).as_posix() for p in version.rglob("*") if p.is_file()} - {"patchcraft_overlay.json"}
+    listed = _manifest(version)["files"]
+    assert set(listed) == files and {"sitecustomize.py", "patchcraft_modules.tsv", ".lock"} <= files
+    assert any(name.startswith("__pycache__/sitecustomize.") for name in listed)
 
 
 def test_out_never_replaces_a_directory_that_is_not_an_overlay(world: dict) -> None:
