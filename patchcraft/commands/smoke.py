@@ -120,3 +120,14 @@ def _cuda_layer_ids(text: str) -> list[int] | None:
     except ValueError as exc:
         raise PatchcraftError(f"--layer-ids {text!r}: {exc}") from None
     return list(ids)
+
+
+def overlay_target(directory: str) -> str:
+    """``smoke --overlay DIR``: the overlay's patched tree, once the overlay is owned, intact and current (else exit 2)."""
+    from pathlib import Path
+
+    from patchcraft.overlay_check import require_usable
+
+    path = Path(directory)
+    require_usable(path)
+    return str(path / "tree" / "sglang")
