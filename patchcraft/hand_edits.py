@@ -19,7 +19,7 @@ import ast
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite
@@ -74,8 +74,11 @@ class FileReport:
         return self.state == FileState.HAND and self.pristine is not None and not self.others
 
 
-def classify(path: Path, rel: str, current: str, pristine: Pristine, sites: Sequence[EditSite]) -> FileReport:
-    """Judge ``current`` (the file's text now) against ``pristine``, at the file's edit ``sites``."""
+def classify(path: Path, rel: str, current: str, pristine: Pristine, sites: Callable[[], Sequence[EditSite]]) -> FileReport:
+    """Judge ``current`` (the file's text now) against ``pristine``, at the edit sites ``sites()`` gives.
+
+    ``sites`` is called only for a file edited by hand: finding them plans the tree.
+    """
     if pristine.text is None:
         return FileReport(rel, path, FileState.UNKNOWN, pristine.origin)
     if current == pristine.text:
@@ -84,7 +87,7 @@ def classify(path: Path, rel: str, current: str, pristine: Pristine, sites: Sequ
     if hand == pristine.text:
         return FileReport(rel, path, FileState.PATCHED, pristine.origin, pristine=pristine.text)
     diff = "".join(difflib.unified_diff(_lines(pristine.text), _lines(hand), f"a/{rel}", f"b/{rel}", n=3))
-    hunks = _hunks(path, pristine.text, hand, [s for s in sites if s.path == path])
+    hunks = _hunks(path, pristine.text, hand, [s for s in sites() if s.path == path])
     return FileReport(rel, path, FileState.HAND, pristine.origin, diff, hunks, pristine.text)
 
 
