@@ -17,11 +17,11 @@ DOC = ROOT / "docs" / "architecture.md"
 
 #: Layer -> modules, bottom up (names relative to ``patchcraft``; ``harness.*`` is the whole subpackage).
 LAYERS: dict[str, tuple[str, ...]] = {
-    "foundations": ("__init__", "errors", "status", "lazy", "releases", "layer_ids", "sources", "fetch", "tree", "lock"),
+    "foundations": ("__init__", "errors", "status", "lazy", "releases", "layer_ids", "sources", "fetch", "tree", "lock", "pristine"),
     "reading": ("graph", "scope", "setter_eval"),
     "planning": ("plan", "selection", "runner_plan"),
     "transforms": ("transforms.*",),
-    "engine": ("results", "patching", "workers", "tree_rows", "engine", "cache", "diffs"),
+    "engine": ("results", "patching", "workers", "tree_rows", "engine", "cache", "diffs", "hand_edits", "hand_advice"),
     "analysis": ("explain", "draft", "overlay", "harness.*", "gpu_smoke.summary"),
     "presentation": ("report", "output"),
     "commands": ("commands.*", "gpu_smoke.*", "cli", "__main__"),
