@@ -205,9 +205,9 @@ def test_a_hand_edit_elsewhere_is_refused_and_nothing_changes(installed: Path, c
     model = installed / "sglang" / MODEL
     sed_fix(model, FULL + (other,))
     before = {p: p.read_bytes() for p in (installed / "sglang" / "srt" / "models").glob("*.py")}
+    line = model.read_text(encoding="utf-8").splitlines().index(other[1].rstrip("\n")) + 1
     code, out, err = run_cli(capsys, "apply", "--replace-hand-edits", *SCOPE, str(installed))
     where = "DeepseekV2Model.forward" if other is UNRELATED_IN_FORWARD else "DeepseekV2ForCausalLM.__init__"
-    line = model.read_text(encoding="utf-8").splitlines().index(other[1].rstrip("\n")) + 1
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert f"deepseek_v2.py:{line} ({where})" in err and "nothing was changed" in err, err
     assert "DeepseekV2Model.__init__" not in err  # the sed hunks are at sites: only the other one is named

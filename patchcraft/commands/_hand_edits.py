@@ -50,13 +50,15 @@ def file_reports(result: RunResult) -> dict[str, FileReport]:
     for rel in _model_files(result):
         path = tree.root / rel
         try:
-            current = read_source(path).text
-        except PatchcraftError:
-            continue  # the run's own row names the file's problem
-        try:
             pristine = source.pristine(path)
         except PatchcraftError as exc:
             pristine = Pristine(None, f"no pristine text: {exc}")
+        except OSError:
+            continue  # unreadable: the run's own row names the file's problem
+        try:
+            current = read_source(path).text if pristine.known else ""
+        except PatchcraftError:
+            continue
         reports[rel] = classify(path, rel, current, pristine, sites)
     return reports
 
