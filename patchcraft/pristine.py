@@ -23,6 +23,7 @@ import subprocess
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from patchcraft.errors import PatchcraftError
 from patchcraft.fetch import cache_dir, download_wheel, find_wheel
@@ -58,19 +59,29 @@ class PristineSource:
         self._hashes = _read_record(self._record) if self._record else {}
         self._wheel: Path | None = None
 
+    @property
+    def offers(self) -> bool:
+        """Whether any file of this tree can have a pristine text here (a checkout, a RECORD, a cached release)."""
+        return self._git_top is not None or self._record is not None or self._cached_release()
+
     def describe(self) -> str:
         """What this tree offers, for the one line that says none of it applies."""
         return f"{self.tree.package} is not a git checkout, has no dist-info RECORD beside it and is no release in {cache_dir() / 'releases'}"
 
-    def pristine(self, path: Path) -> Pristine:
-        """The pristine text of ``path`` (a file of this tree), or why it cannot be had."""
+    def pristine(self, path: Path, candidates: Sequence[bytes] = ()) -> Pristine:
+        """The pristine text of ``path`` (a file of this tree), or why it cannot be had.
+
+        ``candidates``: bytes that may be it (the file with patchcraft's edits
+        taken out); one matching the RECORD hash spares reading the wheel,
+        so a patchcraft-patched install is judged offline.
+        """
         if self._git_top is not None:
             found = self._from_git(path)
             if found is not None:
                 return found
         member = self._member(path)
         if self._record is not None:
-            return self._from_record(path, member)
+            return self._from_record(path, member, candidates)
         if self._cached_release():
             return self._from_wheel(path, member, "wheel {}")
         return Pristine(None, f"no pristine text: {self.describe()}")
@@ -91,14 +102,14 @@ class PristineSource:
         """The file's name in the wheel and in RECORD (``sglang/srt/models/x.py``)."""
         return path.resolve().relative_to(self.tree.package.resolve().parent).as_posix()
 
-    def _from_record(self, path: Path, member: str) -> Pristine:
+    def _from_record(self, path: Path, member: str, candidates: Sequence[bytes]) -> Pristine:
         expected = self._hashes.get(member)
         assert self._record is not None
         if expected is None:
             return Pristine(None, f"no pristine text: {self._record} has no entry for {member}")
-        data = path.read_bytes()
-        if record_digest(data) == expected:
-            return Pristine(decode(path, data).text, "RECORD")
+        for data in (path.read_bytes(), *candidates):
+            if record_digest(data) == expected:
+                return Pristine(decode(path, data).text, "RECORD")
         return self._from_wheel(path, member, "RECORD + wheel {}", expected)
 
     def _cached_release(self) -> bool:

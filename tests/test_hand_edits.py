@@ -67,8 +67,9 @@ def venv_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def installed(venv_site: Path):
     """The install, checked pristine against its RECORD; every file a test changed is put back after it."""
     assert _mismatches(venv_site) == []
+    wheel = _wheel()  # now: a test may point the cache elsewhere
     yield venv_site
-    with zipfile.ZipFile(_wheel()) as archive:
+    with zipfile.ZipFile(wheel) as archive:
         for member in _mismatches(venv_site):
             (venv_site / member).write_bytes(archive.read(member))
 
@@ -332,3 +333,14 @@ def test_a_file_is_pristine_patched_or_edited_by_hand(release_copy, capsys) -> N
     sed_fix(path, (UNRELATED_ELSEWHERE,))
     assert state() == FileState.HAND
     assert classify(path, MODEL, "", Pristine(None, "why"), lambda: ()).state == FileState.UNKNOWN
+
+
+def test_a_patchcraft_patched_install_is_judged_offline(installed: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Without patchcraft's edits the file hashes to its RECORD entry: no wheel is needed (none here, no index)."""
+    assert run_cli(capsys, "apply", "--no-smoke", *SCOPE, str(installed))[0] == 0
+    monkeypatch.setenv("PATCHCRAFT_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    code, out, _ = run_cli(capsys, "verify", "--format", "json", *SCOPE, str(installed))
+    files = {f["path"]: (f["state"], f["pristine_from"]) for f in json.loads(out)["files"]}
+    assert code == 0 and files["sglang/" + MODEL] == ("patchcraft-patched", "RECORD"), files
+    assert run_cli(capsys, "revert", *SCOPE, str(installed))[0] == 0 and _mismatches(installed) == []

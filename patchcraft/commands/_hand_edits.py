@@ -21,6 +21,7 @@ from patchcraft import hand_advice
 from patchcraft.errors import PatchcraftError
 from patchcraft.graph import EditSite
 from patchcraft.hand_edits import FileReport, classify
+from patchcraft.patching import revert_text
 from patchcraft.pristine import Pristine, PristineSource
 from patchcraft.report import HARNESS_FAILED
 from patchcraft.results import Mode, ModelResult, RunResult
@@ -49,17 +50,19 @@ def file_reports(result: RunResult) -> dict[str, FileReport]:
     reports: dict[str, FileReport] = {}
     for rel in _model_files(result):
         path = tree.root / rel
+        if not source.offers:
+            reports[rel] = classify(path, rel, "", source.pristine(path), sites)
+            continue
         try:
-            pristine = source.pristine(path)
+            current = read_source(path)
+        except PatchcraftError:
+            continue  # the run's own row names the file's problem
+        try:
+            # Without patchcraft's edits the file may be the shipped one: RECORD tells, no wheel needed.
+            pristine = source.pristine(path, (current.encode(revert_text(current.text, path)),))
         except PatchcraftError as exc:
             pristine = Pristine(None, f"no pristine text: {exc}")
-        except OSError:
-            continue  # unreadable: the run's own row names the file's problem
-        try:
-            current = read_source(path).text if pristine.known else ""
-        except PatchcraftError:
-            continue
-        reports[rel] = classify(path, rel, current, pristine, sites)
+        reports[rel] = classify(path, rel, current.text, pristine, sites)
     return reports
 
 
