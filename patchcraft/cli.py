@@ -90,13 +90,14 @@ def cli() -> None:
 @click.option("--diff", "show_diff", is_flag=True, help="Also print the unified diff.")
 @click.option("--exit-non-zero-on-fix", "fail_on_change", is_flag=True, help="Exit 1 when a file was rewritten (as formatters do under pre-commit).")
 @click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on the patched code before writing it.")
-def apply(targets, models, output_format, color, release, no_runner, check, show_diff, fail_on_change, no_smoke) -> None:
+@click.option("--replace-hand-edits", "replace_hand_edits", is_flag=True, help="Patch the pristine text (RECORD + wheel, the cached release's wheel, or git HEAD) of files edited by hand at patchcraft's edit sites only; refuse files with other hand edits.")
+def apply(targets, models, output_format, color, release, no_runner, check, show_diff, fail_on_change, no_smoke, replace_hand_edits) -> None:
     """Patch the model files in place (idempotent, atomic; proven by the CPU harness first when torch is installed)."""
     from dataclasses import replace
 
     from patchcraft.commands.apply import apply as run
 
-    options = replace(_options(targets, models, output_format, color, show_diff, release, no_runner), fail_on_change=fail_on_change, smoke=not no_smoke)
+    options = replace(_options(targets, models, output_format, color, show_diff, release, no_runner), fail_on_change=fail_on_change, smoke=not no_smoke, replace_hand_edits=replace_hand_edits)
     sys.exit(run(options, check=check))
 
 
