@@ -124,3 +124,12 @@ def test_withhold_without_a_failure_changes_nothing_but_the_proofs() -> None:
     out = withhold(_result(*MODELS), passed)
     assert [c.rel for c in out.changes] == ["a.py", "b.py", "c.py", "d.py", "shared.py"]
     assert all(m.status == ModelStatus.PATCHED and m.proof == "harness-passed" for m in out.models)
+
+
+def test_a_file_with_a_failed_setter_edit_blocks_the_models_that_capture_in_it() -> None:
+    """A setter file spreads nothing by itself, but one with an error is not written, whoever it serves."""
+    setter = EditSite(kind="setter", path=Path("s.py"), module="s", cls="AForCausalLM", method="set_eagle3_layers_to_capture")
+    plans = (_plan("A", "a.py", "a.py", setter="s.py"), _plan("G", "s.py", "s.py"))
+    failed, blocked = _failed_models(plans, {Path("s.py"): FilePatch(after="", errors={setter.key: "s.py: setter: anchor missing"})}, {})
+    assert failed == {"a.A": "s.py: setter: anchor missing", "g.G": "s.py: not written because a.A failed in the same file; fix that first"}
+    assert blocked == {Path("a.py"), Path("s.py")}
