@@ -1,0 +1,94 @@
+"""tree_rows.py: the ``runner`` row (docs/runner.md) on real ``model_executor/`` folders.
+
+0.4.10 and 0.5.10 reset the ids before graph capture (two edits each);
+from 0.5.13 the ids are configured once, before capture, so nothing is
+needed. Only ``model_executor/`` is copied: the row reads nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import release_package
+from patchcraft.fetch import copy_parts
+from patchcraft.results import Mode
+from patchcraft.status import EditStatus, ModelStatus
+from patchcraft.tree import SglangTree
+from patchcraft.tree_rows import runner_row
+
+EXECUTOR = "sglang/srt/model_executor"
+#: The methods each release's fix edits (docs/runner.md: pass-ids, and remember-ids up to 0.5.6).
+EDITED = {
+    "0.4.10": [("ModelRunner", "initialize"), ("CudaGraphRunner", "__init__")],
+    "0.5.10": [("CudaGraphRunner", "__init__"), ("ModelRunner", "_dummy_run")],
+}
+
+
+def _tree(version: str, tmp_path: Path) -> SglangTree:
+    package = copy_parts(release_package(version), tmp_path / "sglang", ("srt/model_executor", "version.py"))
+    return SglangTree(package=package, root=tmp_path)
+
+
+def _texts(tree: SglangTree) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(tree.executor_dir.rglob("*.py"))}
+
+
+@pytest.mark.parametrize("version", sorted(EDITED))
+def test_a_release_that_resets_the_ids_would_patch_both_runner_files(version: str, tmp_path: Path) -> None:
+    row, changes = runner_row(_tree(version, tmp_path), Mode.CHECK)
+    assert row is not None and row.status == ModelStatus.WOULD
+    assert row.message == "missing: graph capture resets the ids to the defaults (2 of 2 edits to make)"
+    assert row.path == f"{EXECUTOR}/model_runner.py"
+    assert sorted(c.rel for c in changes) == [f"{EXECUTOR}/cuda_graph_runner.py", f"{EXECUTOR}/model_runner.py"]
+    assert [(e.cls, e.method, e.status) for e in row.edits] == [(c, m, EditStatus.APPLIED) for c, m in EDITED[version]]
+
+
+@pytest.mark.parametrize("version", sorted(EDITED))
+def test_applied_runner_row_is_then_already_patched_and_reverts_to_the_same_bytes(version: str, tmp_path: Path) -> None:
+    tree = _tree(version, tmp_path)
+    pristine = _texts(tree)
+    row, changes = runner_row(tree, Mode.APPLY)
+    assert row is not None and (row.status, row.message) == (ModelStatus.PATCHED, "added: configured ids reach graph capture")
+    for change in changes:
+        change.source.path.write_text(change.after, encoding="utf-8")
+    row, changes = runner_row(tree, Mode.VERIFY)
+    assert row is not None and changes == ()
+    assert (row.status, row.message, row.compiles, row.idempotent) == (ModelStatus.ALREADY, "configured ids reach graph capture", True, True)
+    row, changes = runner_row(tree, Mode.REVERT)
+    assert row is not None and (row.status, len(changes)) == (ModelStatus.REVERTED, 2)
+    for change in changes:
+        change.source.path.write_text(change.after, encoding="utf-8")
+    assert _texts(tree) == pristine
+
+
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.23"])
+def test_a_release_that_configures_the_ids_once_needs_no_runner_fix(version: str, tmp_path: Path) -> None:
+    tree = _tree(version, tmp_path)
+    for mode in (Mode.CHECK, Mode.APPLY):
+        row, changes = runner_row(tree, mode)
+        assert row is not None and changes == () and row.edits == ()
+        assert (row.status, row.message) == (ModelStatus.NOT_NEEDED, "not needed: no call in model_executor/ resets the ids (every call passes the configured ids)")
+
+
+def test_reverting_a_runner_patchcraft_never_touched_is_clean(tmp_path: Path) -> None:
+    row, changes = runner_row(_tree("0.5.10", tmp_path), Mode.REVERT)
+    assert row is not None and (row.status, row.message, changes) == (ModelStatus.CLEAN, "no patchcraft edits found", ())
+
+
+def test_one_broken_runner_file_writes_neither(tmp_path: Path) -> None:
+    """The two edits go together: a syntax error in one file leaves the other unchanged too."""
+    tree = _tree("0.5.10", tmp_path)
+    graph_runner = tree.executor_dir / "cuda_graph_runner.py"
+    text = graph_runner.read_text(encoding="utf-8")
+    at = text.index("    def __init__", text.index("class CudaGraphRunner"))
+    graph_runner.write_text(text[:at] + "    x = = 1\n" + text[at:], encoding="utf-8")
+    row, changes = runner_row(tree, Mode.APPLY)
+    assert row is not None and row.status == ModelStatus.ERROR and changes == ()
+    assert row.message.startswith(f"{graph_runner}: syntax error at line ") and row.message.endswith("; nothing was changed")
+
+
+def test_a_tree_without_model_executor_has_no_runner_row(tmp_path: Path) -> None:
+    (tmp_path / "sglang" / "srt" / "models").mkdir(parents=True)
+    assert runner_row(SglangTree(package=tmp_path / "sglang", root=tmp_path), Mode.CHECK) == (None, ())
