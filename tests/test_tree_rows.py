@@ -77,8 +77,8 @@ def test_reverting_a_runner_patchcraft_never_touched_is_clean(tmp_path: Path) ->
     assert row is not None and (row.status, row.message, changes) == (ModelStatus.CLEAN, "no patchcraft edits found", ())
 
 
-def test_one_broken_runner_file_writes_neither(tmp_path: Path) -> None:
-    """The two edits go together: a syntax error in one file leaves the other unchanged too."""
+def test_a_syntax_error_in_one_runner_file_is_an_error_row_and_writes_neither(tmp_path: Path) -> None:
+    """Planning the runner reads both files, so the error comes before any edit."""
     tree = _tree("0.5.10", tmp_path)
     graph_runner = tree.executor_dir / "cuda_graph_runner.py"
     text = graph_runner.read_text(encoding="utf-8")
@@ -92,3 +92,20 @@ def test_one_broken_runner_file_writes_neither(tmp_path: Path) -> None:
 def test_a_tree_without_model_executor_has_no_runner_row(tmp_path: Path) -> None:
     (tmp_path / "sglang" / "srt" / "models").mkdir(parents=True)
     assert runner_row(SglangTree(package=tmp_path / "sglang", root=tmp_path), Mode.CHECK) == (None, ())
+
+
+def test_a_hand_changed_edit_in_one_runner_file_leaves_the_other_unwritten(tmp_path: Path) -> None:
+    """The plan still reads both files; the patch of one refuses, so the other's edit is not written either."""
+    tree = _tree("0.5.10", tmp_path)
+    _, changes = runner_row(tree, Mode.APPLY)
+    graph_runner = next(c for c in changes if c.rel.endswith("cuda_graph_runner.py"))
+    configured = 'getattr(self.model_runner, "eagle_aux_hidden_state_layer_ids", None)'
+    assert graph_runner.after.count(configured) == 1
+    graph_runner.source.path.write_text(graph_runner.after.replace(configured, configured.replace("None)", "[])")), encoding="utf-8")
+    row, changes = runner_row(tree, Mode.APPLY)
+    assert row is not None and row.status == ModelStatus.ERROR and changes == ()
+    assert row.message == (
+        f"{graph_runner.source.path}: CudaGraphRunner.__init__: the ids passed to set_eagle3_layers_to_capture were changed by hand; "
+        "fix or remove that block by hand, then re-run (file left untouched)"
+    )
+    assert [(e.method, e.status) for e in row.edits] == [("__init__", EditStatus.MODIFIED), ("_dummy_run", EditStatus.APPLIED)]
