@@ -109,3 +109,15 @@ def test_a_hand_changed_edit_in_one_runner_file_leaves_the_other_unwritten(tmp_p
         "fix or remove that block by hand, then re-run (file left untouched)"
     )
     assert [(e.method, e.status) for e in row.edits] == [("__init__", EditStatus.MODIFIED), ("_dummy_run", EditStatus.APPLIED)]
+
+
+def test_a_half_patched_runner_would_patch_only_the_file_left(tmp_path: Path) -> None:
+    tree = _tree("0.5.10", tmp_path)
+    _, changes = runner_row(tree, Mode.APPLY)
+    graph_runner = next(c for c in changes if c.rel.endswith("cuda_graph_runner.py"))
+    graph_runner.source.path.write_text(graph_runner.after, encoding="utf-8")
+    row, changes = runner_row(tree, Mode.CHECK)
+    assert row is not None and row.status == ModelStatus.WOULD
+    assert row.message == "missing: graph capture resets the ids to the defaults (1 of 2 edits to make)"
+    assert [c.rel for c in changes] == [f"{EXECUTOR}/model_runner.py"]
+    assert [e.status for e in row.edits] == [EditStatus.PRESENT, EditStatus.APPLIED]
