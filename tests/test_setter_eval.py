@@ -8,6 +8,8 @@ the expected lists are read off the release's code.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import release_package
@@ -107,3 +109,29 @@ def test_patched_first_id_heuristic_shifts_the_other_ids_whenever_minus_one_is_g
     """With -1 the other ids are layer outputs (+1), whatever the first-id test chose; without it, the release's rule."""
     runs = [_patched_run("0.5.15", "deepseek_v2", "DeepseekV2ForCausalLM", ids, 61) for ids in ([-1, 2, 30], [-1, 1, 29], [0, 3, 31], [1, 29, 57])]
     assert [(r.layers_to_capture, r.embedding) for r in runs] == [((3, 31), True), ((2, 30), True), ((0, 3, 31), False), ((2, 30, 58), False)]
+
+
+def test_guarded_delegation_mllama4_reaches_the_inherited_llama_setter() -> None:
+    run = _run("0.5.10", "mllama4", "Llama4ForConditionalGeneration", [-1, 2, 30], 48)
+    assert run.layers_to_capture == (0, 3, 31) and run.holder is not None and run.holder.label == "llama4.Llama4Model"
+    assert [c.owner.label for c in run.calls] == ["mllama4.Llama4ForConditionalGeneration", "llama.LlamaForCausalLM"]
+
+
+GUARDED = '''
+class Wrapper:
+    def __init__(self, config):
+        self.language_model = build_language_model(config)
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        if hasattr(self.language_model, "set_eagle3_layers_to_capture"):
+            self.language_model.set_eagle3_layers_to_capture(layer_ids)
+'''
+
+
+def test_a_hasattr_that_swallowed_an_unknown_is_not_evaluable(tmp_path: Path) -> None:
+    """A delegate built outside the model graph: taking the silent no-op branch would be a guess."""
+    (tmp_path / "wrapper.py").write_text(GUARDED, encoding="utf-8")
+    graph = ModelGraph(models_dir=tmp_path)
+    graph.load("wrapper")
+    with pytest.raises(NotEvaluable, match="outside sglang/srt/models; its `set_eagle3_layers_to_capture` is unknown"):
+        run_setter(graph, graph.classes[("wrapper", "Wrapper")], [-1, 2, 30], 32)
