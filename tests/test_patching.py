@@ -86,9 +86,8 @@ def test_reverting_a_patched_file_with_a_syntax_error_raises_too() -> None:
         revert_text(broken, path)
 
 
-@pytest.mark.xfail(strict=True, reason="parse() reports libcst's raw_line, one past the line of the error")
 def test_a_syntax_error_found_by_libcst_names_the_line_it_is_on() -> None:
-    with pytest.raises(PatchcraftError, match="^m.py: syntax error at line 2: "):
+    with pytest.raises(PatchcraftError, match="^m.py: syntax error at line 2: invalid syntax; nothing was changed$"):
         revert_text(f"a = 1  # {MARKER}\nx = = 1\nb = 2\n", Path("m.py"))
 
 
