@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional
 
-from patchcraft.graph import SETTER, ClassNode, FunctionNode, ModelGraph, constructors_of, nodes_of, read_setter, words_of
+from patchcraft.graph import SETTER, ClassNode, FunctionNode, ModelGraph, SiteParams, constructors_of, nodes_of, read_setter, words_of
 
 #: The decision a decoder layer asks before it defers its all-reduce.
 DECISION = "should_fuse_mlp_allreduce_with_next_layer"
@@ -36,6 +36,14 @@ REDUCED_CAPTURE = "prepare_attn_and_capture_last_layer_outputs"
 _CAPTURE_KEYWORDS = ("captured_last_layer_outputs", "capture_output")
 #: What a capture is gated on: the ids, or the flag an inner setter puts on each captured layer (qwen2_moe).
 _GATES = ("layers_to_capture", "_is_layer_to_capture")
+
+
+@dataclass(frozen=True)
+class MarkParams(SiteParams):
+    """``fusion-mark``: the inner model the setter sets ids on, and its layers' communicator attribute."""
+
+    target: str = "self.model"
+    communicator: str = "layer_communicator"
 
 
 @dataclass(frozen=True)
