@@ -5,8 +5,14 @@
   deferred all-reduce; not-needed where none does (0.5.23); golden diffs
   under golden/<release>/layers/communicator.diff;
 - check-draft and explain ``--tp``;
+- which models the detection lists (patchcraft.fusion_reading), and, per
+  model on applied 0.5.14 and 0.5.20 trees, each layer's decision after the
+  patched setter ran: the release's own where the capture reads the reduced
+  state, unfused only on the layers a capture reads where it reads a
+  deferred sum;
 - proof on CPU: two gloo ranks run stand-in layers with the release's own
-  decision function, unpatched and patched.
+  decision function and the patched setter's marks, unpatched and patched,
+  for EAGLE-3, EAGLE and MTP.
 """
 
 from __future__ import annotations
@@ -70,17 +76,47 @@ def test_fusion_row_skipped_with_flag(tmp_path: Path) -> None:
 
 
 def test_not_needed_where_layers_reduce_at_the_boundary(tmp_path: Path) -> None:
+    """0.5.23: not-needed because no model's capture reads a deferred sum, which the models say (not the directory)."""
     tree = resolve_target(str(fusion_copy("0.5.23", tmp_path)))
     result = row(run(tree, Mode.CHECK, names=[fusion.ROW]))
-    assert result.status == ModelStatus.NOT_NEEDED, result
+    assert result.status == ModelStatus.NOT_NEEDED and "no decoder layer defers its all-reduce" in result.message, result
 
 
-def test_affected_models_follow_structure() -> None:
-    """deepseek_v2 moves its capture after the reduction in 0.5.14; glm4_moe keeps it before, on to 0.5.20."""
-    names = lambda v: {p.stem for p in fusion.plan(release_package(v)).affected}  # noqa: E731
-    assert {"deepseek_v2", "glm4_moe", "gpt_oss"} <= names("0.5.10")
-    assert "deepseek_v2" not in names("0.5.15") and "glm4_moe" in names("0.5.15")
-    assert "qwen3_moe" not in names("0.5.10")  # captures after prepare_attn: reduced
+def test_boundary_release_with_a_deferring_model_is_not_called_not_needed(tmp_path: Path) -> None:
+    """Plant 0.5.20's glm4_moe.py (it defers and captures hidden_states + residual) into 0.5.23: no longer not-needed."""
+    package = fusion_copy("0.5.23", tmp_path)
+    (package / "srt" / "models" / "glm4_moe.py").write_bytes((release_package("0.5.20") / "srt" / "models" / "glm4_moe.py").read_bytes())
+    result = row(run(resolve_target(str(package)), Mode.CHECK, names=[fusion.ROW]))
+    assert result.status == ModelStatus.UNSUPPORTED and "Glm4MoeForCausalLM" in result.message, result
+
+
+def _names(version: str) -> set[str]:
+    return {c.model.rpartition(".")[2] for c in fusion.affected_models(release_package(version))}
+
+
+#: DFLASH-only setters (laguna, mimo_v2, nemotron_h) and no setter at all (bailing_moe_v3): never listed.
+NOT_EAGLE3 = ("laguna", "mimo_v2", "nemotron_h", "bailing_moe_v3")
+
+
+@pytest.mark.parametrize(
+    "version,affected,reduced",
+    [
+        ("0.5.2", {"GptOssForCausalLM", "Qwen3MoeForCausalLM"}, set()),  # qwen3_moe's loop is qwen2_moe.py's
+        ("0.5.10", {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Glm4MoeForCausalLM", "GptOssForCausalLM"}, {"Qwen3MoeForCausalLM"}),
+        ("0.5.14", {"Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration"},
+         {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"}),
+        ("0.5.20", {"Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration",
+                    "Glm5NextForConditionalGeneration"},
+         {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"}),
+    ],
+)
+def test_affected_models_follow_structure(version: str, affected: set, reduced: set) -> None:
+    """deepseek_v2 moves its capture after the reduction in 0.5.14; glm4_moe keeps it before, on to 0.5.20;
+    inherited layers (qwen3_vl_moe), helpers (glm5_next) and loops in another file (qwen3_moe on 0.5.2) count."""
+    found = fusion.affected_models(release_package(version))
+    names = {c.model.rpartition(".")[2] for c in found}
+    assert affected <= names and not (reduced & names), sorted(names)
+    assert not {c.path.stem for c in found} & set(NOT_EAGLE3)
 
 
 def test_broken_decision_is_reported_not_patched(tmp_path: Path) -> None:
@@ -124,6 +160,88 @@ def test_release_without_enforce_flag_says_so(tmp_path: Path, capsys: pytest.Cap
     package = fusion_copy("0.5.6", tmp_path / "tree")
     code, out, _ = run_cli(capsys, "explain", str(package), "--model", "DeepseekV3ForCausalLM", "--num-layers", "61", "--layer-ids", "2,29,57", "--tp", "8")
     assert code == 1 and "does not exist in this release" in out
+
+
+# -- per model, on an applied tree: the patched setter's marks and the patched decision --------------
+
+PER_MODEL = {
+    "0.5.14": ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM",
+               "Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration"),
+    "0.5.20": ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM",
+               "Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration",
+               "Glm5NextForConditionalGeneration"),
+}
+#: The models whose capture reads the deferred sum (the review's list, checked here against the run).
+DEFERRED = {"Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration",
+            "Glm5NextForConditionalGeneration"}
+NUM_LAYERS, IDS = 12, [-1, 2, 6]
+
+
+def _layer_decisions(graph, cls, communicator: str, decide, monkeypatch) -> tuple[tuple[int, ...], list[bool]]:
+    """Run the (patched) setter with IDS on stand-ins whose layers have communicators; then each layer's decision."""
+    from types import SimpleNamespace
+
+    import fusion_standins
+    from patchcraft import setter_eval
+
+    algo = fusion_standins.Algo("EAGLE3")
+
+    class Layer:
+        def __init__(self) -> None:
+            setattr(self, communicator, SimpleNamespace(_speculative_algo=algo, is_last_layer=False, _context=SimpleNamespace(tp_size=8),
+                                                        layer_scatter_modes=SimpleNamespace(mlp_mode="full")))
+
+    layers: list = []
+
+    def make() -> list:
+        layers[:] = [Layer() for _ in range(NUM_LAYERS)]
+        for index, layer in enumerate(layers):
+            getattr(layer, communicator).is_last_layer = index == NUM_LAYERS - 1
+        return layers
+
+    make()  # a setter that never reads ``layers`` leaves them unmarked
+    original = setter_eval._attribute
+    monkeypatch.setattr(setter_eval, "_attribute", lambda owner, ev, c, name: layers if name == "layers" else original(owner, ev, c, name))
+    result = setter_eval.run_setter(graph, cls, IDS, NUM_LAYERS)
+    assert result.error is None and result.layers_to_capture, result
+    batch = SimpleNamespace(input_ids=SimpleNamespace(shape=(4,)))
+    return result.layers_to_capture, [bool(decide(getattr(layer, communicator), batch)) for layer in layers]
+
+
+@pytest.mark.parametrize("version", sorted(PER_MODEL))
+def test_each_model_keeps_the_release_decision_unless_its_capture_reads_a_deferred_sum(version: str, tmp_path: Path, monkeypatch) -> None:
+    """After `apply`: the patched setter of each model runs, then each layer's patched decision (TP 8, EAGLE-3).
+
+    Reduced-state models: the release's own decision on every layer (fused but for the last). Deferred-sum models:
+    unfused exactly on the layers whose output a capture reads (layer i-1 for a capture at the top of layer i).
+    """
+    pytest.importorskip("torch")
+    import fusion_standins
+    from patchcraft.fusion_reading import read_capture
+    from patchcraft.plan import scan
+
+    package = fusion_copy(version, tmp_path)
+    pristine = (package / fusion.COMMUNICATOR).read_text()
+    applied = run(resolve_target(str(package)), Mode.APPLY)
+    write_changes(applied.changes)
+    patched = (package / fusion.COMMUNICATOR).read_text()
+    algo = fusion_standins.Algo("EAGLE3")
+    release = fusion_standins.compile_decision(fusion_standins.decision_source(pristine), 8, algo)
+    decide = fusion_standins.compile_decision(fusion_standins.decision_source(patched), 8, algo)
+    graph = scan(package / "srt" / "models")
+    seen = {}
+    for name in PER_MODEL[version]:
+        cls = next(c for c in graph.classes.values() if c.name == name)
+        capture = read_capture(graph, cls)
+        assert capture is not None and capture.communicator, name
+        ids, decisions = _layer_decisions(graph, cls, capture.communicator, decide, monkeypatch)
+        _, own = _layer_decisions(graph, cls, capture.communicator, release, monkeypatch)
+        assert own == [i != NUM_LAYERS - 1 for i in range(NUM_LAYERS)], (name, own)  # the release fuses every layer but the last
+        read = {i - 1 for i in ids if i >= 1}
+        expected = [d and i not in read for i, d in enumerate(own)] if name in DEFERRED else own
+        seen[name] = (decisions == expected, sorted(read))
+        assert decisions == expected, (name, ids, decisions)
+    assert all(ok for ok, _ in seen.values()), seen
 
 
 # -- proof on CPU: two gloo ranks ---------------------------------------------------
