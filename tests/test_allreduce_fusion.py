@@ -246,7 +246,7 @@ def test_each_model_keeps_the_release_decision_unless_its_capture_reads_a_deferr
 
 # -- proof on CPU: two gloo ranks ---------------------------------------------------
 
-def _two_ranks(source: str):
+def _two_ranks(source: str, algo: str = "EAGLE3", mark: str = ""):
     import torch
     import torch.multiprocessing as mp
 
@@ -254,28 +254,95 @@ def _two_ranks(source: str):
 
     with tempfile.TemporaryDirectory() as out:
         init = f"file://{out}/rendezvous"
-        mp.spawn(fusion_standins.worker, args=(2, source, init, out), nprocs=2, join=True)
+        mp.spawn(fusion_standins.worker, args=(2, source, init, out, algo, mark), nprocs=2, join=True)
         return [torch.load(f"{out}/rank{r}.pt") for r in range(2)]
 
 
-@pytest.mark.parametrize("version", ("0.5.10", "0.5.6"))
-def test_gloo_capture_is_reduced_only_when_patched(version: str) -> None:
-    pytest.importorskip("torch")
+#: Each decision shape: 0.5.2 (gpt-oss, global_server_args_dict), 0.5.6, 0.5.10, 0.5.14 (moe-cp), 0.5.20 (EP x TP).
+PROOF_RELEASES = ("0.5.2", "0.5.6", "0.5.10", "0.5.14", "0.5.20")
+
+
+def patched_decision(version: str, communicator: str | None = None) -> tuple[str, str]:
+    """The release's decision, and the decision as `apply` writes it (``communicator``: that text instead)."""
+    import fusion_standins
+
+    package = release_package(version)
+    path = package / fusion.COMMUNICATOR
+    text = path.read_text()
+    plan = fusion.plan(package)
+    assert plan.site is not None, plan
+    patched = patch_text(text, path, [plan.site], {fusion.KIND: fusion}).after if communicator is None else communicator
+    assert revert_text(patch_text(text, path, [plan.site], {fusion.KIND: fusion}).after, path) == text
+    return fusion_standins.decision_source(text), fusion_standins.decision_source(patched)
+
+
+def setter_marks(version: str) -> str:
+    """The marking loop `apply` writes into the setter of the first affected model (gpt_oss on 0.5.2, ...)."""
+    import ast
+
+    from patchcraft.plan import plan_models, scan
+    from patchcraft.transforms import mark_captured_outputs as marks
+
+    graph = scan(release_package(version) / "srt" / "models")
+    [plan] = [p for p in plan_models(graph) if any(s.kind == marks.KIND for s in p.sites)][:1]
+    site = next(s for s in plan.sites if s.kind == marks.KIND)
+    text = site.path.read_text()
+    patched = patch_text(text, site.path, [s for s in plan.sites if s.path == site.path]).after
+    lines = patched.splitlines(keepends=True)
+    loop = next(n for n in ast.walk(ast.parse(patched)) if isinstance(n, ast.For) and lines[n.lineno - 2].strip() == marks.COMMENT)
+    return "".join(lines[loop.lineno - 1 : loop.end_lineno])
+
+
+def check_proof(version: str, communicator: str | None = None) -> None:
+    """Two gloo ranks, TP 2: the patched decision with the patched setter's marks, for EAGLE-3, EAGLE and MTP."""
     import torch
 
     import fusion_standins
 
+    before, after = patched_decision(version, communicator)
+    mark = setter_marks(version)
+    last = fusion_standins.LAYERS - 1
+    release = fusion_standins.decisions(before, 2, "EAGLE3", mark)
+    assert release == [i != last for i in range(fusion_standins.LAYERS)], release  # the release fuses all but the last
+    # EAGLE-3: unfused exactly where a capture reads the output, fused everywhere else.
+    r0, r1 = _two_ranks(after, "EAGLE3", mark)
+    wanted = [i != last and i not in fusion_standins.READ for i in range(fusion_standins.LAYERS)]
+    assert r0["fused"] == r1["fused"] == wanted, (r0["fused"], wanted)
+    ref = fusion_standins.reference(after, "EAGLE3", mark)
+    assert torch.equal(ref, fusion_standins.reference(before, "EAGLE3", mark))  # TP 1: nothing to fuse either way
+    assert torch.allclose(r0["aux"], ref) and torch.allclose(r1["aux"], ref), "patched: every capture (embedding too) is reduced"
+    # EAGLE and MTP: the release's own decision on every layer, even with the marks set.
+    for algo in ("EAGLE", "MTP"):
+        assert fusion_standins.decisions(after, 2, algo, mark) == release, algo
+    # Unpatched: the captures at the tops of layers 2 and 4 are per-rank partial sums (the embedding is not).
+    u0, u1 = _two_ranks(before, "EAGLE3", mark)
+    assert torch.allclose(u0["aux"][0], ref[0]), "the embedding is replicated"
+    assert not torch.allclose(u0["aux"][1:], u1["aux"][1:]) and not torch.allclose(u0["aux"][1:], ref[1:]), "unpatched: partial sums"
+
+
+@pytest.mark.parametrize("version", PROOF_RELEASES)
+def test_gloo_capture_is_reduced_only_where_read_when_patched(version: str) -> None:
+    pytest.importorskip("torch")
+    check_proof(version)
+
+
+#: The guard `apply` writes, and three broken ones the proof must reject.
+_GUARD = '.is_eagle3() and getattr(self, "patchcraft_output_captured", False)'
+BROKEN = {
+    "never-fires": '.is_eagle3() and False',
+    "all-eagle": '.is_eagle() and getattr(self, "patchcraft_output_captured", False)',
+    "every-layer": '.is_eagle3()',
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN))
+def test_gloo_proof_rejects_a_broken_guard(broken: str) -> None:
+    """The proof fails both ways: a guard that never fires, one that fires for all EAGLE, one that fires on every layer."""
+    pytest.importorskip("torch")
+    version = "0.5.10"
     path = release_package(version) / fusion.COMMUNICATOR
-    text = path.read_text()
     site = fusion.plan(release_package(version)).site
-    patched = patch_text(text, path, [site], {fusion.KIND: fusion}).after
-    assert revert_text(patched, path) == text
-    before, after = fusion_standins.decision_source(text), fusion_standins.decision_source(patched)
-    assert before != after
-    ref = fusion_standins.reference(before)
-    assert torch.equal(ref, fusion_standins.reference(after))  # TP 1: nothing to fuse either way
-    r0, r1 = _two_ranks(before)
-    assert not torch.allclose(r0, r1) and not torch.allclose(r0, ref), "unpatched: the capture should be a per-rank partial sum"
-    # The embedding (hidden at layer 1 is layer 0's MLP output): every capture after layer 0 is partial.
-    r0, r1 = _two_ranks(after)
-    assert torch.allclose(r0, ref) and torch.allclose(r1, ref)
+    patched = patch_text(path.read_text(), path, [site], {fusion.KIND: fusion}).after
+    assert patched.count(_GUARD) == 1
+    with pytest.raises(AssertionError):
+        check_proof(version, patched.replace(_GUARD, BROKEN[broken]))
