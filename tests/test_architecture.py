@@ -18,7 +18,7 @@ DOC = ROOT / "docs" / "architecture.md"
 #: Layer -> modules, bottom up (names relative to ``patchcraft``; ``harness.*`` is the whole subpackage).
 LAYERS: dict[str, tuple[str, ...]] = {
     "foundations": ("__init__", "errors", "status", "lazy", "releases", "layer_ids", "sources", "fetch", "tree", "lock"),
-    "reading": ("graph", "scope", "setter_eval"),
+    "reading": ("graph", "scope", "setter_eval", "fusion_reading"),
     "planning": ("plan", "selection", "runner_plan"),
     "transforms": ("transforms.*",),
     "engine": ("results", "patching", "workers", "tree_rows", "engine", "cache", "diffs"),
