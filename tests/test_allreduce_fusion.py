@@ -377,3 +377,23 @@ def test_override_that_returns_early_is_reported(tmp_path: Path) -> None:
     glm.write_text(glm.read_text() + "\n_USES = 'Qwen35FlashInferLayerCommunicator'\n")
     result = row(run(resolve_target(str(package)), Mode.CHECK, names=[fusion.ROW]))
     assert result.status == ModelStatus.UNSUPPORTED and "bypasses the guard" in result.message, result
+
+
+def test_an_earlier_all_layer_guard_is_narrowed(tmp_path: Path) -> None:
+    """A tree patched by an earlier patchcraft (guard on every EAGLE-3 layer): `apply` replaces it, once."""
+    package = fusion_copy("0.5.10", tmp_path)
+    path = package / fusion.COMMUNICATOR
+    pristine = path.read_text()
+    site = fusion.plan(package).site
+    algo = site.params.algo
+    new = patch_text(pristine, path, [site], {fusion.KIND: fusion}).after
+    old_guard = f"{fusion.OLD_COMMENT}\n        if {algo} is not None and {algo}.is_eagle3():\n            return False\n"
+    new_guard = f'{fusion.COMMENT}\n        if {algo} is not None and {algo}.is_eagle3() and getattr(self, "patchcraft_output_captured", False):\n            return False\n'
+    assert new.count(new_guard) == 1
+    path.write_text(new.replace(new_guard, old_guard))
+    tree = resolve_target(str(package))
+    result = run(tree, Mode.APPLY, names=[fusion.ROW])
+    assert row(result).status == ModelStatus.PATCHED and row(result).edits[0].detail == "replaced the all-layer EAGLE-3 guard", row(result)
+    write_changes(result.changes)
+    assert path.read_text() == new
+    assert row(run(tree, Mode.CHECK, names=[fusion.ROW])).status == ModelStatus.ALREADY
