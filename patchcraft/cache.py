@@ -79,6 +79,9 @@ def inputs(tree: SglangTree) -> list[Path]:
     # The allreduce-fusion row: the decision it edits, and whether layers reduce at their boundary.
     files.append(tree.package / "srt" / "layers" / "communicator.py")
     files.append(tree.package / "srt" / "layers" / "layer_boundary" / "__init__.py")
+    # ... and the subclasses of LayerCommunicator that override the decision (anywhere in srt/layers/).
+    layers = tree.package / "srt" / "layers"
+    files.extend(p for p in sorted(layers.rglob("*.py")) if p.name != "communicator.py" and "layer_boundary" not in p.parts)
     return files
 
 

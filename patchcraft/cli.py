@@ -90,13 +90,14 @@ def cli() -> None:
 @click.option("--diff", "show_diff", is_flag=True, help="Also print the unified diff.")
 @click.option("--exit-non-zero-on-fix", "fail_on_change", is_flag=True, help="Exit 1 when a file was rewritten (as formatters do under pre-commit).")
 @click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on the patched code before writing it.")
-def apply(targets, models, output_format, color, release, no_runner, check, show_diff, fail_on_change, no_smoke) -> None:
+@click.option("--replace-hand-edits", "replace_hand_edits", is_flag=True, help="Patch the pristine text (RECORD + wheel, the cached release's wheel, or git HEAD) of files edited by hand at patchcraft's edit sites only; refuse files with other hand edits.")
+def apply(targets, models, output_format, color, release, no_runner, check, show_diff, fail_on_change, no_smoke, replace_hand_edits) -> None:
     """Patch the model files in place (idempotent, atomic; proven by the CPU harness first when torch is installed)."""
     from dataclasses import replace
 
     from patchcraft.commands.apply import apply as run
 
-    options = replace(_options(targets, models, output_format, color, show_diff, release, no_runner), fail_on_change=fail_on_change, smoke=not no_smoke)
+    options = replace(_options(targets, models, output_format, color, show_diff, release, no_runner), fail_on_change=fail_on_change, smoke=not no_smoke, replace_hand_edits=replace_hand_edits)
     sys.exit(run(options, check=check))
 
 
@@ -105,7 +106,8 @@ def apply(targets, models, output_format, color, release, no_runner, check, show
 @click.option("--smoke", "smoke_run", is_flag=True, help="Also run the patched methods on CPU stand-ins (needs patchcraft[smoke]).")
 @click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on hand-made edits (it runs when torch is installed).")
 @click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="Check the overlay in DIR instead: it matches the install (TARGET) and is fully patched.")
-def verify(targets, models, output_format, color, release, no_runner, smoke_run, no_smoke, overlay_dir) -> None:
+@click.option("--user", "user", metavar="NAME", help="With --overlay: check that user NAME (the server's) can read it, its parent directories included.")
+def verify(targets, models, output_format, color, release, no_runner, smoke_run, no_smoke, overlay_dir, user) -> None:
     """Check each edit is present and correct; write nothing."""
     from dataclasses import replace
 
@@ -114,7 +116,7 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
 
         if len(targets) > 1:
             raise click.UsageError("--overlay checks one install: give at most one TARGET")
-        sys.exit(overlay_verify(overlay_dir, targets[0] if targets else None, output_format, color))
+        sys.exit(overlay_verify(overlay_dir, targets[0] if targets else None, output_format, color, user))
 
     options = replace(_options(targets, models, output_format, color, release=release, no_runner=no_runner), smoke=not no_smoke)
     if smoke_run:
@@ -147,7 +149,9 @@ def smoke(targets, models, output_format, color, release, no_runner, device, tp,
     if overlay_dir:
         if targets or release:
             raise click.UsageError("--overlay is the target: give no TARGET or --release with it")
-        targets = (str(Path(overlay_dir) / "tree" / "sglang"),)
+        from patchcraft.commands.smoke import overlay_target
+
+        targets = (overlay_target(overlay_dir),)
     options = _options(targets, models, output_format, color, release=release, no_runner=no_runner)
     cuda = dict(tp=tp, model_path=model_path, draft_path=draft_path, layer_ids=layer_ids, timeout=timeout, out=out, via_run=via_run, mem_fraction_static=mem_fraction_static)
     sys.exit(run(options, device=device, cuda=cuda, engine=engine, compiled=compiled))
@@ -268,11 +272,26 @@ def overlay_build(target, out, no_smoke, no_runner, output_format) -> None:
 @click.argument("target", required=False, type=click.Path())
 @click.option("--format", "output_format", type=REPORT_FORMATS, default="text", show_default=True)
 @click.option("--color", type=COLORS, default="auto", show_default=True)
-def overlay_verify(directory, target, output_format, color) -> None:
+@click.option("--user", "user", metavar="NAME", help="Check that user NAME (the server's) can read it, its parent directories included.")
+def overlay_verify(directory, target, output_format, color, user) -> None:
     """Check that an overlay matches the install it was built from and is fully patched."""
     from patchcraft.commands.run import overlay_verify as check
 
-    sys.exit(check(directory, target, output_format, color))
+    sys.exit(check(directory, target, output_format, color, user))
+
+
+@cli.group(name="cache")
+def cache_group() -> None:
+    """patchcraft's cache (overlays, fetched releases, run results)."""
+
+
+@cache_group.command(name="prune")
+@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
+def cache_prune(output_format) -> None:
+    """Remove the cached overlays no process uses (and stale temp directories); never one in use."""
+    from patchcraft.commands.prune import prune
+
+    sys.exit(prune(output_format))
 
 
 def main(argv: list[str] | None = None) -> None:

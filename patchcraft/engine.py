@@ -40,7 +40,15 @@ else:
 # -- whole tree ----------------------------------------------------------------
 
 @gc_paused
-def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = True, jobs: int = 1, fusion: bool = True) -> RunResult:
+def run(
+    tree: SglangTree,
+    mode: Mode,
+    names: Sequence[str] = (),
+    runner: bool = True,
+    jobs: int = 1,
+    fusion: bool = True,
+    base_texts: Mapping[Path, str] | None = None,
+) -> RunResult:
     """Plan, transform and judge every selected model; no file is written here.
 
     With ``runner`` (the default), a run over a tree also checks that CUDA
@@ -56,6 +64,10 @@ def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = 
 
     ``jobs`` > 1 patches that many files at once in worker processes; the
     result is the same as with ``jobs=1``, in the same order.
+
+    ``base_texts`` (model file -> text) patches that text instead of the
+    file's (``apply --replace-hand-edits``: the pristine text of a file
+    edited by hand); the change still replaces the file as it is on disk.
     """
     rows = (runner_plan.ROW, fusion_transform.ROW)
     model_names = tuple(n for n in names if n.lower() not in rows)
@@ -63,7 +75,7 @@ def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = 
     if names and not model_names:
         result = RunResult(mode=mode, tree=tree, version=tree.version, models=(), changes=())
     else:
-        result = _run_models(tree, mode, model_names, jobs=jobs)
+        result = _run_models(tree, mode, model_names, jobs=jobs, base_texts=base_texts)
     extra = ((runner, runner_plan.ROW, runner_row), (fusion, fusion_transform.ROW, fusion_row))
     for enabled, name, rows_of in extra:
         if not enabled or tree.only_files or (wanted_rows and not model_names and name not in wanted_rows):
@@ -74,7 +86,7 @@ def run(tree: SglangTree, mode: Mode, names: Sequence[str] = (), runner: bool = 
     return result
 
 
-def _run_models(tree: SglangTree, mode: Mode, names: Sequence[str] = (), jobs: int = 1) -> RunResult:
+def _run_models(tree: SglangTree, mode: Mode, names: Sequence[str] = (), jobs: int = 1, base_texts: Mapping[Path, str] | None = None) -> RunResult:
     """Plan, transform and judge every selected model class."""
     plans = plan_tree(tree, names, whole_files=mode is Mode.REVERT)
     if mode is Mode.REVERT:
@@ -87,7 +99,7 @@ def _run_models(tree: SglangTree, mode: Mode, names: Sequence[str] = (), jobs: i
     sources: dict[Path, Source] = {}
     patches: dict[Path, FilePatch] = {}
     file_errors: dict[Path, str] = {}
-    items = sorted(by_file.items())
+    items = [(path, (sites, (base_texts or {}).get(path))) for path, sites in sorted(by_file.items())]
     for (path, _), (source, patch, error) in zip(items, map_files(_patch_file, items, jobs)):
         if source is not None:
             sources[path] = source
@@ -189,13 +201,13 @@ def _included(plan: ModelPlan) -> str:
     return f" (not named, but {plan.included_by})" if plan.included_by else ""
 
 
-def _patch_file(item: tuple[Path, Sequence[EditSite]]) -> tuple[Source | None, FilePatch | None, str | None]:
-    """Read and patch one file: (source, patch, error); runs in a worker process when ``jobs`` > 1."""
-    path, sites = item
+def _patch_file(item: tuple[Path, tuple[Sequence[EditSite], str | None]]) -> tuple[Source | None, FilePatch | None, str | None]:
+    """Read and patch one file (or its ``base`` text instead): (source, patch, error); runs in a worker process when ``jobs`` > 1."""
+    path, (sites, base) = item
     source = patch = error = None
     try:
         source = read_source(path)
-        patch = patch_text(source.text, path, sites)
+        patch = patch_text(source.text if base is None else base, path, sites)
     except PatchcraftError as exc:
         error = str(exc)
     return source, patch, error

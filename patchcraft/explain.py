@@ -801,11 +801,11 @@ def _runner_message(facts: _Facts, warnings: list[Finding], notes: list[str]) ->
 
 
 def fusion_defect(model: Model) -> str | None:
-    """At TP > 1: the partial-sum warning when this model's capture precedes a deferred all-reduce."""
+    """At TP > 1: the partial-sum warning when this model's capture reads a deferred all-reduce sum
+    (found through the class graph, the same detection as the allreduce-fusion edit)."""
     from patchcraft.transforms import keep_captured_states_reduced as fusion
 
-    files = tuple(model.plan.files) + (model.plan.path, model.cls.path)
-    return fusion.defect(model.tree.package, files)
+    return fusion.defect(model.tree.package, model.graph, model.cls)
 
 
 # -- the inverse: ids that capture given states --------------------------------------

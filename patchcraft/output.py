@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from patchcraft.hand_edits import FileReport
 from patchcraft.results import Mode, RunResult
-from patchcraft.status import EditStatus, ModelStatus
+from patchcraft.status import EditStatus, FileState, ModelStatus
 
 if TYPE_CHECKING:
     from patchcraft.gpu_smoke.summary import CudaSmokeSummary
@@ -90,6 +91,34 @@ def print_github(lines: Sequence[str]) -> None:
 
 def print_line(message: str) -> None:
     sys.stderr.write(message + "\n")
+
+
+def hand_edit_lines(reports: Sequence[Mapping[str, FileReport]], replaced: Sequence[FileReport] = ()) -> list[str]:
+    """What the files a run touches are against their pristine text (nothing when none could be had)."""
+    known = [r for rep in reports for r in rep.values() if r.state != FileState.UNKNOWN]
+    if not known:
+        return []
+    counts = {state: sum(r.state == state for r in known) for state in (FileState.PRISTINE, FileState.PATCHED, FileState.HAND)}
+    origins = ", ".join(sorted({r.origin for r in known}))
+    lines = [f"files against their pristine text ({origins}): " + ", ".join(f"{n} {state}" for state, n in counts.items() if n)]
+    dropped = {r.path for r in replaced}
+    for r in known:
+        if r.state != FileState.HAND:
+            continue
+        verb = "replaced: these hand edits were dropped and the pristine file patched afresh" if r.path in dropped else "edited by hand"
+        lines.append(f"  {r.rel}: {verb}")
+        for hunk in r.hunks:
+            where = f"at the {hunk.site} edit site" if hunk.site else "at no patchcraft edit site (apply --replace-hand-edits refuses this file)"
+            lines.append(f"    {hunk.label(r.rel)}: {where}")
+    return lines
+
+
+def print_hand_edits(reports: Sequence[Mapping[str, FileReport]], replaced: Sequence[FileReport] = (), show_diff: bool = False, color: str = "auto") -> None:
+    """The files' states on stderr, and (``show_diff``) the hand diffs on stdout, before the run's own output."""
+    for line in hand_edit_lines(reports, replaced):
+        print_line(line)
+    if show_diff:
+        print_diff("".join(r.diff for rep in reports for r in rep.values() if r.state == FileState.HAND), color)
 
 
 def print_results(results: Sequence[RunResult], color: str = "auto") -> None:

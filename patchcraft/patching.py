@@ -8,6 +8,8 @@ or writes a file.
 
 from __future__ import annotations
 
+import ast
+
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,9 +57,17 @@ def parse(text: str, path: Path) -> cst.Module:
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
-        raise PatchcraftError(
-            f"{path}: syntax error at line {exc.raw_line}: {exc.message}; nothing was changed"
-        ) from None
+        line, message = _python_syntax_error(text) or (exc.raw_line, exc.message)
+        raise PatchcraftError(f"{path}: syntax error at line {line}: {message}; nothing was changed") from None
+
+
+def _python_syntax_error(text: str) -> tuple[int | None, str] | None:
+    """Python's own line and message for a text libcst rejected (libcst's raw_line can be one past it)."""
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        return exc.lineno, exc.msg
+    return None
 
 
 def _slices(text: str, path: Path, cut: Callable[..., ClassSlices | None], wanted: Iterable) -> ClassSlices | None:

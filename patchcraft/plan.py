@@ -33,6 +33,7 @@ from patchcraft.graph import (
     read_setter,
     references_self_attr,
 )
+from patchcraft.fusion_reading import MarkParams, read_capture
 from patchcraft.scope import ModelTexts, read_models
 
 
@@ -228,7 +229,18 @@ def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
         problem = _inner_sites(graph, inner, sites, notes) or _unmarked(graph, inner, setter, shape.inner_attr, where)
         if problem:
             return ModelPlan(**base, unsupported=problem, notes=tuple(notes), not_applicable=NO_CAPTURE in problem)
+    sites.extend(_fusion_mark(graph, cls))
     return ModelPlan(**base, sites=tuple(_unique(sites)), notes=tuple(notes))
+
+
+def _fusion_mark(graph: ModelGraph, cls: ClassNode) -> list[EditSite]:
+    """The setter's layer marks, where the capture reads a deferred all-reduce sum (fusion_reading)."""
+    capture = read_capture(graph, cls)
+    if capture is None or not capture.affected:
+        return []
+    params = MarkParams(target=capture.target, communicator=capture.communicator)
+    module = capture.setter_path.stem
+    return [EditSite(kind="fusion-mark", path=capture.setter_path, module=module, cls=capture.setter_cls, method=SETTER, params=params)]
 
 
 def _unmarked(graph: ModelGraph, inner: ClassNode, setter, attr: str, where: str) -> str | None:

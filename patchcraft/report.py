@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from patchcraft import __version__
 from patchcraft.errors import CHANGED, OK, USAGE
+from patchcraft.hand_edits import FileReport
 from patchcraft.results import EditResult, Mode, ModelResult, RunResult
-from patchcraft.status import EDIT_IN_PLACE, MODEL_DONE, MODEL_SKIPPED, EditStatus, ModelStatus
+from patchcraft.status import EDIT_IN_PLACE, MODEL_DONE, MODEL_SKIPPED, EditStatus, FileState, ModelStatus
 
 #: The version of every JSON document patchcraft prints (docs/json.md).
 SCHEMA_VERSION = 1
@@ -159,6 +160,27 @@ def to_json(results: Sequence[RunResult], code: int) -> dict[str, Any]:
     }
 
 
+def files_json(reports: Sequence[Mapping[str, FileReport]], replaced: Sequence[FileReport] = ()) -> list[dict[str, Any]]:
+    """The ``files`` of a verify or apply document: each model file against its pristine text (docs/json.md)."""
+    dropped = {r.path for r in replaced}
+    return [
+        {
+            "path": r.rel,
+            "state": r.state,
+            "pristine_from": r.origin if r.state != FileState.UNKNOWN else None,
+            "reason": r.origin if r.state == FileState.UNKNOWN else None,
+            "hunks": [
+                {"first": h.first, "last": h.last, "where": h.where, "site": h.site, "label": h.label(r.rel), "lines": list(h.lines)}
+                for h in r.hunks
+            ],
+            "hand_diff": r.diff,
+            "replaced": r.path in dropped,
+        }
+        for rep in reports
+        for r in rep.values()
+    ]
+
+
 # -- GitHub workflow commands (``--format github``, documented in docs/json.md) --
 
 def github_lines(results: Sequence[RunResult], code: int = OK, base: Path | None = None) -> list[str]:
@@ -216,6 +238,8 @@ def _location(model: ModelResult, locator: Locator) -> tuple[str, int | None]:
 def _problem(model: ModelResult) -> str:
     if model.status in (ModelStatus.ERROR, ModelStatus.UNSUPPORTED, ModelStatus.REVERTED):
         return f"{model.model}: {model.status}: {model.message}"
+    if model.proof == HARNESS_FAILED or any(e.status == EditStatus.HAND_APPLIED for e in model.edits):
+        return f"{model.model}: {model.status}: {model.message}"  # the harness's words and, for a hand fix, what to do
     edits = [_describe(e, model) for e in model.edits if _missing(e)]
     if model.status == ModelStatus.PATCHED:
         return f"{model.model}: patched: added {', '.join(edits)}"

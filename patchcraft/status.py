@@ -58,3 +58,15 @@ class ModelStatus(_Status):
 MODEL_DONE = frozenset({ModelStatus.ALREADY, ModelStatus.NOT_NEEDED})
 #: The model statuses of a row patchcraft cannot, or need not, patch (no edit sites).
 MODEL_SKIPPED = frozenset({ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE})
+
+
+class FileState(_Status):
+    """What a file patchcraft touches is, against its pristine text (patchcraft.hand_edits)."""
+
+    PRISTINE = "pristine"
+    #: Only patchcraft's own marked edits differ: ``revert`` gives the pristine file.
+    PATCHED = "patchcraft-patched"
+    #: Someone changed it by hand (the hand diff says where).
+    HAND = "edited-by-hand"
+    #: No pristine text to compare with (no RECORD entry, no wheel, not a git tree).
+    UNKNOWN = "unknown"

@@ -109,18 +109,18 @@ def runner_row(tree: SglangTree, mode: Mode) -> TreeRow:
 def fusion_row(tree: SglangTree, mode: Mode) -> TreeRow:
     """The ``allreduce-fusion`` row and its change (none for a tree without ``srt/layers/``'s decision).
 
-    ``not-needed`` where no model both defers its all-reduce and captures
-    ``hidden_states + residual``, or where the release reduces at layer
-    boundaries (``srt/layers/layer_boundary``, 0.5.21 on). A partial copy of
-    a release (no ``communicator.py``, no ``layer_boundary``) gets no row.
+    ``not-needed`` where no EAGLE-3 model's capture reads ``hidden_states +
+    residual`` before a deferred all-reduce (found through the class graph:
+    :mod:`patchcraft.fusion_reading`), on releases that reduce at layer
+    boundaries (``srt/layers/layer_boundary``, 0.5.21 on) too. A partial copy
+    of a release (no ``communicator.py``, no ``layer_boundary``) gets no row.
     """
     path = fusion_transform.communicator_path(tree.package)
     row = _Row(model=fusion_transform.ROW, path=tree.relative(path))
     if not path.is_file():
         boundary = tree.package / "srt" / "layers" / "layer_boundary"
         if boundary.is_dir():
-            message = "not needed: layers reduce at the layer boundary, before any capture (srt/layers/layer_boundary)"
-            return replace(row, path=tree.relative(boundary)).result(ModelStatus.NOT_NEEDED, message), ()
+            return _boundary_row(tree, replace(row, path=tree.relative(boundary))), ()
         return None, ()
     if mode is Mode.REVERT:
         return _revert(tree, row, [path])
@@ -128,9 +128,10 @@ def fusion_row(tree: SglangTree, mode: Mode) -> TreeRow:
         plan = fusion_transform.plan(tree.package, tree.models_dir)
     except PatchcraftError as exc:
         return row.result(ModelStatus.ERROR, str(exc)), ()
-    row = replace(row, notes=tuple(f"captures partial sums: {tree.relative(p)}" for p in plan.affected))
+    notes = tuple(f"captures partial sums: {c.model} ({tree.relative(c.forward_path)})" for c in plan.affected)
+    row = replace(row, notes=notes + tuple(f"decision override: {o}" for o in plan.overrides))
     if plan.not_needed:
-        return replace(row, notes=()).result(ModelStatus.NOT_NEEDED, plan.not_needed), ()
+        return row.result(ModelStatus.NOT_NEEDED, plan.not_needed), ()
     if plan.unsupported or plan.site is None:
         return row.result(ModelStatus.UNSUPPORTED, plan.unsupported or "no decision found"), ()
     site = plan.site
@@ -150,9 +151,27 @@ def fusion_row(tree: SglangTree, mode: Mode) -> TreeRow:
     changes = (FileChange(source=source, rel=row.path, after=patch.after),)
     return row.judged(
         mode, changes, compiled, "EAGLE-3 captures reduced states at TP > 1",
-        "EAGLE-3 turns off the deferred all-reduce (captured states stay reduced)",
-        "at TP > 1 with all-reduce fusion, captured layer states are per-rank partial sums",
+        f"the layers whose output a capture reads keep it reduced ({_models(plan.affected)})",
+        f"at TP > 1 with all-reduce fusion, {_models(plan.affected)} capture per-rank partial sums",
     )  # fmt: skip
+
+
+def _models(affected: Sequence) -> str:
+    names = sorted({c.model.rpartition(".")[2] for c in affected})
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def _boundary_row(tree: SglangTree, row: _Row) -> Optional[ModelResult]:
+    """A release without the decision: not-needed when no EAGLE-3 capture reads a deferred sum."""
+    try:
+        affected = fusion_transform.affected_models(tree.package, tree.models_dir)
+    except PatchcraftError as exc:
+        return row.result(ModelStatus.ERROR, str(exc))
+    if affected:
+        notes = tuple(f"captures partial sums: {c.model} ({tree.relative(c.forward_path)})" for c in affected)
+        message = f"{_models(affected)} capture a deferred all-reduce sum, and this release has no {fusion_transform.COMMUNICATOR} decision to guard"
+        return replace(row, notes=notes).result(ModelStatus.UNSUPPORTED, message)
+    return row.result(ModelStatus.NOT_NEEDED, f"{fusion_transform.NOT_NEEDED}; no decoder layer defers its all-reduce")
 
 
 def _marked(path: Path) -> bool:

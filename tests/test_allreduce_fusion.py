@@ -5,8 +5,14 @@
   deferred all-reduce; not-needed where none does (0.5.23); golden diffs
   under golden/<release>/layers/communicator.diff;
 - check-draft and explain ``--tp``;
+- which models the detection lists (patchcraft.fusion_reading), and, per
+  model on applied 0.5.14 and 0.5.20 trees, each layer's decision after the
+  patched setter ran: the release's own where the capture reads the reduced
+  state, unfused only on the layers a capture reads where it reads a
+  deferred sum;
 - proof on CPU: two gloo ranks run stand-in layers with the release's own
-  decision function, unpatched and patched.
+  decision function and the patched setter's marks, unpatched and patched,
+  for EAGLE-3, EAGLE and MTP.
 """
 
 from __future__ import annotations
@@ -70,17 +76,47 @@ def test_fusion_row_skipped_with_flag(tmp_path: Path) -> None:
 
 
 def test_not_needed_where_layers_reduce_at_the_boundary(tmp_path: Path) -> None:
+    """0.5.23: not-needed because no model's capture reads a deferred sum, which the models say (not the directory)."""
     tree = resolve_target(str(fusion_copy("0.5.23", tmp_path)))
     result = row(run(tree, Mode.CHECK, names=[fusion.ROW]))
-    assert result.status == ModelStatus.NOT_NEEDED, result
+    assert result.status == ModelStatus.NOT_NEEDED and "no decoder layer defers its all-reduce" in result.message, result
 
 
-def test_affected_models_follow_structure() -> None:
-    """deepseek_v2 moves its capture after the reduction in 0.5.14; glm4_moe keeps it before, on to 0.5.20."""
-    names = lambda v: {p.stem for p in fusion.plan(release_package(v)).affected}  # noqa: E731
-    assert {"deepseek_v2", "glm4_moe", "gpt_oss"} <= names("0.5.10")
-    assert "deepseek_v2" not in names("0.5.15") and "glm4_moe" in names("0.5.15")
-    assert "qwen3_moe" not in names("0.5.10")  # captures after prepare_attn: reduced
+def test_boundary_release_with_a_deferring_model_is_not_called_not_needed(tmp_path: Path) -> None:
+    """Plant 0.5.20's glm4_moe.py (it defers and captures hidden_states + residual) into 0.5.23: no longer not-needed."""
+    package = fusion_copy("0.5.23", tmp_path)
+    (package / "srt" / "models" / "glm4_moe.py").write_bytes((release_package("0.5.20") / "srt" / "models" / "glm4_moe.py").read_bytes())
+    result = row(run(resolve_target(str(package)), Mode.CHECK, names=[fusion.ROW]))
+    assert result.status == ModelStatus.UNSUPPORTED and "Glm4MoeForCausalLM" in result.message, result
+
+
+def _names(version: str) -> set[str]:
+    return {c.model.rpartition(".")[2] for c in fusion.affected_models(release_package(version))}
+
+
+#: DFLASH-only setters (laguna, mimo_v2, nemotron_h) and no setter at all (bailing_moe_v3): never listed.
+NOT_EAGLE3 = ("laguna", "mimo_v2", "nemotron_h", "bailing_moe_v3")
+
+
+@pytest.mark.parametrize(
+    "version,affected,reduced",
+    [
+        ("0.5.2", {"GptOssForCausalLM", "Qwen3MoeForCausalLM"}, set()),  # qwen3_moe's loop is qwen2_moe.py's
+        ("0.5.10", {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Glm4MoeForCausalLM", "GptOssForCausalLM"}, {"Qwen3MoeForCausalLM"}),
+        ("0.5.14", {"Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration"},
+         {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"}),
+        ("0.5.20", {"Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration",
+                    "Glm5NextForConditionalGeneration"},
+         {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"}),
+    ],
+)
+def test_affected_models_follow_structure(version: str, affected: set, reduced: set) -> None:
+    """deepseek_v2 moves its capture after the reduction in 0.5.14; glm4_moe keeps it before, on to 0.5.20;
+    inherited layers (qwen3_vl_moe), helpers (glm5_next) and loops in another file (qwen3_moe on 0.5.2) count."""
+    found = fusion.affected_models(release_package(version))
+    names = {c.model.rpartition(".")[2] for c in found}
+    assert affected <= names and not (reduced & names), sorted(names)
+    assert not {c.path.stem for c in found} & set(NOT_EAGLE3)
 
 
 def test_broken_decision_is_reported_not_patched(tmp_path: Path) -> None:
@@ -111,7 +147,7 @@ def test_check_draft_tp(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert code == 1 and fusion.PARTIAL_SUMS in out and "--enforce-disable-flashinfer-allreduce-fusion" in out, out
     assert "mismatch: " + fusion.PARTIAL_SUMS in out
     code, out, _ = run_cli(capsys, *args, "--tp", "1")
-    assert code == 0 and "fusion" not in out, out
+    assert code == 0 and fusion.PARTIAL_SUMS not in out and "  fusion  " not in out, out
     code, out, _ = run_cli(capsys, "explain", str(package), "--model", "DeepseekV3ForCausalLM", "--num-layers", "61", "--layer-ids", "2,29,57", "--tp", "8")
     assert code == 1 and "warning: " + fusion.PARTIAL_SUMS in out
     code, _, _ = run_cli(capsys, "apply", str(package), "--no-smoke")
@@ -126,9 +162,91 @@ def test_release_without_enforce_flag_says_so(tmp_path: Path, capsys: pytest.Cap
     assert code == 1 and "does not exist in this release" in out
 
 
+# -- per model, on an applied tree: the patched setter's marks and the patched decision --------------
+
+PER_MODEL = {
+    "0.5.14": ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM",
+               "Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration"),
+    "0.5.20": ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM",
+               "Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration",
+               "Glm5NextForConditionalGeneration"),
+}
+#: The models whose capture reads the deferred sum (the review's list, checked here against the run).
+DEFERRED = {"Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration",
+            "Glm5NextForConditionalGeneration"}
+NUM_LAYERS, IDS = 12, [-1, 2, 6]
+
+
+def _layer_decisions(graph, cls, communicator: str, decide, monkeypatch) -> tuple[tuple[int, ...], list[bool]]:
+    """Run the (patched) setter with IDS on stand-ins whose layers have communicators; then each layer's decision."""
+    from types import SimpleNamespace
+
+    import fusion_standins
+    from patchcraft import setter_eval
+
+    algo = fusion_standins.Algo("EAGLE3")
+
+    class Layer:
+        def __init__(self) -> None:
+            setattr(self, communicator, SimpleNamespace(_speculative_algo=algo, is_last_layer=False, _context=SimpleNamespace(tp_size=8),
+                                                        layer_scatter_modes=SimpleNamespace(mlp_mode="full")))
+
+    layers: list = []
+
+    def make() -> list:
+        layers[:] = [Layer() for _ in range(NUM_LAYERS)]
+        for index, layer in enumerate(layers):
+            getattr(layer, communicator).is_last_layer = index == NUM_LAYERS - 1
+        return layers
+
+    make()  # a setter that never reads ``layers`` leaves them unmarked
+    original = setter_eval._attribute
+    monkeypatch.setattr(setter_eval, "_attribute", lambda owner, ev, c, name: layers if name == "layers" else original(owner, ev, c, name))
+    result = setter_eval.run_setter(graph, cls, IDS, NUM_LAYERS)
+    assert result.error is None and result.layers_to_capture, result
+    batch = SimpleNamespace(input_ids=SimpleNamespace(shape=(4,)))
+    return result.layers_to_capture, [bool(decide(getattr(layer, communicator), batch)) for layer in layers]
+
+
+@pytest.mark.parametrize("version", sorted(PER_MODEL))
+def test_each_model_keeps_the_release_decision_unless_its_capture_reads_a_deferred_sum(version: str, tmp_path: Path, monkeypatch) -> None:
+    """After `apply`: the patched setter of each model runs, then each layer's patched decision (TP 8, EAGLE-3).
+
+    Reduced-state models: the release's own decision on every layer (fused but for the last). Deferred-sum models:
+    unfused exactly on the layers whose output a capture reads (layer i-1 for a capture at the top of layer i).
+    """
+    pytest.importorskip("torch")
+    import fusion_standins
+    from patchcraft.fusion_reading import read_capture
+    from patchcraft.plan import scan
+
+    package = fusion_copy(version, tmp_path)
+    pristine = (package / fusion.COMMUNICATOR).read_text()
+    applied = run(resolve_target(str(package)), Mode.APPLY)
+    write_changes(applied.changes)
+    patched = (package / fusion.COMMUNICATOR).read_text()
+    algo = fusion_standins.Algo("EAGLE3")
+    release = fusion_standins.compile_decision(fusion_standins.decision_source(pristine), 8, algo)
+    decide = fusion_standins.compile_decision(fusion_standins.decision_source(patched), 8, algo)
+    graph = scan(package / "srt" / "models")
+    seen = {}
+    for name in PER_MODEL[version]:
+        cls = next(c for c in graph.classes.values() if c.name == name)
+        capture = read_capture(graph, cls)
+        assert capture is not None and capture.communicator, name
+        ids, decisions = _layer_decisions(graph, cls, capture.communicator, decide, monkeypatch)
+        _, own = _layer_decisions(graph, cls, capture.communicator, release, monkeypatch)
+        assert own == [i != NUM_LAYERS - 1 for i in range(NUM_LAYERS)], (name, own)  # the release fuses every layer but the last
+        read = {i - 1 for i in ids if i >= 1}
+        expected = [d and i not in read for i, d in enumerate(own)] if name in DEFERRED else own
+        seen[name] = (decisions == expected, sorted(read))
+        assert decisions == expected, (name, ids, decisions)
+    assert all(ok for ok, _ in seen.values()), seen
+
+
 # -- proof on CPU: two gloo ranks ---------------------------------------------------
 
-def _two_ranks(source: str):
+def _two_ranks(source: str, algo: str = "EAGLE3", mark: str = ""):
     import torch
     import torch.multiprocessing as mp
 
@@ -136,28 +254,146 @@ def _two_ranks(source: str):
 
     with tempfile.TemporaryDirectory() as out:
         init = f"file://{out}/rendezvous"
-        mp.spawn(fusion_standins.worker, args=(2, source, init, out), nprocs=2, join=True)
+        mp.spawn(fusion_standins.worker, args=(2, source, init, out, algo, mark), nprocs=2, join=True)
         return [torch.load(f"{out}/rank{r}.pt") for r in range(2)]
 
 
-@pytest.mark.parametrize("version", ("0.5.10", "0.5.6"))
-def test_gloo_capture_is_reduced_only_when_patched(version: str) -> None:
-    pytest.importorskip("torch")
+#: Each decision shape: 0.5.2 (gpt-oss, global_server_args_dict), 0.5.6, 0.5.10, 0.5.14 (moe-cp), 0.5.20 (EP x TP).
+PROOF_RELEASES = ("0.5.2", "0.5.6", "0.5.10", "0.5.14", "0.5.20")
+
+
+def patched_decision(version: str, communicator: str | None = None) -> tuple[str, str]:
+    """The release's decision, and the decision as `apply` writes it (``communicator``: that text instead)."""
+    import fusion_standins
+
+    package = release_package(version)
+    path = package / fusion.COMMUNICATOR
+    text = path.read_text()
+    plan = fusion.plan(package)
+    assert plan.site is not None, plan
+    patched = patch_text(text, path, [plan.site], {fusion.KIND: fusion}).after if communicator is None else communicator
+    assert revert_text(patch_text(text, path, [plan.site], {fusion.KIND: fusion}).after, path) == text
+    return fusion_standins.decision_source(text), fusion_standins.decision_source(patched)
+
+
+def setter_marks(version: str) -> str:
+    """The marking loop `apply` writes into the setter of the first affected model (gpt_oss on 0.5.2, ...)."""
+    import ast
+
+    from patchcraft.plan import plan_models, scan
+    from patchcraft.transforms import mark_captured_outputs as marks
+
+    graph = scan(release_package(version) / "srt" / "models")
+    [plan] = [p for p in plan_models(graph) if any(s.kind == marks.KIND for s in p.sites)][:1]
+    site = next(s for s in plan.sites if s.kind == marks.KIND)
+    text = site.path.read_text()
+    patched = patch_text(text, site.path, [s for s in plan.sites if s.path == site.path]).after
+    lines = patched.splitlines(keepends=True)
+    loop = next(n for n in ast.walk(ast.parse(patched)) if isinstance(n, ast.For) and lines[n.lineno - 2].strip() == marks.COMMENT)
+    return "".join(lines[loop.lineno - 1 : loop.end_lineno])
+
+
+def check_proof(version: str, communicator: str | None = None) -> None:
+    """Two gloo ranks, TP 2: the patched decision with the patched setter's marks, for EAGLE-3, EAGLE and MTP."""
     import torch
 
     import fusion_standins
 
+    before, after = patched_decision(version, communicator)
+    mark = setter_marks(version)
+    last = fusion_standins.LAYERS - 1
+    release = fusion_standins.decisions(before, 2, "EAGLE3", mark)
+    assert release == [i != last for i in range(fusion_standins.LAYERS)], release  # the release fuses all but the last
+    # EAGLE-3: unfused exactly where a capture reads the output, fused everywhere else.
+    r0, r1 = _two_ranks(after, "EAGLE3", mark)
+    wanted = [i != last and i not in fusion_standins.READ for i in range(fusion_standins.LAYERS)]
+    assert r0["fused"] == r1["fused"] == wanted, (r0["fused"], wanted)
+    ref = fusion_standins.reference(after, "EAGLE3", mark)
+    assert torch.equal(ref, fusion_standins.reference(before, "EAGLE3", mark))  # TP 1: nothing to fuse either way
+    assert torch.allclose(r0["aux"], ref) and torch.allclose(r1["aux"], ref), "patched: every capture (embedding too) is reduced"
+    # EAGLE and MTP: the release's own decision on every layer, even with the marks set.
+    for algo in ("EAGLE", "MTP"):
+        assert fusion_standins.decisions(after, 2, algo, mark) == release, algo
+    # Unpatched: the captures at the tops of layers 2 and 4 are per-rank partial sums (the embedding is not).
+    u0, u1 = _two_ranks(before, "EAGLE3", mark)
+    assert torch.allclose(u0["aux"][0], ref[0]), "the embedding is replicated"
+    assert not torch.allclose(u0["aux"][1:], u1["aux"][1:]) and not torch.allclose(u0["aux"][1:], ref[1:]), "unpatched: partial sums"
+
+
+@pytest.mark.parametrize("version", PROOF_RELEASES)
+def test_gloo_capture_is_reduced_only_where_read_when_patched(version: str) -> None:
+    pytest.importorskip("torch")
+    check_proof(version)
+
+
+#: The guard `apply` writes, and three broken ones the proof must reject.
+_GUARD = '.is_eagle3() and getattr(self, "patchcraft_output_captured", False)'
+BROKEN = {
+    "never-fires": '.is_eagle3() and False',
+    "all-eagle": '.is_eagle() and getattr(self, "patchcraft_output_captured", False)',
+    "every-layer": '.is_eagle3()',
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN))
+def test_gloo_proof_rejects_a_broken_guard(broken: str) -> None:
+    """The proof fails both ways: a guard that never fires, one that fires for all EAGLE, one that fires on every layer."""
+    pytest.importorskip("torch")
+    version = "0.5.10"
     path = release_package(version) / fusion.COMMUNICATOR
-    text = path.read_text()
     site = fusion.plan(release_package(version)).site
-    patched = patch_text(text, path, [site], {fusion.KIND: fusion}).after
-    assert revert_text(patched, path) == text
-    before, after = fusion_standins.decision_source(text), fusion_standins.decision_source(patched)
-    assert before != after
-    ref = fusion_standins.reference(before)
-    assert torch.equal(ref, fusion_standins.reference(after))  # TP 1: nothing to fuse either way
-    r0, r1 = _two_ranks(before)
-    assert not torch.allclose(r0, r1) and not torch.allclose(r0, ref), "unpatched: the capture should be a per-rank partial sum"
-    # The embedding (hidden at layer 1 is layer 0's MLP output): every capture after layer 0 is partial.
-    r0, r1 = _two_ranks(after)
-    assert torch.allclose(r0, ref) and torch.allclose(r1, ref)
+    patched = patch_text(path.read_text(), path, [site], {fusion.KIND: fusion}).after
+    assert patched.count(_GUARD) == 1
+    with pytest.raises(AssertionError):
+        check_proof(version, patched.replace(_GUARD, BROKEN[broken]))
+
+
+@pytest.mark.parametrize(
+    "version,model,layers",
+    [("0.5.14", "Qwen3VLMoeForConditionalGeneration", "48"), ("0.5.20", "Glm5NextForConditionalGeneration", "48")],
+)
+def test_explain_tp_warns_for_models_found_through_the_graph(version: str, model: str, layers: str, tmp_path: Path, capsys) -> None:
+    """qwen3_vl_moe runs Qwen3MoeDecoderLayer from another file; glm5_next captures through a helper: both warn until apply."""
+    package = fusion_copy(version, tmp_path)
+    args = ("explain", str(package), "--model", model, "--num-layers", layers, "--layer-ids", "1,23,44")
+    code, out, _ = run_cli(capsys, *args, "--tp", "8")
+    assert code == 1 and "warning: " + fusion.PARTIAL_SUMS in out, out
+    code, out, _ = run_cli(capsys, *args, "--tp", "1")
+    assert fusion.PARTIAL_SUMS not in out, out
+    code, _, _ = run_cli(capsys, "apply", str(package), "--no-smoke")
+    assert code == 0
+    code, out, _ = run_cli(capsys, *args, "--tp", "8")
+    assert fusion.PARTIAL_SUMS not in out, out
+
+
+def test_override_that_returns_early_is_reported(tmp_path: Path) -> None:
+    """0.5.20's Qwen35FlashInferLayerCommunicator returns True before super(): named, and harmless for qwen3_5."""
+    package = copy_release("0.5.20", tmp_path, extra=(*EXTRA, "srt/layers/moe/qwen35_flashinfer_fusion.py"))
+    result = row(run(resolve_target(str(package)), Mode.CHECK, names=[fusion.ROW]))
+    [note] = [n for n in result.notes if "Qwen35FlashInferLayerCommunicator" in n]
+    assert "harmless" in note and "qwen3_5" in note, note
+    # The same override used by an affected model (glm4_moe names it): the guard cannot help, so unsupported.
+    glm = package / "srt" / "models" / "glm4_moe.py"
+    glm.write_text(glm.read_text() + "\n_USES = 'Qwen35FlashInferLayerCommunicator'\n")
+    result = row(run(resolve_target(str(package)), Mode.CHECK, names=[fusion.ROW]))
+    assert result.status == ModelStatus.UNSUPPORTED and "bypasses the guard" in result.message, result
+
+
+def test_an_earlier_all_layer_guard_is_narrowed(tmp_path: Path) -> None:
+    """A tree patched by an earlier patchcraft (guard on every EAGLE-3 layer): `apply` replaces it, once."""
+    package = fusion_copy("0.5.10", tmp_path)
+    path = package / fusion.COMMUNICATOR
+    pristine = path.read_text()
+    site = fusion.plan(package).site
+    algo = site.params.algo
+    new = patch_text(pristine, path, [site], {fusion.KIND: fusion}).after
+    old_guard = f"{fusion.OLD_COMMENT}\n        if {algo} is not None and {algo}.is_eagle3():\n            return False\n"
+    new_guard = f'{fusion.COMMENT}\n        if {algo} is not None and {algo}.is_eagle3() and getattr(self, "patchcraft_output_captured", False):\n            return False\n'
+    assert new.count(new_guard) == 1
+    path.write_text(new.replace(new_guard, old_guard))
+    tree = resolve_target(str(package))
+    result = run(tree, Mode.APPLY, names=[fusion.ROW])
+    assert row(result).status == ModelStatus.PATCHED and row(result).edits[0].detail == "replaced the all-layer EAGLE-3 guard", row(result)
+    write_changes(result.changes)
+    assert path.read_text() == new
+    assert row(run(tree, Mode.CHECK, names=[fusion.ROW])).status == ModelStatus.ALREADY

@@ -17,12 +17,12 @@ DOC = ROOT / "docs" / "architecture.md"
 
 #: Layer -> modules, bottom up (names relative to ``patchcraft``; ``harness.*`` is the whole subpackage).
 LAYERS: dict[str, tuple[str, ...]] = {
-    "foundations": ("__init__", "errors", "status", "lazy", "releases", "layer_ids", "sources", "cache_root", "fetch", "tree", "lock"),
-    "reading": ("graph", "scope", "setter_eval", "server_args", "hub_cache"),
+    "foundations": ("__init__", "errors", "status", "lazy", "releases", "layer_ids", "sources", "cache_root", "fetch", "tree", "lock", "overlay_bootstrap", "pristine"),
+    "reading": ("graph", "scope", "setter_eval", "server_args", "hub_cache", "fusion_reading"),
     "planning": ("plan", "selection", "runner_plan"),
     "transforms": ("transforms.*",),
-    "engine": ("results", "patching", "workers", "tree_rows", "engine", "cache", "preflight_cache", "diffs"),
-    "analysis": ("explain", "draft", "training", "fixes", "overlay", "harness.*", "gpu_smoke.summary"),
+    "engine": ("results", "patching", "workers", "tree_rows", "engine", "cache", "preflight_cache", "diffs", "hand_edits", "hand_advice"),
+    "analysis": ("explain", "draft", "training", "fixes", "overlay", "overlay_check", "overlay_store", "harness.*", "gpu_smoke.summary"),
     "presentation": ("report", "output"),
     "commands": ("commands.*", "gpu_smoke.*", "cli", "__main__"),
     "tools": ("sweep", "coverage"),

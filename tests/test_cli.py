@@ -114,7 +114,7 @@ def test_checkout_root_and_single_file_targets(tmp_path: Path) -> None:
 def test_json_schema_is_stable(tree: Path) -> None:
     result = patchcraft("apply", "--check", "--format", "json", "--model", "deepseek_v2", str(tree / "sglang"))
     doc = json.loads(result.stdout)
-    assert list(doc) == ["schema", "patchcraft", "command", "targets", "models", "summary"]
+    assert list(doc) == ["schema", "patchcraft", "command", "targets", "models", "summary", "files"]
     [entry] = [m for m in doc["models"] if m["model"] == "deepseek_v2.DeepseekV2ForCausalLM"]
     assert set(entry) == {"path", "model", "status", "edits", "files", "compiles", "idempotent", "notes", "message", "included_by", "proof"}
     assert entry["status"] == "would-patch"

@@ -86,6 +86,7 @@ TYPES = {
     "integer or null": (int, type(None)),
     "boolean or null": (bool, type(None)),
     "string or null": (str, type(None)),
+    "boolean": (bool,),
 }
 
 
@@ -99,7 +100,10 @@ def check_object(value: dict, fields: dict[str, str], optional: tuple[str, ...] 
 
 def check_document(document: dict, code: int, with_diff: bool = False) -> None:
     tables = doc_tables()
-    check_object(document, tables["The document"], optional=() if with_diff else ("diff",))
+    judged = document["command"] in ("verify", "apply", "check")
+    check_object(document, tables["The document"], optional=(() if with_diff else ("diff",)) + (() if judged else ("files",)))
+    for entry in document.get("files", []):
+        check_object(entry, tables["A file"])
     assert document["schema"] == report.SCHEMA_VERSION
     for target in document["targets"]:
         check_object(target, tables["A target"])

@@ -80,7 +80,8 @@ def _child(install: dict, module: str = MODULE, pythonpath: str | None = None, c
 
 def test_the_patched_module_comes_from_the_overlay(install: dict) -> None:
     origin = _child(install).split("ORIGIN ", 1)[1].strip()
-    assert origin == str(install["overlay"] / "tree" / "sglang" / "srt" / "models" / "deepseek_v2.py")
+    # The real path of the version the overlay path links to (overlay_store): what the process resolved at start.
+    assert origin == str(install["overlay"].resolve() / "tree" / "sglang" / "srt" / "models" / "deepseek_v2.py")
     assert "# patchcraft:" in Path(origin).read_text(encoding="utf-8")
     # A module patchcraft did not patch is left to the normal import system.
     assert _child(install, "sglang.srt.models.mindspore").split("ORIGIN ", 1)[1].strip() == str(install["package"] / "srt" / "models" / "mindspore.py")
@@ -116,7 +117,7 @@ def test_a_spawned_grandchild_sees_the_overlay_too(install: dict) -> None:
     env = dict(os.environ, PYTHONPATH=str(install["overlay"]))
     proc = subprocess.run([str(install["python"]), str(script), str(install["package"]), MODULE], capture_output=True, text=True, env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("GRANDCHILD ", 1)[1].strip().startswith(str(install["overlay"]))
+    assert proc.stdout.split("GRANDCHILD ", 1)[1].strip().startswith(str(install["overlay"].resolve()))
 
 
 def test_an_existing_sitecustomize_still_runs(install: dict) -> None:
@@ -124,7 +125,7 @@ def test_an_existing_sitecustomize_still_runs(install: dict) -> None:
     theirs.mkdir(exist_ok=True)
     (theirs / "sitecustomize.py").write_text("print('THEIR-SITECUSTOMIZE')\n", encoding="utf-8")
     out = _child(install, pythonpath=os.pathsep.join([str(install["overlay"]), str(theirs)]))
-    assert "THEIR-SITECUSTOMIZE" in out and f"ORIGIN {install['overlay']}" in out
+    assert "THEIR-SITECUSTOMIZE" in out and f"ORIGIN {install['overlay'].resolve()}" in out
 
 
 def test_the_installed_tree_is_unchanged(install: dict) -> None:

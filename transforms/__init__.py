@@ -10,13 +10,15 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from patchcraft.transforms import accept_embedding_layer_id, capture_embedding_output, init_capture_flag
+from patchcraft.transforms import accept_embedding_layer_id, capture_embedding_output, init_capture_flag, mark_captured_outputs
 
-#: Model-file transforms, in report order: init, setter, forward.
+#: Model-file transforms, in report order: init, setter, forward, and the setter's layer marks
+#: (only in models whose capture reads a deferred all-reduce sum).
 MODEL_TRANSFORMS: tuple[ModuleType, ...] = (
     init_capture_flag,
     accept_embedding_layer_id,
     capture_embedding_output,
+    mark_captured_outputs,
 )
 
 BY_KIND: dict[str, ModuleType] = {t.KIND: t for t in MODEL_TRANSFORMS}

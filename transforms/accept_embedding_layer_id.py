@@ -206,7 +206,8 @@ def _insertion_index(func: cst.FunctionDef) -> int:
 
 def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst.FunctionDef, Outcome]:
     canonical = marked_statement(module, block(site))
-    marked = [s for s in body_of(func) if is_marked(s)]
+    # The fusion edit's layer-marking loop (mark_captured_outputs) also sits in the setter: not this block.
+    marked = [s for s in body_of(func) if is_marked(s) and not _is_fusion_mark(s)]
     if marked:
         stmt = marked[0]
         if strip_marker_lines(module, stmt) != strip_marker_lines(module, canonical):
@@ -515,3 +516,9 @@ class DeepseekV2ForCausalLM(nn.Module):
 ''',
     ),
 ]
+
+
+def _is_fusion_mark(stmt: cst.CSTNode) -> bool:
+    from patchcraft.transforms.mark_captured_outputs import is_mark
+
+    return is_mark(stmt)

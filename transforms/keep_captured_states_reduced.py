@@ -1,4 +1,4 @@
-"""Edit 5 (all-reduce fusion): EAGLE-3 captures reduced layer states at TP > 1.
+"""Edit 5 (all-reduce fusion): at TP > 1, keep reduced the layer outputs that an EAGLE-3 capture reads.
 
 With FlashInfer all-reduce fusion on (``ServerArgs`` turns it on by itself
 for DeepseekV3, Kimi-K2.5, GLM-4-MoE, Qwen3-MoE, gpt-oss ... on SM90/SM100
@@ -9,26 +9,26 @@ A model whose ``forward`` captures ``hidden_states + residual`` at the top
 of layer ``i`` then hands the draft a per-rank partial sum. SGLang turns the
 fusion off for EAGLE only under DP attention.
 
-The fix, found by structure, never by release: in
+Which models do that is found through the class graph
+(:mod:`patchcraft.fusion_reading`): inherited decoder layers, helpers the
+forward calls, capture loops in another file. Only those models are
+touched: their setter marks the communicator of each layer whose output a
+capture reads (``mark_captured_outputs``), and in
 ``srt/layers/communicator.py``, right after the release's own EAGLE guard
 (``if ... <algo> is not None and <algo>.is_eagle(): return False``), a
-marked guard with the same receiver returns False for EAGLE-3::
+marked guard with the same receiver keeps exactly those layers unfused::
 
-    # patchcraft: EAGLE-3 captures hidden_states + residual at the top of a layer: keep it reduced
-    if <algo> is not None and <algo>.is_eagle3():
+    # patchcraft: all-reduce fusion: EAGLE-3 captures this layer's output before the next norm reduces it: keep it reduced
+    if <algo> is not None and <algo>.is_eagle3() and getattr(self, "patchcraft_output_captured", False):
         return False
 
-Needed only where some model file both defers its all-reduce through this
-decision and captures ``hidden_states + residual`` in the function that
-reads ``layers_to_capture``; releases whose models capture after the
-reduction (``prepare_attn_and_capture_last_layer_outputs``) or that have no
-such decision (0.5.21 on: ``layers/layer_boundary``) get ``not-needed``.
-
-Cost: every EAGLE-3 target at TP > 1 runs without the fused
-all-reduce + residual + RMSNorm kernel (a separate all-reduce instead), as
-SGLang already does for EAGLE under DP attention. Every EAGLE-3 target
-captures aux states, so the guard is exact for EAGLE-3; DFLASH (0.5.14 on)
-is left as it is.
+Cost: at TP > 1 with EAGLE-3, the marked layers (three by default) of the
+affected models run a separate all-reduce instead of the fused
+all-reduce + residual + RMSNorm kernel. Every other layer of those models,
+every model whose capture reads the reduced state (DeepSeek/Kimi from
+0.5.14, Qwen3-MoE from 0.5.6, MiniMax-M2), EAGLE, MTP and DFLASH keep the
+release's own decision. ``not-needed`` where no EAGLE-3 capture reads a
+deferred sum (0.5.21 on, where no decoder layer defers its all-reduce).
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ import libcst as cst
 
 from patchcraft import MARKER
 from patchcraft.errors import PatchcraftError
-from patchcraft.graph import EditSite, FusionParams
+from patchcraft import fusion_reading
+from patchcraft.fusion_reading import MARK, FusionCapture, Override
+from patchcraft.graph import ClassNode, EditSite, FusionParams, ModelGraph, words_of
 from patchcraft.sources import read_source
 from patchcraft.status import EditStatus
-from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, example_site, insert_at, is_marked, line_of, plain_code
+from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, example_site, insert_at, is_marked, line_of, plain_code, replace_statement
 
 NAME = "keep_captured_states_reduced"
 KIND = "fusion"
@@ -53,14 +55,17 @@ KIND = "fusion"
 ROW = "allreduce-fusion"
 DESCRIPTION = (
     "In srt/layers/communicator.py, make LayerCommunicator.should_fuse_mlp_allreduce_with_next_layer "
-    "return False for EAGLE-3, so that at TP > 1 a model capturing hidden_states + residual at the top "
-    "of a layer captures the all-reduced state, not a per-rank partial sum (FlashInfer all-reduce fusion)."
+    "return False for EAGLE-3 on the layers the setter marked (mark_captured_outputs), so that at TP > 1 a "
+    "capture of hidden_states + residual at the top of a layer reads the all-reduced state, not a per-rank "
+    "partial sum (FlashInfer all-reduce fusion); every other layer and model keeps the release's decision."
 )
 #: Where the decision lives, relative to the package root.
 COMMUNICATOR = Path("srt") / "layers" / "communicator.py"
 CLASS = "LayerCommunicator"
 METHOD = "should_fuse_mlp_allreduce_with_next_layer"
-COMMENT = f"{MARKER} EAGLE-3 captures hidden_states + residual at the top of a layer: keep it reduced at TP > 1"
+COMMENT = f"{MARKER} all-reduce fusion: EAGLE-3 captures this layer's output before the next norm reduces it: keep it reduced"
+#: The guard an earlier patchcraft wrote (every layer of every EAGLE-3 target): replaced by the marked-layer guard.
+OLD_COMMENT = f"{MARKER} EAGLE-3 captures hidden_states + residual at the top of a layer: keep it reduced at TP > 1"
 #: The user-facing line of explain and check-draft.
 PARTIAL_SUMS = "layer states are per-rank partial sums at TP > 1 (all-reduce fusion)"
 ENFORCE_FLAG = "--enforce-disable-flashinfer-allreduce-fusion"
@@ -74,8 +79,10 @@ class FusionPlan:
     not_needed: Optional[str] = None
     unsupported: Optional[str] = None
     path: Optional[Path] = None
-    #: Model files that defer their all-reduce and capture ``hidden_states + residual``.
-    affected: tuple[Path, ...] = ()
+    #: The EAGLE-3 models whose capture reads a deferred all-reduce sum.
+    affected: tuple[FusionCapture, ...] = ()
+    #: Subclasses whose decision returns before the guard runs, each with why that is (or is not) harmless.
+    overrides: tuple[str, ...] = ()
 
 
 # -- planning (ast) ------------------------------------------------------------
@@ -84,47 +91,12 @@ def communicator_path(package: Path) -> Path:
     return package / COMMUNICATOR
 
 
-def _is_partial_capture(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.BinOp)
-        and isinstance(node.op, ast.Add)
-        and isinstance(node.left, ast.Name)
-        and isinstance(node.right, ast.Name)
-        and {node.left.id, node.right.id} == {"hidden_states", "residual"}
-    )
+def affected_models(package: Path, models_dir: Optional[Path] = None) -> tuple[FusionCapture, ...]:
+    """The EAGLE-3 models whose capture reads a deferred all-reduce sum (:mod:`patchcraft.fusion_reading`)."""
+    from patchcraft.plan import scan
 
-
-def captures_partial_sums(text: str) -> bool:
-    """A model file that defers its all-reduce and captures ``hidden_states + residual``
-    in a function reading ``layers_to_capture`` (the state before the next layer's norm)."""
-    if METHOD not in text or "layers_to_capture" not in text:
-        return False
-    try:
-        module = ast.parse(text)
-    except SyntaxError:
-        return False
-    defers = any(isinstance(n, ast.Attribute) and n.attr == METHOD for n in ast.walk(module))
-    if not defers:
-        return False
-    for func in ast.walk(module):
-        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        nodes = list(ast.walk(func))
-        if any(isinstance(n, ast.Attribute) and n.attr == "layers_to_capture" for n in nodes) and any(map(_is_partial_capture, nodes)):
-            return True
-    return False
-
-
-def affected_models(models_dir: Path) -> tuple[Path, ...]:
-    found = []
-    for path in sorted(models_dir.glob("*.py")):
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
-        if METHOD.encode() in data and b"layers_to_capture" in data and captures_partial_sums(read_source(path).text):
-            found.append(path)
-    return tuple(found)
+    graph = scan(models_dir if models_dir is not None else package / "srt" / "models")
+    return tuple(fusion_reading.affected(graph))
 
 
 def _decision(module: ast.Module) -> Optional[ast.FunctionDef]:
@@ -158,23 +130,41 @@ def plan(package: Path, models_dir: Optional[Path] = None) -> FusionPlan:
     func = _decision(module)
     if func is None:
         return FusionPlan(not_needed=f"not needed: no {CLASS}.{METHOD} (no deferred all-reduce to turn off)", path=path)
-    affected = affected_models(models_dir if models_dir is not None else package / "srt" / "models")
+    models = models_dir if models_dir is not None else package / "srt" / "models"
+    affected = affected_models(package, models)
+    overrides = tuple(_judge_override(o, affected, package) for o in fusion_reading.overrides(package / "srt" / "layers", models))
     if not affected:
-        return FusionPlan(
-            not_needed="not needed: no model that defers its all-reduce captures hidden_states + residual (captures follow the reduction)",
-            path=path,
-        )
+        return FusionPlan(not_needed=NOT_NEEDED, path=path, overrides=overrides)
+    bypassed = [o for o in overrides if o.startswith(BYPASSED)]
+    if bypassed:
+        return FusionPlan(unsupported=bypassed[0], path=path, affected=affected, overrides=overrides)
     guards = [s for s in func.body if isinstance(s, ast.If) and _eagle_receiver(s.test) is not None and _returns_false(s.body)]
     if len(guards) != 1:
         return FusionPlan(unsupported=f"{path.name}: {CLASS}.{METHOD}: expected one `if ... .is_eagle(): return False` guard, found {len(guards)}", path=path, affected=affected)
     receiver = ast.unparse(_eagle_receiver(guards[0].test))  # type: ignore[arg-type]
     site = EditSite(kind=KIND, path=path, module=path.stem, cls=CLASS, method=METHOD, params=FusionParams(algo=receiver))
-    return FusionPlan(site=site, path=path, affected=affected)
+    return FusionPlan(site=site, path=path, affected=affected, overrides=overrides)
+
+
+NOT_NEEDED = "not needed: no EAGLE-3 capture reads hidden_states + residual before a deferred all-reduce (captures read reduced states)"
+#: How an override that skips the guard for an affected model starts.
+BYPASSED = "bypasses the guard:"
+
+
+def _judge_override(found: Override, affected: tuple[FusionCapture, ...], package: Path) -> str:
+    """One line on a subclass's decision that returns before the (guarded) base decision runs."""
+    where = f"{found.path.relative_to(package)}: {found.cls}.{METHOD} returns at line {found.line}, before the guard in {CLASS}"
+    hit = sorted({c.model for c in affected if c.forward_path.stem in found.users or c.path.stem in found.users})
+    if hit:
+        return f"{BYPASSED} {where}, and {', '.join(hit)} capture(s) a deferred sum through it; serve with {ENFORCE_FLAG}"
+    users = ", ".join(found.users) or "no model file"
+    return f"{where}; harmless: its users ({users}) capture reduced states"
 
 
 def has_enforce_flag(package: Path) -> bool:
     """Whether this release's ServerArgs has ``--enforce-disable-flashinfer-allreduce-fusion``."""
-    for candidate in (package / "srt" / "server_args.py",):
+    # 0.5.20 moved the server arguments' fields into srt/arg_groups/.
+    for candidate in (package / "srt" / "server_args.py", *sorted((package / "srt" / "arg_groups").rglob("*.py"))):
         try:
             if b"enforce_disable_flashinfer_allreduce_fusion" in candidate.read_bytes():
                 return True
@@ -183,49 +173,57 @@ def has_enforce_flag(package: Path) -> bool:
     return False
 
 
-def defect(package: Path, model_files: tuple[Path, ...]) -> Optional[str]:
-    """The partial-sum warning for a model whose files are ``model_files``, or None.
+def defect(package: Path, graph: ModelGraph, cls: ClassNode) -> Optional[str]:
+    """The partial-sum warning for model class ``cls`` at TP > 1, or None.
 
-    None when the release has no communicator, the decision is patched (by
-    us or by hand), or none of the model's files captures partial sums.
+    None when its capture reads the reduced state, the release has no
+    decision, or both edits are in place: the guard in the communicator (or
+    a hand-written EAGLE-3 guard) and the setter's layer marks.
     """
-    if not communicator_path(package).is_file():
+    capture = fusion_reading.read_capture(graph, cls)
+    if capture is None or not capture.affected or not communicator_path(package).is_file():
         return None
     try:
-        fusion = plan(package)
+        fusion = plan(package, graph.models_dir)
     except PatchcraftError:
         return None
     if fusion.site is None:
         return None
-    wanted = {p.resolve() for p in model_files}
-    hit = [p for p in fusion.affected if p.resolve() in wanted]
-    if not hit:
-        return None
     text = read_source(fusion.site.path).text
-    module = cst.parse_module(text)
     try:
-        _, outcome = apply(module, fusion.site)
-    except PatchcraftError:
+        _, outcome = apply(cst.parse_module(text), fusion.site)
+    except (PatchcraftError, cst.ParserSyntaxError):
         return None
-    if outcome.status in (EditStatus.PRESENT, EditStatus.HAND_APPLIED):
+    if outcome.status == EditStatus.HAND_APPLIED:
         return None
-    fix = "run `patchcraft apply` (its allreduce-fusion edit turns the fusion off for EAGLE-3)"
+    if outcome.status == EditStatus.PRESENT and _setter_marks(graph, cls):
+        return None
+    fix = "run `patchcraft apply` (its allreduce-fusion edit keeps the captured layers' outputs reduced)"
     if has_enforce_flag(package):
         fix += f", or serve with {ENFORCE_FLAG}"
     else:
         fix += f" ({ENFORCE_FLAG} does not exist in this release)"
-    names = ", ".join(p.name for p in hit)
     return (
-        f"{PARTIAL_SUMS}: {names} captures hidden_states + residual before the next layer's norm reduces the MLP output, "
-        f"and SGLang auto-enables FlashInfer all-reduce fusion at TP > 1 on SM90/SM100; {fix}"
+        f"{PARTIAL_SUMS}: {capture.evidence}, and SGLang auto-enables FlashInfer all-reduce fusion "
+        f"at TP > 1 on SM90/SM100; {fix}"
     )
+
+
+def _setter_marks(graph: ModelGraph, cls: ClassNode) -> bool:
+    """Whether the setter that runs for ``cls`` (or the one it delegates to) marks its layers."""
+    capture = fusion_reading.read_capture(graph, cls)
+    if capture is None:
+        return False
+    owner = next((c for c in graph.classes.values() if c.name == capture.setter_cls and c.path == capture.setter_path), None)
+    setter = owner.methods.get(fusion_reading.SETTER) if owner is not None else None
+    return setter is not None and MARK in words_of(setter)
 
 
 # -- applying (libcst) ---------------------------------------------------------
 
 def canonical(module: cst.Module, site: EditSite) -> cst.BaseStatement:
     algo = site.params_as(FusionParams).algo
-    code = f"{COMMENT}\nif {algo} is not None and {algo}.is_eagle3():\n    return False\n"
+    code = f'{COMMENT}\nif {algo} is not None and {algo}.is_eagle3() and getattr(self, "{MARK}", False):\n    return False\n'
     return cst.parse_statement(code, config=module.config_for_parsing)
 
 
@@ -251,6 +249,9 @@ def _edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cs
     body = list(func.body.body) if isinstance(func.body, cst.IndentedBlock) else []
     new = canonical(module, site)
     ours = [s for s in body if is_marked(s)]
+    if ours and _is_old_guard(module, ours[0], site):
+        # An earlier patchcraft's guard (every layer of every EAGLE-3 target): narrow it to the marked layers.
+        return replace_statement(func, ours[0], new), Outcome(EditStatus.APPLIED, "replaced the all-layer EAGLE-3 guard")
     if ours:
         same = plain_code(ours[0].with_changes(leading_lines=())) == plain_code(new.with_changes(leading_lines=()))  # type: ignore[call-arg]
         if same:
@@ -264,6 +265,14 @@ def _edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cs
     return insert_at(func, guards[0], new, after=True), Outcome(EditStatus.APPLIED)
 
 
+def _is_old_guard(module: cst.Module, stmt: cst.BaseStatement, site: EditSite) -> bool:
+    algo = site.params_as(FusionParams).algo
+    old = cst.parse_statement(f"{OLD_COMMENT}\nif {algo} is not None and {algo}.is_eagle3():\n    return False\n", config=module.config_for_parsing)
+    return plain_code(stmt.with_changes(leading_lines=())) == plain_code(old.with_changes(leading_lines=())) and any(  # type: ignore[call-arg]
+        line.comment is not None and line.comment.value == OLD_COMMENT for line in stmt.leading_lines  # type: ignore[attr-defined]
+    )
+
+
 def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
     """Insert the EAGLE-3 guard into the decision (idempotent; marked, so revert removes it)."""
     return edit_method(module, site, _edit)
@@ -275,7 +284,7 @@ _SITE = example_site(KIND, CLASS, METHOD, FusionParams(algo="self._speculative_a
 
 EXAMPLES = [
     Example(
-        title="EAGLE-3 turns off the deferred all-reduce, so captured states are reduced",
+        title="EAGLE-3 turns off the deferred all-reduce on the layers the setter marked",
         site=_SITE,
         before='''\
 class LayerCommunicator:
@@ -304,8 +313,8 @@ class LayerCommunicator:
             and self._speculative_algo.is_eagle()
         ):
             return False
-        # patchcraft: EAGLE-3 captures hidden_states + residual at the top of a layer: keep it reduced at TP > 1
-        if self._speculative_algo is not None and self._speculative_algo.is_eagle3():
+        # patchcraft: all-reduce fusion: EAGLE-3 captures this layer's output before the next norm reduces it: keep it reduced
+        if self._speculative_algo is not None and self._speculative_algo.is_eagle3() and getattr(self, "patchcraft_output_captured", False):
             return False
 
         if get_attn_tp_context().input_scattered:

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from patchcraft import cache, lock, output, report
-from patchcraft.commands import _proof
+from patchcraft.commands import _hand_edits, _proof
 from patchcraft.diffs import unified_diffs
 from patchcraft.engine import run, write_changes
+from patchcraft.hand_edits import FileReport
 from patchcraft.results import Mode, RunResult
 from patchcraft.sources import remove_stale_temp_files
 from patchcraft.tree import SglangTree, resolve_target
@@ -37,6 +38,16 @@ class Options:
     smoke: bool = True
     #: Unsupported models fail the run even when not named with ``--model``.
     strict: bool = False
+    #: ``apply --replace-hand-edits``: patch the pristine text of files edited by hand at patchcraft's edit sites only.
+    replace_hand_edits: bool = False
+
+
+@dataclass(frozen=True)
+class HandEdits:
+    """What a run found against the pristine text: one report per model file, per tree, and what it restored."""
+
+    reports: tuple[dict[str, FileReport], ...] = ()
+    replaced: tuple[FileReport, ...] = ()
 
 
 def default_jobs() -> int:
@@ -79,7 +90,8 @@ def _run_and_write(
     jobs: int = 1,
     proof: Callable[[RunResult], RunResult] | None = None,
     fusion: bool = True,
-) -> list[RunResult]:
+    replace_hand_edits: bool = False,
+) -> tuple[list[RunResult], HandEdits]:
     """Read, transform, prove and (for apply/revert) write, holding each tree's lock throughout.
 
     The lock covers the reads too: a second run waits, then reads what the
@@ -92,14 +104,21 @@ def _run_and_write(
         if writes:
             remove_stale_temp_files(d for t in trees for d in (t.models_dir, t.executor_dir))
         results = [_run(tree, mode, models, runner, jobs, fusion) for tree in trees]
+        reports = [_hand_edits.file_reports(r) if mode in _hand_edits.JUDGED else {} for r in results]
+        bases: list[dict[Path, str]] = [{} for _ in results]
+        if replace_hand_edits and mode in (Mode.APPLY, Mode.CHECK):
+            bases = [_hand_edits.replacements(r, rep) for r, rep in zip(results, reports)]
+            # The restored files are patched afresh from their pristine text (never from the cache).
+            results = [run(r.tree, mode, models, runner=runner, jobs=jobs, fusion=fusion, base_texts=base) if base else r for r, base in zip(results, bases)]
         if proof is not None:
             results = [proof(result) for result in results]
+        results = [_hand_edits.advise(r, rep) for r, rep in zip(results, reports)]
         if writes:
             for result in results:
                 for change in result.changes:
                     result.tree.check_inside(change.source.path)
             write_changes([change for result in results for change in result.changes])
-    return results
+    return results, HandEdits(tuple(reports), tuple(_hand_edits.replaced_files(reports, bases)))
 
 
 def _run(tree: SglangTree, mode: Mode, models: Sequence[str], runner: bool, jobs: int, fusion: bool = True) -> RunResult:
@@ -125,7 +144,7 @@ def run_pipeline(options: Options, mode: Mode) -> int:
     trees = resolve_targets(options.targets)
     jobs = options.jobs if options.jobs is not None else default_jobs()
     proof = _proof.gate(mode.value, options.smoke, quiet=options.output_format == "json")
-    results = _run_and_write(trees, mode, options.models, options.runner, jobs, proof, fusion=options.fusion)
+    results, hand = _run_and_write(trees, mode, options.models, options.runner, jobs, proof, fusion=options.fusion, replace_hand_edits=options.replace_hand_edits)
     code = report.exit_code(results, options.models, options.strict)
     if options.fail_on_change and mode is Mode.APPLY and code == report.OK and any(r.changes for r in results):
         code = report.CHANGED
@@ -135,10 +154,13 @@ def run_pipeline(options: Options, mode: Mode) -> int:
 
     if options.output_format == "json":
         document = report.to_json(results, code)
+        if mode in _hand_edits.JUDGED:
+            document["files"] = report.files_json(hand.reports, hand.replaced)
         if options.show_diff or mode is Mode.DIFF:
             document["diff"] = diff_text()
         output.print_json(document)
         return code
+    output.print_hand_edits(hand.reports, hand.replaced, show_diff=options.show_diff or mode is Mode.VERIFY, color=options.color)
     if options.show_diff or mode is Mode.DIFF:
         output.print_diff(diff_text(), options.color)
     output.print_results(results, options.color)

@@ -11,7 +11,7 @@ has no torch on purpose.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from patchcraft import output
 from patchcraft.engine import withhold
@@ -32,12 +32,20 @@ def _model_class(model: ModelResult) -> bool:
     return "." in model.model
 
 
-def _hand_made(model: ModelResult) -> bool:
-    return _model_class(model) and model.status == ModelStatus.ALREADY and any(e.status == EditStatus.HAND_APPLIED for e in model.edits)
+def hand_made(model: ModelResult) -> bool:
+    """A model with a hand-made edit, done or with patchcraft's edits still to add: the harness runs
+    what the model would be (the hand edits plus the missing ones), as apply would write it."""
+    hand = any(e.status == EditStatus.HAND_APPLIED for e in model.edits)
+    return _model_class(model) and hand and model.status in (ModelStatus.ALREADY, ModelStatus.WOULD, ModelStatus.PATCHED)
 
 
 def _written(model: ModelResult) -> bool:
     return _model_class(model) and model.status == ModelStatus.PATCHED
+
+
+def _written_or_hand_made(model: ModelResult) -> bool:
+    """apply proves what it writes, and a hand fix it leaves as it is: verify would run that one too."""
+    return _written(model) or hand_made(model)
 
 
 def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResult], RunResult] | None:
@@ -46,7 +54,7 @@ def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResu
     torch is imported only when a run has something to prove: a verify with
     no hand-made edit, or an apply with nothing to write, costs nothing.
     """
-    chosen = {"apply": _written, "verify": _hand_made}.get(mode_value)
+    chosen = {"apply": _written_or_hand_made, "verify": hand_made}.get(mode_value)
     if chosen is None:
         return None
     said: list[bool] = []
@@ -83,10 +91,30 @@ def prove(result: RunResult, chosen: Callable[[ModelResult], bool]) -> RunResult
         return result
     from patchcraft.harness.runner import smoke_tree
 
-    texts = {change.source.path: change.after for change in result.changes}
-    run = smoke_tree(result.tree, (), models=models, texts=texts)
+    run = smoke_tree(result.tree, (), models=[as_written(m) for m in models], texts=texts_of(result))
+    return record(result, run)
+
+
+def texts_of(result: RunResult) -> dict:
+    """The text of every file the run would write (what the harness runs instead of the file)."""
+    return {change.source.path: change.after for change in result.changes}
+
+
+def as_written(model: ModelResult) -> ModelResult:
+    """A hand-made model still missing patchcraft's edits, as the harness must see it: patched
+    (the hand edits plus the missing ones, as apply would write them), so that it is run, not skipped."""
+    from dataclasses import replace
+
+    return replace(model, status=ModelStatus.PATCHED) if model.status == ModelStatus.WOULD and hand_made(model) else model
+
+
+def record(result: RunResult, run: Any, only: Callable[[ModelResult], bool] | None = None) -> RunResult:
+    """Each harness row of ``run`` as its model's proof (``only``: of the models it accepts); withhold failures."""
+    wanted = {m.model for m in result.models if only is None or only(m)}
     verdicts: dict[str, tuple[str, str]] = {}
     for row in run.results:
+        if row.model not in wanted:
+            continue
         if row.status == "pass":
             verdicts[row.model] = (PASSED, "")
         elif row.status in ("fail", "error"):

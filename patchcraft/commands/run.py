@@ -8,7 +8,6 @@ in between, so exit codes and signals are the command's own.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -39,28 +38,20 @@ def run_command(options: RunOptions) -> int:
     """Preflight, overlay, exec. Returns only when the launch is refused (1) or for bad input (2)."""
     if not options.command:
         raise PatchcraftError("no command to run: patchcraft run [OPTIONS] -- COMMAND [ARGS...]")
-    from patchcraft.overlay import build, stale
     from patchcraft.tree import resolve_target
 
     tree = resolve_target(options.target)
-    if options.overlay:
-        directory = Path(options.overlay)
-        problems = stale(directory)
-        if problems:
-            raise PatchcraftError(f"{directory}: {problems[0]}: rebuild it with `patchcraft overlay build --out {directory}`")
-        package = directory / "tree" / "sglang"
-    else:
-        from patchcraft.commands import _proof
-
-        prove = _proof.gate("apply", options.smoke, quiet=True)
-        overlay = build(tree, runner=options.runner, prove=prove)
-        directory, package = overlay.directory, overlay.package
+    directory, said_static = _overlay_for_run(tree, options)
+    package = directory / "tree" / "sglang"
     if options.preflight:
-        code = run_preflight(options.command, package, tree.package, options.trained_on, smoke=options.smoke and not options.overlay)
+        # The "static, no torch" line is said once: by the overlay's proof when it was just said, else by the preflight.
+        smoke = options.smoke and not options.overlay and not said_static
+        code = run_preflight(options.command, package, tree.package, options.trained_on, smoke=smoke)
         if code != OK:
             return code
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(directory), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    # The version itself, not the link: the server and every worker it starts later see the same files.
+    env["PYTHONPATH"] = os.pathsep.join([str(directory.resolve()), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -70,6 +61,44 @@ def run_command(options: RunOptions) -> int:
     return OK  # not reached
 
 
+def _overlay_for_run(tree, options: RunOptions) -> tuple[Path, bool]:
+    """The overlay the command gets: ``--overlay DIR`` checked (owned, intact, current), or the cache's, built or reused.
+
+    Either way this process holds its lock, and the server inherits it:
+    patchcraft never removes an overlay in use.
+    """
+    from patchcraft import overlay_check
+    from patchcraft.overlay import build, hold
+
+    if options.overlay:
+        directory = Path(options.overlay)
+        if not directory.exists():
+            raise PatchcraftError(f"{directory}: no such overlay")
+        hold(directory)  # before the checks, so that what was checked is what the server gets
+        overlay_check.require_usable(directory)
+        return directory, False
+    from patchcraft.commands import _proof
+
+    overlay = build(tree, runner=options.runner, prove=_proof.gate("apply", options.smoke, quiet=True), require_proof=options.smoke)
+    said_static = _say_what_was_proven(overlay, options.smoke)
+    if overlay.note:
+        output.print_line(f"patchcraft run: {overlay.note}")
+    return overlay.directory, said_static
+
+
+def _say_what_was_proven(overlay, smoke: bool, prefix: str = "patchcraft run: ") -> bool:
+    """The "static, no torch" line, whether the overlay was just built or reused: never hidden. True when said."""
+    from patchcraft.commands import _proof
+
+    if not (smoke and overlay.proof == _proof.NO_TORCH):
+        return False
+    output.print_line(
+        f"{prefix}torch is not installed, so the overlay is static: the harness did not run its patched code "
+        "(pip install 'patchcraft[smoke]')"
+    )
+    return True
+
+
 def overlay_build(target: str | None, out: str | None, runner: bool, smoke: bool, output_format: str) -> int:
     """``patchcraft overlay build [TARGET] --out DIR``: write the overlay; print the PYTHONPATH line."""
     from patchcraft.commands import _proof
@@ -77,30 +106,34 @@ def overlay_build(target: str | None, out: str | None, runner: bool, smoke: bool
     from patchcraft.tree import resolve_target
 
     tree = resolve_target(target)
-    overlay = build(tree, Path(out) if out else None, runner=runner, prove=_proof.gate("apply", smoke, quiet=True))
+    overlay = build(tree, Path(out) if out else None, runner=runner, prove=_proof.gate("apply", smoke, quiet=True), require_proof=smoke)
     if output_format == "json":
-        output.print_json({"overlay": str(overlay.directory), "modules": list(overlay.modules), "reused": overlay.reused})
+        output.print_json({"overlay": str(overlay.directory), "modules": list(overlay.modules), "reused": overlay.reused, "proof": overlay.proof})
         return OK
+    _say_what_was_proven(overlay, smoke, "patchcraft overlay build: ")
+    if overlay.note:
+        output.print_line(f"patchcraft overlay build: {overlay.note}")
     word = "reused" if overlay.reused else "built"
-    output.print_line(f"overlay {word}: {len(overlay.modules)} patched modules of {tree.package} in {overlay.directory}")
+    output.print_line(f"overlay {word}: {len(overlay.modules)} patched modules of {tree.package} in {overlay.directory} (proof: {overlay.proof})")
     sys.stdout.write(f"PYTHONPATH={overlay.directory}\n")
     return OK
 
 
-def overlay_verify(directory: str, target: str | None, output_format: str, color: str) -> int:
-    """``patchcraft verify --overlay DIR``: the overlay matches the install and is fully patched."""
+def overlay_verify(directory: str, target: str | None, output_format: str, color: str, user: str | None = None) -> int:
+    """``patchcraft verify --overlay DIR``: readable by the server, owned, intact, matches the install, fully patched."""
+    from patchcraft import overlay_check
     from patchcraft.commands._pipeline import Options, run_pipeline
     from patchcraft.results import Mode
-    from patchcraft.overlay import MANIFEST, stale
 
     path = Path(directory)
-    problems = stale(path)
-    if problems:
-        raise PatchcraftError(f"{path}: {problems[0]}: rebuild it with `patchcraft overlay build --out {path}`")
+    overlay_check.require_usable(path)
+    unreadable = overlay_check.unreadable(path, user)
+    if unreadable:
+        raise PatchcraftError(f"{path}: {unreadable[0]}: a server running as {user or 'another user'} would import the unpatched files")
     if target is not None:
         from patchcraft.tree import resolve_target
 
-        built_from = json.loads((path / MANIFEST).read_text(encoding="utf-8"))["package"]
+        built_from = overlay_check.read_manifest(path)["package"]
         if str(resolve_target(target).package.resolve()) != built_from:
             raise PatchcraftError(f"{path}: built from {built_from}, not {resolve_target(target).package}")
     return run_pipeline(Options(targets=(str(path / "tree" / "sglang"),), output_format=output_format, color=color), Mode.VERIFY)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from patchcraft import output, report
+from patchcraft.commands import _hand_edits, _proof
 from patchcraft.commands._pipeline import Options, resolve_targets
 from patchcraft.engine import run
 from patchcraft.results import Mode, RunResult
@@ -50,7 +51,14 @@ def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = Fals
         check, label = compiler(), "cpu, torch.compile fullgraph"
     else:
         label = "cpu"
-    runs = [smoke_tree(r.tree, options.models, models=r.models, check=check) for r in results]
+    # Hand-made models still missing edits run as apply would write them, and their verdicts are
+    # their rows' proof, with what to do: verify --smoke, verify and apply say the same (commands/_proof.py).
+    runs = [
+        smoke_tree(r.tree, options.models, models=[_proof.as_written(m) for m in r.models], texts=_proof.texts_of(r), check=check)
+        for r in results
+    ]
+    if show_verify:
+        results = [_hand_edits.advise(_proof.record(r, s, only=_proof.hand_made), _hand_edits.file_reports(r)) for r, s in zip(results, runs)]
     code = report.exit_code(results, options.models, options.strict)
     if code == report.OK and smoke_report.failed(runs):
         code = report.CHANGED
@@ -120,3 +128,14 @@ def _cuda_layer_ids(text: str) -> list[int] | None:
     except ValueError as exc:
         raise PatchcraftError(f"--layer-ids {text!r}: {exc}") from None
     return list(ids)
+
+
+def overlay_target(directory: str) -> str:
+    """``smoke --overlay DIR``: the overlay's patched tree, once the overlay is owned, intact and current (else exit 2)."""
+    from pathlib import Path
+
+    from patchcraft.overlay_check import require_usable
+
+    path = Path(directory)
+    require_usable(path)
+    return str(path / "tree" / "sglang")

@@ -285,7 +285,9 @@ def run_engines(prepared: Prepared, via_run: bool = False) -> EngineRuns:
         )
     finally:
         shutil.rmtree(probed_root, ignore_errors=True)
-        shutil.rmtree(overlay_dir, ignore_errors=True)
+        from patchcraft.overlay import remove
+
+        remove(overlay_dir)  # the link and the version it points to
     return EngineRuns(speculative, baseline, load_records(probe_dir))
 
 
