@@ -118,7 +118,8 @@ def test_json_schema_is_stable(tree: Path) -> None:
     [entry] = [m for m in doc["models"] if m["model"] == "deepseek_v2.DeepseekV2ForCausalLM"]
     assert set(entry) == {"path", "model", "status", "edits", "files", "compiles", "idempotent", "notes", "message", "included_by", "proof"}
     assert entry["status"] == "would-patch"
-    assert {e["kind"] for e in entry["edits"]} == {"init", "setter", "forward"}
+    # DeepseekV2 on 0.5.6 and 0.5.10 captures a deferred all-reduce sum, so its setter also marks the layers (docs/fusion.md).
+    assert {e["kind"] for e in entry["edits"]} == {"init", "setter", "forward", "fusion-mark"}
     assert doc["summary"]["exit_code"] == result.returncode == 1
 
 
