@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from patchcraft import __version__
-from patchcraft.cache_root import ensure_directory
+from patchcraft.cache_root import ensure_directory, keep_newest, remove_quietly
 from patchcraft.errors import PatchcraftError
 from patchcraft.results import FileChange, Mode, RunResult
 from patchcraft.tree import SglangTree
@@ -159,12 +159,12 @@ def load(key: str) -> RunResult | None:
     try:
         result = pickle.loads(zlib.decompress(data))
     except Exception:  # damaged or from an incompatible build: drop it
-        _remove(path)
+        remove_quietly(path)
         return None
     if not isinstance(result, RunResult):
         return None
     try:
-        os.utime(path)  # recently used: kept by _prune
+        os.utime(path)  # recently used: kept by keep_newest
     except OSError:
         pass
     return result
@@ -185,31 +185,14 @@ def store(key: str, result: RunResult) -> None:
             handle.write(data)
         os.replace(tmp, folder / f"{key}.pickle")
     except OSError:
-        _remove(Path(tmp))
+        remove_quietly(Path(tmp))
         return
-    _prune(folder)
+    keep_newest(folder, "*.pickle", KEEP)
 
 
 def _without_raw(change: FileChange) -> FileChange:
     return replace(change, source=replace(change.source, raw=None))
 
-
-def _prune(folder: Path, keep: int = KEEP) -> None:
-    entries = []
-    for path in folder.glob("*.pickle"):
-        try:
-            entries.append((path.stat().st_mtime, path))
-        except OSError:
-            continue
-    for _, path in sorted(entries, reverse=True)[keep:]:
-        _remove(path)
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
 
 
 def cached_run(

@@ -77,3 +77,23 @@ def _hint(path: Path) -> str:
     except (PatchcraftError, OSError, ValueError):
         inside = False
     return f"the patchcraft cache is {root()}: {HINT}" if inside else "choose a directory this user can write"
+
+
+def keep_newest(folder: Path, pattern: str, keep: int) -> None:
+    """Remove all but the ``keep`` most recently used files matching ``pattern`` in ``folder`` (best effort)."""
+    entries = []
+    for path in folder.glob(pattern):
+        try:
+            entries.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    for _, path in sorted(entries, reverse=True)[keep:]:
+        remove_quietly(path)
+
+
+def remove_quietly(path: Path) -> None:
+    """Unlink ``path``; a cache entry that is already gone or cannot be removed is no error."""
+    try:
+        path.unlink()
+    except OSError:
+        pass

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Sequence
 
 from patchcraft import __version__, cache
-from patchcraft.cache_root import ensure_directory, root
+from patchcraft.cache_root import ensure_directory, keep_newest, remove_quietly, root
 from patchcraft.errors import PatchcraftError
 from patchcraft.tree import SglangTree
 
@@ -154,7 +154,7 @@ def load(lookup: str) -> dict | None:
         if Dependency(kind, Path(name)).digest() != digest:
             return None
     try:
-        os.utime(path)  # recently used: kept by _prune
+        os.utime(path)  # recently used: kept by keep_newest
     except OSError:
         pass
     return entry
@@ -185,24 +185,7 @@ def store(lookup: str, recorded: list[list[str]], stdout: str, stderr: str) -> N
             json.dump(entry, out)
         os.replace(tmp, folder / f"{lookup}.json")
     except OSError:
-        _remove(Path(tmp))
+        remove_quietly(Path(tmp))
         return
-    _prune(folder)
+    keep_newest(folder, "*.json", KEEP)
 
-
-def _prune(folder: Path, keep: int = KEEP) -> None:
-    entries = []
-    for path in folder.glob("*.json"):
-        try:
-            entries.append((path.stat().st_mtime, path))
-        except OSError:
-            continue
-    for _, path in sorted(entries, reverse=True)[keep:]:
-        _remove(path)
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
