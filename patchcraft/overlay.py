@@ -35,7 +35,6 @@ from typing import Callable, Sequence
 
 from patchcraft import __version__, cache, overlay_bootstrap, overlay_check, overlay_store
 from patchcraft.cache_root import ensure_directory
-from patchcraft.engine import run
 from patchcraft.errors import PatchcraftError
 from patchcraft.fetch import copy_parts
 from patchcraft.overlay_bootstrap import MANIFEST, TABLE
@@ -110,6 +109,8 @@ def build(
 
 
 def _build(tree: SglangTree, directory: Path, names: Sequence[str], runner: bool, prove: Callable[[RunResult], RunResult] | None, note: str = "") -> Overlay:
+    from patchcraft.engine import run  # late: reusing a cached overlay needs no engine
+
     result = run(tree, Mode.APPLY, names, runner=runner)
     if prove is not None:
         result = prove(result)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from patchcraft import output
-from patchcraft.engine import withhold
 from patchcraft.harness import torch_problem
 from patchcraft.results import ModelResult, RunResult
 from patchcraft.report import HARNESS_FAILED
@@ -121,6 +120,8 @@ def record(result: RunResult, run: Any, only: Callable[[ModelResult], bool] | No
             verdicts[row.model] = (FAILED, f"harness {row.status}: {row.message}")
     if any(proof == FAILED for proof, _ in verdicts.values()) and not _changes_compile(result):
         return result  # the write refuses the whole run, naming the file that does not compile (exit 2)
+    from patchcraft.engine import withhold  # late: a warm `patchcraft run` builds the gate but never calls it
+
     return withhold(result, verdicts)
 
 
