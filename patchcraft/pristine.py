@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import subprocess
 import zipfile
 from dataclasses import dataclass
@@ -79,7 +80,9 @@ class PristineSource:
             found = self._from_git(path)
             if found is not None:
                 return found
-        member = self._member(path)
+        member = _inside(path, self.tree.package.parent)
+        if member is None:
+            return Pristine(None, f"no pristine text: {path} is not inside {self.tree.package.parent}")
         if self._record is not None:
             return self._from_record(path, member, candidates)
         if self._cached_release():
@@ -90,17 +93,15 @@ class PristineSource:
 
     def _from_git(self, path: Path) -> Pristine | None:
         assert self._git_top is not None
-        rel = path.resolve().relative_to(self._git_top).as_posix()
+        rel = _inside(path, self._git_top)
+        if rel is None:
+            return None  # a symlink to a file outside the checkout: the other sources decide
         proc = _git(self._git_top, "show", f"HEAD:{rel}")
         if proc is None or proc.returncode != 0:
             return None  # not tracked at HEAD (an install inside a checkout): the other sources decide
         return Pristine(decode(path, proc.stdout).text, "git HEAD")
 
     # -- RECORD and wheel ---------------------------------------------------
-
-    def _member(self, path: Path) -> str:
-        """The file's name in the wheel and in RECORD (``sglang/srt/models/x.py``)."""
-        return path.resolve().relative_to(self.tree.package.resolve().parent).as_posix()
 
     def _from_record(self, path: Path, member: str, candidates: Sequence[bytes]) -> Pristine:
         expected = self._hashes.get(member)
@@ -175,3 +176,18 @@ def _git_toplevel(package: Path) -> Path | None:
     if proc is None or proc.returncode != 0:
         return None
     return Path(proc.stdout.decode("utf-8", "replace").strip()).resolve()
+
+
+def _inside(path: Path, base: Path) -> str | None:
+    """``path`` relative to ``base`` (``sglang/srt/models/x.py`` for a wheel or RECORD), or None.
+
+    Resolved first (a tree reached through a symlinked folder), then as
+    written: a model file that is a symlink to a file elsewhere keeps its
+    place in the tree (the engine refuses that file itself, naming it).
+    """
+    for candidate, root in ((path.resolve(), base.resolve()), (Path(os.path.abspath(path)), Path(os.path.abspath(base)))):
+        try:
+            return candidate.relative_to(root).as_posix()
+        except ValueError:
+            continue
+    return None
