@@ -190,6 +190,7 @@ def proof_of(result: RunResult) -> str:
 
 
 def _write(tree: SglangTree, result: RunResult, directory: Path) -> Overlay:
+    ensure_directory(directory.parent)  # an unusable cache or --out parent: one line naming it (cache_root)
     try:
         version, lock = overlay_store.new_version(directory)
     except OSError as exc:

@@ -67,7 +67,11 @@ class PristineSource:
 
     def describe(self) -> str:
         """What this tree offers, for the one line that says none of it applies."""
-        return f"{self.tree.package} is not a git checkout, has no dist-info RECORD beside it and is no release in {cache_dir() / 'releases'}"
+        try:
+            cache = f"in {cache_dir() / 'releases'}"
+        except PatchcraftError:
+            cache = "in patchcraft's cache (none can be placed: set PATCHCRAFT_CACHE)"
+        return f"{self.tree.package} is not a git checkout, has no dist-info RECORD beside it and is no release {cache}"
 
     def pristine(self, path: Path, candidates: Sequence[bytes] = ()) -> Pristine:
         """The pristine text of ``path`` (a file of this tree), or why it cannot be had.
@@ -114,8 +118,11 @@ class PristineSource:
         return self._from_wheel(path, member, "RECORD + wheel {}", expected)
 
     def _cached_release(self) -> bool:
+        try:
+            releases = (cache_dir() / "releases").resolve()
+        except PatchcraftError:  # no cache can be placed (no HOME, no passwd entry): then no tree is in it
+            return False
         package = self.tree.package.resolve()
-        releases = (cache_dir() / "releases").resolve()
         return package.name == "sglang" and package.parent.parent == releases
 
     def _from_wheel(self, path: Path, member: str, origin: str, expected: str | None = None) -> Pristine:
