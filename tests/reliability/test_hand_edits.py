@@ -91,15 +91,17 @@ def test_sed_fix_in_every_combination(tmp_path: Path, version: str, edits: tuple
     write_changes(first.changes)
     [result] = [m for m in first.models if m.model == "deepseek_v2.DeepseekV2ForCausalLM"]
     statuses = {e.kind: e.status for e in result.edits}
-    assert statuses == {e: "hand-applied" if e in edits else "applied" for e in EDITS}, result
-    assert result.status == (ModelStatus.ALREADY if len(edits) == 3 else ModelStatus.PATCHED)
+    # DeepseekV2 on 0.5.6 and 0.5.10 captures a deferred all-reduce sum: its setter also gets the fusion mark
+    # (docs/fusion.md), so even the full sed fix leaves patchcraft one edit to make.
+    assert statuses == {**{e: "hand-applied" if e in edits else "applied" for e in EDITS}, "fusion-mark": "applied"}, result
+    assert result.status == ModelStatus.PATCHED
 
     patched = model.read_text(encoding="utf-8")
     counts = _counts(patched)
     # one flag init, one capture, -1 handled once: never a second insertion
     assert counts["flag initialised"] == 1 and counts["embedding captured"] == 1, counts
     assert counts["-1 handled in setter"] == 1, counts
-    assert counts["markers"] == 3 - len(edits), counts
+    assert counts["markers"] == 3 - len(edits) + 1, counts  # + the fusion mark
 
     verify = run(tree, Mode.VERIFY)
     assert all(m.status == ModelStatus.ALREADY and m.compiles for m in verify.models), [(m.model, m.status, m.message) for m in verify.models]
@@ -243,7 +245,12 @@ def test_a_wrong_hand_fix_fails_verify_naming_its_line(tmp_path: Path, stem: str
     # --no-smoke: the static judgement alone (the harness fails the field fix on a later
     # pipeline stage anyway: it has no first-stage gate; tests/test_proof.py).
     good = patchcraft_cli("verify", "--no-runner", "--no-smoke", "--model", stem, str(package))
-    assert good.returncode == 0, good.stdout + good.stderr
+    if stem == "deepseek_v2":  # on 0.5.10 its capture reads a deferred all-reduce sum: the fusion mark is still to add
+        table = good.stdout + good.stderr
+        assert good.returncode == 1 and "missing: fusion-mark" in table, table
+        assert table.count("hand-applied") == 3, table
+    else:
+        assert good.returncode == 0, good.stdout + good.stderr
     assert "hand-applied" in good.stdout + good.stderr
     mutate, words = HAND_FIXES[fault]
     model.write_text(mutate(model.read_text(encoding="utf-8")), encoding="utf-8")
