@@ -206,13 +206,15 @@ def test_a_changed_target_or_patched_tree_is_checked_again(install: dict, tmp_pa
     assert "reused" not in changed.stderr and changed.returncode == 1, changed.stderr  # hidden size no longer matches
     (target / "config.json").write_text((target / "config.json").read_text().replace("4096", "7168"))
     assert run(install, *argv).returncode == 0
-    overlay_file = next(install["cache"].glob("overlays/*/tree/sglang/srt/models/deepseek_v2.py"))
-    original = overlay_file.read_bytes()
+    # The served tree changes when the install does (an edited overlay file is not served: run rebuilds it,
+    # tests/test_overlay_integrity.py): the new overlay's files are read again.
+    installed = install["package"] / "srt" / "models" / "deepseek_v2.py"
+    original = installed.read_bytes()
     try:
-        overlay_file.write_bytes(original + b"\n# changed\n")
+        installed.write_bytes(original + b"\n# changed\n")
         assert "reused" not in run(install, *argv).stderr
     finally:
-        overlay_file.write_bytes(original)
+        installed.write_bytes(original)
 
 
 def test_a_verdict_another_user_wrote_is_not_trusted(install: dict, tmp_path: Path) -> None:
