@@ -12,12 +12,12 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from patchcraft.hand_edits import FileReport
 from patchcraft.results import Mode, RunResult
 from patchcraft.status import EditStatus, FileState, ModelStatus
 
 if TYPE_CHECKING:
     from patchcraft.gpu_smoke.summary import CudaSmokeSummary
+    from patchcraft.hand_edits import FileReport  # types only: a warm `patchcraft run` never loads the class graph
 
 _STYLE = {
     ModelStatus.PATCHED: "green",

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from patchcraft import __version__
 from patchcraft.errors import CHANGED, OK, USAGE
-from patchcraft.hand_edits import FileReport
 from patchcraft.results import EditResult, Mode, ModelResult, RunResult
 from patchcraft.status import EDIT_IN_PLACE, MODEL_DONE, MODEL_SKIPPED, EditStatus, FileState, ModelStatus
+
+if TYPE_CHECKING:
+    from patchcraft.hand_edits import FileReport  # types only: a warm `patchcraft run` never loads the class graph
 
 #: The version of every JSON document patchcraft prints (docs/json.md).
 SCHEMA_VERSION = 1
