@@ -42,19 +42,9 @@ GOAL_S = 0.3
 
 def install(version: str, work: Path) -> Path:
     """SGLang ``version`` installed without dependencies into a venv under ``work``; its package root."""
-    from conftest import release_package
-    from patchcraft.fetch import cache_dir, find_wheel
+    from conftest import install_release
 
-    release_package(version)  # the wheel, fetched once into the user's cache
-    wheel = find_wheel(cache_dir() / "wheels", version)
-    if wheel is None:
-        raise SystemExit(f"no wheel for sglang {version} in {cache_dir() / 'wheels'}")
-    venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
-    return Path(site.stdout.strip()) / "sglang"
+    return install_release(version, work / "venv")
 
 
 def measure(command: list[str], env: dict[str, str], before=None) -> tuple[float, float]:

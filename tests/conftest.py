@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from patchcraft.fetch import PATCHED_PARTS, cache_dir, copy_parts, fetch
+from patchcraft.fetch import PATCHED_PARTS, cache_dir, copy_parts, fetch, find_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "golden"
@@ -94,3 +96,18 @@ def flip_one_byte(path: Path, old: bytes, new: bytes) -> None:
     assert old in data, f"{old!r} not in {path}"
     path.write_bytes(data.replace(old, new, 1))
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def install_release(version: str, venv: Path, base_python: str = sys.executable) -> Path:
+    """``pip install --no-deps`` of release ``version``'s cached wheel into a new venv at ``venv``; its ``sglang`` package.
+
+    A real install (dist-info RECORD included), as a user's server has it; ``base_python`` makes the venv.
+    """
+    release_package(version)  # downloads the wheel into the cache if needed
+    wheel = find_wheel(cache_dir() / "wheels", version)
+    assert wheel is not None, f"no wheel for sglang {version} in {cache_dir() / 'wheels'}"
+    subprocess.run([base_python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    return Path(site.stdout.strip()) / "sglang"

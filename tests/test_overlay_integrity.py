@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import release_package
-from patchcraft.fetch import cache_dir, find_wheel
+from conftest import install_release
 from test_run import CHILD, MODULE, RELEASE
 
 SYSTEM_PYTHON = shutil.which("python3.11") if Path("/usr/bin/python3.11").exists() else None
@@ -32,19 +31,12 @@ PATCHCRAFT = [sys.executable, "-m", "patchcraft"]
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory):
     """A venv with 0.5.10, and an overlay root built with ``overlay build --out``, all readable by others."""
-    release_package(RELEASE)
-    wheel = find_wheel(cache_dir() / "wheels", RELEASE)
-    assert wheel is not None
     root = Path(tempfile.mkdtemp(prefix="patchcraft-overlay-test-"))
     os.chmod(root, 0o755)
     try:
         venv = root / "venv"
-        base = "/usr/bin/python3.11" if SYSTEM_PYTHON else sys.executable
-        subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True)
+        package = install_release(RELEASE, venv, "/usr/bin/python3.11" if SYSTEM_PYTHON else sys.executable)
         python = venv / "bin" / "python"
-        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
-        site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
-        package = Path(site) / "sglang"
         overlay = root / "overlay"
         build = subprocess.run(PATCHCRAFT + ["overlay", "build", str(package), "--out", str(overlay), "--no-smoke"], capture_output=True, text=True)
         assert build.returncode == 0, build.stderr

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import release_package
-from patchcraft.fetch import cache_dir, find_wheel
+from conftest import install_release, release_package
 from patchcraft.server_args import parse_server_args, release_flags
 from test_check_draft import kimi_target, sglang_draft
 
@@ -32,16 +31,9 @@ PRINTS = "import sys; print('LAUNCHED', sys.argv[1:])"
 @pytest.fixture(scope="module")
 def install(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A venv with the release installed (no dependencies), a cache shared by the module, a target config."""
-    release_package(RELEASE)
-    wheel = find_wheel(cache_dir() / "wheels", RELEASE)
-    assert wheel is not None
     root = tmp_path_factory.mktemp("preflight")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
-    return {"package": Path(site.stdout.strip()) / "sglang", "cache": root / "cache", "kimi": kimi_target(root / "kimi"), "root": root}
+    package = install_release(RELEASE, root / "venv")
+    return {"package": package, "cache": root / "cache", "kimi": kimi_target(root / "kimi"), "root": root}
 
 
 def run(install: dict, *server_args: str, env: dict | None = None, preflight: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:

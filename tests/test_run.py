@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import release_package
-from patchcraft.fetch import cache_dir, find_wheel
+from conftest import install_release
 from test_check_draft import kimi_target, sglang_draft
 
 RELEASE = "0.5.10"
@@ -53,16 +52,9 @@ def _digest(package: Path) -> str:
 @pytest.fixture(scope="module")
 def install(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A venv with SGLang installed (no dependencies), and an overlay built for it."""
-    release_package(RELEASE)  # downloads the wheel into the cache if needed
-    wheel = find_wheel(cache_dir() / "wheels", RELEASE)
-    assert wheel is not None
     root = tmp_path_factory.mktemp("run")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
-    package = Path(site) / "sglang"
+    package = install_release(RELEASE, root / "venv")
+    python = root / "venv" / "bin" / "python"
     before = _digest(package)
     overlay = root / "overlay"
     build = subprocess.run([sys.executable, "-m", "patchcraft", "overlay", "build", str(package), "--out", str(overlay), "--no-smoke"], capture_output=True, text=True)
