@@ -64,16 +64,23 @@ def discard(version: Path, fd: int) -> None:
 
 def hold(version: Path) -> int | None:
     """A shared lock on ``version``, inherited across ``exec`` (the server keeps it); None if it is being removed or has no lock."""
+    fd = _try_lock(version / LOCK, exclusive=False)
+    if fd is not None:
+        os.set_inheritable(fd, True)
+    return fd
+
+
+def _try_lock(lock: Path, exclusive: bool) -> int | None:
+    """An open descriptor of ``lock`` holding the flock, or None when it cannot be opened or is held."""
     try:
-        fd = os.open(version / LOCK, os.O_RDONLY)
+        fd = os.open(lock, os.O_RDONLY)
     except OSError:
         return None
     try:
-        _flock(fd, exclusive=False)
+        _flock(fd, exclusive=exclusive)
     except OSError:
         os.close(fd)
         return None
-    os.set_inheritable(fd, True)
     return fd
 
 
@@ -169,14 +176,8 @@ def remove_if_unused(version: Path, link: Path | None = None) -> bool:
         _unlink_if_pointing(link, version)
         shutil.rmtree(version, ignore_errors=True)
         return True
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        _flock(fd, exclusive=True)
-    except OSError:
-        os.close(fd)
+    fd = _try_lock(lock, exclusive=True)
+    if fd is None:
         return False
     try:  # under the exclusive lock: nobody can start using it now
         _unlink_if_pointing(link, version)
