@@ -38,7 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from patchcraft import __version__
+from patchcraft import __version__, digests
 from patchcraft.cache_root import ensure_directory, keep_newest, remove_quietly
 from patchcraft.errors import PatchcraftError
 from patchcraft.results import FileChange, Mode, RunResult
@@ -69,20 +69,32 @@ def directory() -> Path:
     return cache_dir() / "runs"
 
 
-def inputs(tree: SglangTree) -> list[Path]:
-    """Every file a run on ``tree`` may read, in a fixed order."""
-    files: list[Path] = []
+def inputs(tree: SglangTree) -> list[str]:
+    """Every file a run on ``tree`` may read, in a fixed order (strings: a warm run lists about 800)."""
+    package = str(tree.package)
+    files: list[str] = []
     for folder in (tree.models_dir, tree.executor_dir):
-        files.extend(sorted(folder.rglob("*.py")))
-    files.extend(tree.package / name for name in VERSION_FILES)
-    files.append(tree.package / COLLECTORS)  # whether a collector copies (plan.collector_copies)
+        files.extend(_python_files(str(folder)))
+    files.extend(os.path.join(package, name) for name in VERSION_FILES)
+    files.append(os.path.join(package, COLLECTORS))  # whether a collector copies (plan.collector_copies)
     # The allreduce-fusion row: the decision it edits, and whether layers reduce at their boundary.
-    files.append(tree.package / "srt" / "layers" / "communicator.py")
-    files.append(tree.package / "srt" / "layers" / "layer_boundary" / "__init__.py")
+    layers = os.path.join(package, "srt", "layers")
+    files.append(os.path.join(layers, "communicator.py"))
+    files.append(os.path.join(layers, "layer_boundary", "__init__.py"))
     # ... and the subclasses of LayerCommunicator that override the decision (anywhere in srt/layers/).
-    layers = tree.package / "srt" / "layers"
-    files.extend(p for p in sorted(layers.rglob("*.py")) if p.name != "communicator.py" and "layer_boundary" not in p.parts)
+    files.extend(
+        name for name in _python_files(layers)
+        if os.path.basename(name) != "communicator.py" and "layer_boundary" not in name[len(layers):].split(os.sep)
+    )
     return files
+
+
+def _python_files(folder: str) -> list[str]:
+    """``sorted(Path(folder).rglob("*.py"))`` as strings (files only, links to folders not entered), without pathlib's cost."""
+    found = []
+    for root, _dirs, names in os.walk(folder):
+        found.extend(os.path.join(root, name) for name in names if name.endswith(".py"))
+    return sorted(found, key=lambda name: name.split(os.sep))
 
 
 def run_key(tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool, fusion: bool = True) -> str | None:
@@ -93,17 +105,20 @@ def run_key(tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool, fu
         header += ("no-fusion-fix",)
     digest.update(repr(header).encode())
     digest.update(repr((str(tree.package), str(tree.root), tuple(map(str, tree.only_files)))).encode())
-    for path in inputs(tree):
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            data = None  # a version file the package does not have
-        except OSError:
-            return None
-        # Length-prefixed: no two different listings can hash alike.
-        name = str(path).encode("utf-8", "surrogateescape")
-        digest.update(len(name).to_bytes(8, "little") + name)
-        digest.update(b"-" if data is None else hashlib.sha256(data).digest())
+    try:
+        for path in inputs(tree):
+            try:
+                data: bytes | None = bytes.fromhex(digests.sha256(path))
+            except FileNotFoundError:
+                data = None  # a version file the package does not have
+            except OSError:
+                return None
+            # Length-prefixed: no two different listings can hash alike.
+            name = path.encode("utf-8", "surrogateescape")
+            digest.update(len(name).to_bytes(8, "little") + name)
+            digest.update(b"-" if data is None else data)
+    finally:
+        digests.save()
     return digest.hexdigest()
 
 
@@ -115,7 +130,7 @@ def code_hash() -> str:
         for path in _code_files():
             digest.update(str(path).encode("utf-8", "surrogateescape") + b"\0")
             try:
-                digest.update(hashlib.sha256(path.read_bytes()).digest())
+                digest.update(bytes.fromhex(digests.sha256(path)))
             except OSError:
                 digest.update(b"-")
         _CODE_HASH = digest.hexdigest()
@@ -129,7 +144,7 @@ def _code_files() -> list[Path]:
     spec = importlib.util.find_spec("patchcraft.transforms")  # imports patchcraft only, not libcst
     for location in (spec.submodule_search_locations or []) if spec else []:
         roots.add(Path(location).resolve())
-    return sorted({path for root in roots for path in root.rglob("*.py")})
+    return sorted({Path(path) for root in roots for path in _python_files(str(root))})
 
 
 def _libcst_version() -> str:

@@ -15,15 +15,18 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
 from pathlib import Path
 from typing import Iterable
 
+from patchcraft import digests
 from patchcraft.errors import PatchcraftError
 from patchcraft.overlay_bootstrap import MANIFEST
+
+#: What :func:`walk` returns: each path with its ``lstat``.
+Listing = list[tuple[Path, os.stat_result]]
 
 #: What Python itself may add to an overlay: bytecode of the served modules.
 _PYCACHE = "__pycache__"
@@ -42,19 +45,27 @@ def read_manifest(directory: Path) -> dict:
 
 
 def walk(directory: Path) -> list[tuple[Path, os.stat_result]]:
-    """Every entry under ``directory`` (itself included), not following links, with its ``lstat``."""
+    """Every entry under ``directory`` (itself included), not following links, with its ``lstat``; names sorted per folder."""
     found = [(directory, os.lstat(directory))]
-    for root, dirs, files in os.walk(directory):
-        for name in sorted(dirs) + sorted(files):
-            path = Path(root) / name
-            found.append((path, os.lstat(path)))
+
+    def visit(folder: str) -> None:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: (not e.is_dir(follow_symlinks=False), e.name))
+        for entry in entries:
+            info = entry.stat(follow_symlinks=False)
+            found.append((Path(entry.path), info))
+            if stat.S_ISDIR(info.st_mode):
+                visit(entry.path)
+
+    visit(str(directory))
     return found
 
 
-def untrusted(directory: Path, owners: Iterable[int] | None = None) -> str | None:
+def untrusted(directory: Path, owners: Iterable[int] | None = None, listing: Listing | None = None) -> str | None:
     """Why ``directory`` (a link, the version it points to, all inside) must not be run, or None.
 
-    ``owners``: the uids that may own it (default: this user and root).
+    ``owners``: the uids that may own it (default: this user and root);
+    ``listing``: its :func:`walk`, when the caller has it.
     """
     allowed = set(owners) if owners is not None else {os.getuid(), 0}
     entries = []
@@ -63,7 +74,7 @@ def untrusted(directory: Path, owners: Iterable[int] | None = None) -> str | Non
         directory = directory.resolve()
     entries.append((directory.parent, os.stat(directory.parent)))
     try:
-        entries.extend(walk(directory))
+        entries.extend(listing if listing is not None else walk(directory))
     except OSError as exc:
         return f"{directory}: cannot be read ({exc.strerror})"
     for path, info in entries:
@@ -94,26 +105,32 @@ def _unsafe(path: Path, info: os.stat_result, allowed: set[int], is_parent: bool
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """The file's sha256, remembered by its stat (:mod:`patchcraft.digests`)."""
+    return digests.sha256(path)
 
 
-def damage(directory: Path) -> list[str]:
-    """What in the overlay does not match its manifest, each naming the file (empty: intact)."""
+def damage(directory: Path, listing: Listing | None = None) -> list[str]:
+    """What in the overlay does not match its manifest, each naming the file (empty: intact).
+
+    ``listing``: the :func:`walk` of the resolved ``directory``, when the caller has it.
+    """
     directory = directory.resolve()
     manifest = read_manifest(directory)
     files = manifest.get("files")
     if not isinstance(files, dict):
         return [f"{directory / MANIFEST}: lists no files (built by an older patchcraft)"]
+    prefix = len(str(directory)) + 1
+    found = {str(path)[prefix:].replace(os.sep, "/"): (path, info) for path, info in (listing or walk(directory))[1:]}
     problems = []
     for rel, digest in sorted(files.items()):
         path = directory / rel
-        if path.is_symlink() or not path.is_file():
+        entry = found.get(rel)
+        if entry is None or not stat.S_ISREG(entry[1].st_mode):
             problems.append(f"{path}: missing from the overlay")
         elif sha256(path) != digest:
             problems.append(f"{path}: changed since the overlay was built (its sha256 is not the manifest's)")
     listed = set(files) | {MANIFEST}
-    for path, info in walk(directory)[1:]:
-        rel = path.relative_to(directory).as_posix()
+    for rel, (path, info) in found.items():
         if not stat.S_ISDIR(info.st_mode) and rel not in listed and not _python_bytecode(rel):
             problems.append(f"{path}: not part of the overlay (the manifest does not list it)")
     return problems
@@ -142,11 +159,17 @@ def stale(directory: Path) -> list[str]:
 
 def problems(directory: Path, owners: Iterable[int] | None = None) -> list[str]:
     """Everything that stops the overlay in ``directory`` from being served: owner first, then damage, then staleness."""
-    why = untrusted(directory, owners)
+    try:
+        listing = walk(directory.resolve())
+    except OSError as exc:
+        return [f"{directory}: cannot be read ({exc.strerror})"]
+    why = untrusted(directory, owners, listing)
     if why:
         return [why]
-    found = damage(directory)
-    return found or stale(directory)
+    try:
+        return damage(directory, listing) or stale(directory)
+    finally:
+        digests.save()
 
 
 def require_usable(directory: Path) -> None:

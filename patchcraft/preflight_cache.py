@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from patchcraft import __version__, cache
+from patchcraft import __version__, cache, digests
 from patchcraft.cache_root import ensure_directory, keep_newest, remove_quietly, root
 from patchcraft.errors import PatchcraftError
 from patchcraft.tree import SglangTree
@@ -56,7 +56,7 @@ class Dependency:
     """One input of a verdict: ``kind`` is ``file`` (its bytes), ``listing`` (a directory's names) or ``header`` (a safetensors header)."""
 
     kind: str
-    path: Path
+    path: str | Path
 
     def digest(self) -> str:
         """The digest of what the check reads from it now ("-" when it cannot be read)."""
@@ -66,14 +66,14 @@ class Dependency:
             elif self.kind == "header":
                 data = _safetensors_header(self.path)
             else:
-                data = self.path.read_bytes()
+                return digests.sha256(self.path)  # remembered by its stat
         except (OSError, ValueError):
             return "-"
         return hashlib.sha256(data).hexdigest()
 
 
-def _safetensors_header(path: Path) -> bytes:
-    with path.open("rb") as handle:
+def _safetensors_header(path: str | Path) -> bytes:
+    with open(path, "rb") as handle:
         head = handle.read(8)
         if len(head) < 8:
             return head
@@ -150,9 +150,12 @@ def load(lookup: str) -> dict | None:
         return None
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or not isinstance(entry.get("inputs"), list):
         return None
-    for kind, name, digest in entry["inputs"]:
-        if Dependency(kind, Path(name)).digest() != digest:
-            return None
+    try:
+        for kind, name, digest in entry["inputs"]:
+            if Dependency(kind, name).digest() != digest:
+                return None
+    finally:
+        digests.save()
     try:
         os.utime(path)  # recently used: kept by keep_newest
     except OSError:
@@ -162,12 +165,15 @@ def load(lookup: str) -> dict | None:
 
 def record(inputs: Sequence[Dependency]) -> list[list[str]]:
     """Each input with its digest now: taken before the check, and compared after it (nothing changed meanwhile)."""
-    return [[d.kind, str(d.path), d.digest()] for d in inputs]
+    try:
+        return [[d.kind, str(d.path), d.digest()] for d in inputs]
+    finally:
+        digests.save()
 
 
 def store(lookup: str, recorded: list[list[str]], stdout: str, stderr: str) -> None:
     """Store an ok verdict under ``lookup`` atomically, if its inputs are still as ``recorded``; failures are ignored."""
-    if not enabled() or record([Dependency(k, Path(p)) for k, p, _ in recorded]) != recorded:
+    if not enabled() or record([Dependency(k, p) for k, p, _ in recorded]) != recorded:
         return
     entry = {
         "format": FORMAT,

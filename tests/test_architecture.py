@@ -17,7 +17,7 @@ DOC = ROOT / "docs" / "architecture.md"
 
 #: Layer -> modules, bottom up (names relative to ``patchcraft``; ``harness.*`` is the whole subpackage).
 LAYERS: dict[str, tuple[str, ...]] = {
-    "foundations": ("__init__", "errors", "status", "lazy", "releases", "layer_ids", "sources", "cache_root", "fetch", "tree", "lock", "overlay_bootstrap", "pristine"),
+    "foundations": ("__init__", "errors", "status", "lazy", "releases", "layer_ids", "sources", "cache_root", "digests", "fetch", "tree", "lock", "overlay_bootstrap", "pristine"),
     "reading": ("graph", "scope", "setter_eval", "server_args", "hub_cache", "fusion_reading"),
     "planning": ("plan", "selection", "runner_plan"),
     "transforms": ("transforms.*",),

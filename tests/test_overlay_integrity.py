@@ -140,6 +140,24 @@ def test_a_damaged_overlay_is_refused_naming_the_file(world: dict, how: str) -> 
         assert proc.returncode != 0 and name in proc.stderr, (command, proc.stderr)
 
 
+def test_a_same_size_edit_is_found_after_the_digest_memo_is_warm(world: dict, tmp_path: Path) -> None:
+    """patchcraft.digests trusts an unchanged stat: an edit of the same size with its mtime put back still changes the ctime."""
+    overlay = clone(world, "memo")
+    env = dict(os.environ, PATCHCRAFT_CACHE=str(tmp_path / "cache"))
+    env.pop("PATCHCRAFT_NO_CACHE", None)
+    time.sleep(2.1)  # past the racy window: the clone's files are remembered from now on
+    first = patchcraft("verify", "--overlay", str(overlay), env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert (tmp_path / "cache" / "digests" / f"{os.getuid()}.marshal").is_file()
+    served_file = overlay / _served_rel(overlay)
+    before = os.stat(served_file)
+    served_file.write_bytes(served_file.read_bytes().replace(b"capture_embedding_for_eagle3", b"capture_embedding_for_eaglex", 1))
+    os.utime(served_file, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(served_file).st_size == before.st_size
+    second = patchcraft("verify", "--overlay", str(overlay), env=env)
+    assert second.returncode != 0 and str(served_file) in second.stderr, second.stdout + second.stderr
+
+
 @pytest.mark.parametrize("how", ["overlay file emptied", "overlay file reverted", "table emptied"])
 def test_the_bootstrap_itself_refuses_a_damaged_overlay(world: dict, how: str) -> None:
     """With only PYTHONPATH (an image's ENV, no patchcraft in front): an ImportError naming the cause, never the install's file."""
