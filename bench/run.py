@@ -112,9 +112,9 @@ def repeat(times: int, command: Callable[[], Process]) -> tuple[Timing, Process]
 
 def probe_verify(tree_path: str, jobs: int) -> dict:
     """Time ``engine.run(VERIFY)`` once, imports done before the clock starts."""
-    from patchcraft.engine import run
-    from patchcraft.results import Mode
-    from patchcraft.tree import resolve_target
+    from patchcraft.engine.tree_run import run
+    from patchcraft.engine.records import Mode
+    from patchcraft.base.target import resolve_target
     import patchcraft.transforms  # noqa: F401  (libcst and the transforms: imported before timing)
 
     tree = resolve_target(tree_path)
@@ -180,7 +180,7 @@ class Bench:
         if self.args.tree:
             source = Path(self.args.tree).resolve()
         else:
-            from patchcraft.fetch import fetch
+            from patchcraft.base.fetch import fetch
 
             source = fetch(self.args.release)
         if not (source / "srt" / "models").is_dir():
@@ -447,7 +447,7 @@ around planning, slicing, transforms, `compile`, printing), on 0.5.23:
   present and nothing was edited, so `patch_text` keeps the input text instead of
   having libcst print it back.
 - **Imports.** libcst and the transforms are imported on first use
-  (`patchcraft.lazy`), so a cache hit, `--help` and `fetch` never load them; the runner
+  (`patchcraft.base.lazy`), so a cache hit, `--help` and `fetch` never load them; the runner
   transform only when the runner row is wanted. rich only styles a terminal: a table
   for a pipe, a hook or a CI log is plain text written directly (rich's table import
   and layout cost 0.1-0.19 s), and JSON never loads it.

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import click
 
 from patchcraft import __version__
-from patchcraft.errors import BUG, INTERRUPTED, USAGE, PatchcraftError
+from patchcraft.base.errors import BUG, INTERRUPTED, USAGE, PatchcraftError
 
 FORMATS = click.Choice(["text", "json"])
 #: apply/verify/diff/revert also speak GitHub annotations (docs/json.md).
@@ -95,10 +95,10 @@ def apply(targets, models, output_format, color, release, no_runner, check, show
     """Patch the model files in place (idempotent, atomic; proven by the CPU harness first when torch is installed)."""
     from dataclasses import replace
 
-    from patchcraft.commands.apply import apply as run
+    from patchcraft.commands.apply import apply_command
 
     options = replace(_options(targets, models, output_format, color, show_diff, release, no_runner), fail_on_change=fail_on_change, smoke=not no_smoke, replace_hand_edits=replace_hand_edits)
-    sys.exit(run(options, check=check))
+    sys.exit(apply_command(options, check=check))
 
 
 @cli.command()
@@ -112,20 +112,20 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
     from dataclasses import replace
 
     if overlay_dir:
-        from patchcraft.commands.run import overlay_verify
+        from patchcraft.commands.run import overlay_verify_command
 
         if len(targets) > 1:
             raise click.UsageError("--overlay checks one install: give at most one TARGET")
-        sys.exit(overlay_verify(overlay_dir, targets[0] if targets else None, output_format, color, user))
+        sys.exit(overlay_verify_command(overlay_dir, targets[0] if targets else None, output_format, color, user))
 
     options = replace(_options(targets, models, output_format, color, release=release, no_runner=no_runner), smoke=not no_smoke)
     if smoke_run:
-        from patchcraft.commands.smoke import verify_smoke
+        from patchcraft.commands.smoke import verify_smoke_command
 
-        sys.exit(verify_smoke(options))
-    from patchcraft.commands.verify import verify as run
+        sys.exit(verify_smoke_command(options))
+    from patchcraft.commands.verify import verify_command
 
-    sys.exit(run(options))
+    sys.exit(verify_command(options))
 
 
 @cli.command()
@@ -144,7 +144,7 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
 @click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="cpu: run the harness on the files of the overlay in DIR (patchcraft overlay build).")
 def smoke(targets, models, output_format, color, release, no_runner, device, tp, model_path, draft_path, layer_ids, engine, compiled, timeout, out, via_run, mem_fraction_static, overlay_dir) -> None:
     """Run the real patched methods on tiny tensors; check they capture the right states."""
-    from patchcraft.commands.smoke import smoke as run
+    from patchcraft.commands.smoke import smoke_command
 
     if overlay_dir:
         if targets or release:
@@ -154,35 +154,35 @@ def smoke(targets, models, output_format, color, release, no_runner, device, tp,
         targets = (overlay_target(overlay_dir),)
     options = _options(targets, models, output_format, color, release=release, no_runner=no_runner)
     cuda = dict(tp=tp, model_path=model_path, draft_path=draft_path, layer_ids=layer_ids, timeout=timeout, out=out, via_run=via_run, mem_fraction_static=mem_fraction_static)
-    sys.exit(run(options, device=device, cuda=cuda, engine=engine, compiled=compiled))
+    sys.exit(smoke_command(options, device=device, cuda=cuda, engine=engine, compiled=compiled))
 
 
 @cli.command()
 @_common
 def diff(targets, models, output_format, color, release, no_runner) -> None:
     """Print what apply would change, as a patch (git apply / patch -p1)."""
-    from patchcraft.commands.diff import diff as run
+    from patchcraft.commands.diff import diff_command
 
-    sys.exit(run(_options(targets, models, output_format, color, release=release, no_runner=no_runner)))
+    sys.exit(diff_command(_options(targets, models, output_format, color, release=release, no_runner=no_runner)))
 
 
 @cli.command()
 @_common
 def revert(targets, models, output_format, color, release, no_runner) -> None:
     """Remove exactly what patchcraft inserted."""
-    from patchcraft.commands.revert import revert as run
+    from patchcraft.commands.revert import revert_command
 
-    sys.exit(run(_options(targets, models, output_format, color, release=release, no_runner=no_runner)))
+    sys.exit(revert_command(_options(targets, models, output_format, color, release=release, no_runner=no_runner)))
 
 
 @cli.command(name="list")
 @click.argument("targets", nargs=-1, type=click.Path())
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
-def list_command(targets, output_format) -> None:
+def list_(targets, output_format) -> None:
     """Show the transforms and which places they match in TARGET."""
-    from patchcraft.commands.list_ import list_transforms
+    from patchcraft.commands.list_ import list_command
 
-    sys.exit(list_transforms(tuple(targets), output_format))
+    sys.exit(list_command(tuple(targets), output_format))
 
 
 @cli.command()
@@ -190,9 +190,9 @@ def list_command(targets, output_format) -> None:
 @click.option("--dest", type=click.Path(file_okay=False), help="Unpack into DEST/sglang instead of the cache.")
 def fetch(version, dest) -> None:
     """Download SGLang VERSION's source into the cache; print its package root."""
-    from patchcraft.commands.fetch import fetch as run
+    from patchcraft.commands.fetch import fetch_command
 
-    sys.exit(run(version, dest))
+    sys.exit(fetch_command(version, dest))
 
 
 @cli.command()
@@ -262,9 +262,9 @@ def overlay() -> None:
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
 def overlay_build(target, out, no_smoke, no_runner, output_format) -> None:
     """Write the overlay and its bootstrap; print the PYTHONPATH=DIR line to set (Dockerfile ENV, manifest)."""
-    from patchcraft.commands.run import overlay_build as build
+    from patchcraft.commands.run import overlay_build_command
 
-    sys.exit(build(target, out, not no_runner, not no_smoke, output_format))
+    sys.exit(overlay_build_command(target, out, not no_runner, not no_smoke, output_format))
 
 
 @overlay.command(name="verify")
@@ -275,9 +275,9 @@ def overlay_build(target, out, no_smoke, no_runner, output_format) -> None:
 @click.option("--user", "user", metavar="NAME", help="Check that user NAME (the server's) can read it, its parent directories included.")
 def overlay_verify(directory, target, output_format, color, user) -> None:
     """Check that an overlay matches the install it was built from and is fully patched."""
-    from patchcraft.commands.run import overlay_verify as check
+    from patchcraft.commands.run import overlay_verify_command
 
-    sys.exit(check(directory, target, output_format, color, user))
+    sys.exit(overlay_verify_command(directory, target, output_format, color, user))
 
 
 @cli.group(name="cache")
@@ -289,9 +289,9 @@ def cache_group() -> None:
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
 def cache_prune(output_format) -> None:
     """Remove the cached overlays no process uses (and stale temp directories); never one in use."""
-    from patchcraft.commands.prune import prune
+    from patchcraft.commands.prune import prune_command
 
-    sys.exit(prune(output_format))
+    sys.exit(prune_command(output_format))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ One row per release; exit 0 when every release passes, 1 when one does not
 (each problem named: the error row with its moved anchor, the file revert
 left different, the smoke row that failed), 2 when the sweep could not run
 (no network for --newest, a release that cannot be fetched). The logic is
-patchcraft/sweep.py, shared with tests/test_release_history.py and
+tools/sweep.py, shared with tests/test_release_history.py and
 .github/workflows/new-sglang-release.yml.
 """
 
@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from patchcraft.errors import PatchcraftError
-from patchcraft.releases import ALL_RELEASES, newest_release
-from patchcraft.sweep import sweep, text_row, write_history
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.releases import ALL_RELEASES, newest_release
+from tools.sweep import sweep, text_row, write_history
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "coverage.md"

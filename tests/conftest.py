@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft.fetch import PATCHED_PARTS, cache_dir, copy_parts, fetch, find_wheel
+from patchcraft.base.fetch import PATCHED_PARTS, cache_dir, copy_parts, fetch, find_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "golden"

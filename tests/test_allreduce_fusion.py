@@ -5,7 +5,7 @@
   deferred all-reduce; not-needed where none does (0.5.23); golden diffs
   under golden/<release>/layers/communicator.diff;
 - check-draft and explain ``--tp``;
-- which models the detection lists (patchcraft.fusion_reading), and, per
+- which models the detection lists (patchcraft.reading.fusion_reading), and, per
   model on applied 0.5.14 and 0.5.20 trees, each layer's decision after the
   patched setter ran: the release's own where the capture reads the reduced
   state, unfused only on the layers a capture reads where it reads a
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft.diffs import unified_diff
-from patchcraft.engine import run, write_changes
-from patchcraft.patching import patch_text, revert_text
-from patchcraft.results import Mode
-from patchcraft.status import ModelStatus
+from patchcraft.engine.diffs import unified_diff
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.engine.file_patch import patch_text, revert_text
+from patchcraft.engine.records import Mode
+from patchcraft.base.status import ModelStatus
 from patchcraft.transforms import keep_captured_states_reduced as fusion
-from patchcraft.tree import resolve_target
+from patchcraft.base.target import resolve_target
 
 from conftest import GOLDEN, copy_release, release_package, run_cli
 
@@ -182,7 +182,7 @@ def _layer_decisions(graph, cls, communicator: str, decide, monkeypatch) -> tupl
     from types import SimpleNamespace
 
     import fusion_standins
-    from patchcraft import setter_eval
+    from patchcraft.reading import setter_sandbox
 
     algo = fusion_standins.Algo("EAGLE3")
 
@@ -200,9 +200,9 @@ def _layer_decisions(graph, cls, communicator: str, decide, monkeypatch) -> tupl
         return layers
 
     make()  # a setter that never reads ``layers`` leaves them unmarked
-    original = setter_eval._attribute
-    monkeypatch.setattr(setter_eval, "_attribute", lambda owner, ev, c, name: layers if name == "layers" else original(owner, ev, c, name))
-    result = setter_eval.run_setter(graph, cls, IDS, NUM_LAYERS)
+    original = setter_sandbox._attribute
+    monkeypatch.setattr(setter_sandbox, "_attribute", lambda owner, ev, c, name: layers if name == "layers" else original(owner, ev, c, name))
+    result = setter_sandbox.run_setter(graph, cls, IDS, NUM_LAYERS)
     assert result.error is None and result.layers_to_capture, result
     batch = SimpleNamespace(input_ids=SimpleNamespace(shape=(4,)))
     return result.layers_to_capture, [bool(decide(getattr(layer, communicator), batch)) for layer in layers]
@@ -217,8 +217,8 @@ def test_each_model_keeps_the_release_decision_unless_its_capture_reads_a_deferr
     """
     pytest.importorskip("torch")
     import fusion_standins
-    from patchcraft.fusion_reading import read_capture
-    from patchcraft.plan import scan
+    from patchcraft.reading.fusion_reading import read_capture
+    from patchcraft.planning.model_plans import scan
 
     package = fusion_copy(version, tmp_path)
     pristine = (package / fusion.COMMUNICATOR).read_text()
@@ -280,7 +280,7 @@ def setter_marks(version: str) -> str:
     """The marking loop `apply` writes into the setter of the first affected model (gpt_oss on 0.5.2, ...)."""
     import ast
 
-    from patchcraft.plan import plan_models, scan
+    from patchcraft.planning.model_plans import plan_models, scan
     from patchcraft.transforms import mark_captured_outputs as marks
 
     graph = scan(release_package(version) / "srt" / "models")

@@ -1,13 +1,16 @@
 """The layers of docs/architecture.md, checked on the source: a module imports only its own layer and those below.
 
-The table below is the one in docs/architecture.md (a test there keeps the
-two the same). Every module of ``patchcraft`` and ``transforms`` must be in
-it: a new module takes a layer before it lands.
+A module's layer is its package: ``patchcraft/engine/records.py`` is in
+the engine layer because it is in ``patchcraft/engine/``. The table below
+is the one in docs/architecture.md (a test keeps the two the same, both
+ways), and every package on disk must be in it: a new package takes a layer
+before it lands.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -15,20 +18,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
 
-#: Layer -> modules, bottom up (names relative to ``patchcraft``; ``harness.*`` is the whole subpackage).
+#: Layer -> the packages (folders of ``patchcraft``) that make it, bottom up; ``__init__``, ``cli`` and ``__main__`` are modules.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "foundations": ("__init__", "errors", "status", "lazy", "releases", "layer_ids", "sources", "cache_root", "digests", "fetch", "tree", "lock", "overlay_bootstrap", "pristine"),
-    "reading": ("graph", "scope", "setter_eval", "server_args", "hub_cache", "fusion_reading"),
-    "planning": ("plan", "selection", "runner_plan"),
-    "transforms": ("transforms.*",),
-    "engine": ("results", "patching", "workers", "tree_rows", "engine", "cache", "preflight_cache", "diffs", "hand_edits", "hand_advice"),
-    "analysis": ("explain", "draft", "training", "fixes", "overlay", "overlay_check", "overlay_store", "harness.*", "gpu_smoke.summary"),
-    "presentation": ("report", "output"),
-    "commands": ("commands.*", "gpu_smoke.*", "cli", "__main__"),
-    "tools": ("sweep", "coverage"),
+    "base": ("__init__", "base"),
+    "reading": ("reading",),
+    "planning": ("planning",),
+    "transforms": ("transforms",),
+    "engine": ("engine",),
+    "analysis": ("analysis", "overlay", "harness"),
+    "ui": ("ui",),
+    "commands": ("commands", "gpu_smoke", "cli", "__main__"),
 }
-#: Third-party imports only these modules may make (torch: the harness and the GPU smoke; rich: output).
-ONLY_IN = {"rich": ("output",), "torch": ("harness.*", "gpu_smoke.*"), "click": ("cli",)}
+#: Third-party imports only these modules may make (torch: the harness and the GPU smoke; rich: the console).
+ONLY_IN = {"rich": ("ui.console",), "torch": ("harness.*", "gpu_smoke.*"), "click": ("cli",)}
 
 
 def module_name(path: Path) -> str:
@@ -51,9 +53,14 @@ def matches(name: str, pattern: str) -> bool:
     return name == pattern
 
 
+def package_of(name: str) -> str:
+    """``engine.records`` -> ``engine``; a top-level module is its own name (``cli``)."""
+    return name.split(".")[0]
+
+
 def layer_of(name: str) -> int | None:
     for index, members in enumerate(LAYERS.values()):
-        if any(matches(name, m) for m in members):
+        if package_of(name) in members:
             return index
     return None
 
@@ -112,19 +119,46 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
     """The check itself: an engine module importing the CLI, or rich outside output, is named."""
     known = modules()
     planted = dict(known)
-    bad = tmp_path / "engine.py"
-    bad.write_text(known["engine"].read_text(encoding="utf-8") + "\nfrom patchcraft.cli import main\nimport rich\n", encoding="utf-8")
-    planted["engine"] = bad
+    bad = tmp_path / "tree_run.py"
+    bad.write_text(known["engine.tree_run"].read_text(encoding="utf-8") + "\nfrom patchcraft.cli import main\nimport rich\n", encoding="utf-8")
+    planted["engine.tree_run"] = bad
     assert violations(planted) == [
-        "engine (engine) imports cli (commands)",
-        "engine imports rich, which only output may",
+        "engine.tree_run (engine) imports cli (commands)",
+        "engine.tree_run imports rich, which only ui.console may",
     ]
 
 
-@pytest.mark.parametrize("layer", list(LAYERS))
-def test_the_doc_lists_the_same_layers(layer: str) -> None:
-    """docs/architecture.md's table names each layer with the same modules as LAYERS."""
-    rows = [line for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith(f"| {layer} |")]
-    assert len(rows) == 1, f"docs/architecture.md: no table row for layer {layer!r}"
-    for member in LAYERS[layer]:
-        assert f"`{member}`" in rows[0], f"docs/architecture.md: layer {layer!r} does not name `{member}`"
+def doc_layers(text: str) -> dict[str, tuple[str, ...]]:
+    """Layer -> the backquoted names of the "packages" column of docs/architecture.md's table."""
+    found = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0] in LAYERS:
+            found[cells[0]] = tuple(name.rstrip("/") for name in re.findall(r"`([^`]+)`", cells[1]))
+    return found
+
+
+def test_the_doc_lists_the_same_layers_and_packages() -> None:
+    """docs/architecture.md's table has the layers of LAYERS, in order, each with exactly its packages."""
+    assert doc_layers(DOC.read_text(encoding="utf-8")) == LAYERS
+
+
+def test_a_doc_with_an_extra_or_a_missing_package_fails(tmp_path: Path) -> None:
+    """The check itself, both ways: a package the doc names but LAYERS does not, and one it leaves out."""
+    text = DOC.read_text(encoding="utf-8")
+    assert doc_layers(text.replace("| `reading/` |", "| `reading/`, `extra/` |", 1)) != LAYERS
+    assert doc_layers(text.replace("| `reading/` |", "| |", 1)) != LAYERS
+
+
+def test_every_package_on_disk_has_a_layer_and_every_layer_package_exists() -> None:
+    on_disk = {p.name for p in (ROOT / "patchcraft").iterdir() if (p / "__init__.py").is_file()} | {"transforms"}
+    named = {m for members in LAYERS.values() for m in members if m not in ("__init__", "cli", "__main__")}
+    assert on_disk == named
+
+
+def test_development_tools_are_not_in_the_wheel() -> None:
+    """tools/ (the sweep, the coverage table) is outside the package: a user's install does not carry it."""
+    assert not (ROOT / "patchcraft" / "sweep.py").exists() and (ROOT / "tools" / "sweep.py").is_file()
+    tomllib = pytest.importorskip("tomllib")
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    assert "patchcraft" in packages and not [name for name in packages if name.split(".")[0] == "tools"]

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from conftest import flip_one_byte, run_cli as cli
-from patchcraft import cache, engine
+from patchcraft.engine import result_cache
+from patchcraft.engine import tree_run
 from patchcraft.commands import _pipeline
-from patchcraft.results import Mode
-from patchcraft.tree import resolve_target
+from patchcraft.engine.records import Mode
+from patchcraft.base.target import resolve_target
 
 INIT = b"self.layers_to_capture = []"
 
@@ -106,19 +107,19 @@ def test_each_option_that_shapes_the_result_has_its_own_entry(package: Path, run
 
 def test_an_edit_to_patchcraft_itself_invalidates(package: Path, runs: list, capsys, monkeypatch) -> None:
     cli(capsys, "verify", str(package))
-    monkeypatch.setattr(cache, "_CODE_HASH", "a transform was edited")
+    monkeypatch.setattr(result_cache, "_CODE_HASH", "a transform was edited")
     cli(capsys, "verify", str(package))
     assert len(runs) == 2
 
 
 def test_code_hash_covers_the_transforms() -> None:
-    files = {p.name for p in cache._code_files()}
+    files = {p.name for p in result_cache._code_files()}
     assert {"engine.py", "plan.py", "graph.py", "_base.py", "capture_embedding_output.py"} <= files
 
 
 def test_a_damaged_entry_is_a_miss_and_is_removed(package: Path, runs: list, capsys) -> None:
     first = cli(capsys, "verify", str(package))
-    (entry,) = cache.directory().glob("*.pickle")
+    (entry,) = result_cache.directory().glob("*.pickle")
     entry.write_bytes(b"not a cache entry")
     assert cli(capsys, "verify", str(package)) == first
     assert len(runs) == 2
@@ -139,15 +140,15 @@ def test_no_cache_variable_turns_it_off(package: Path, runs: list, capsys, monke
     cli(capsys, "verify", str(package))
     cli(capsys, "verify", str(package))
     assert len(runs) == 2
-    assert not cache.directory().exists()
+    assert not result_cache.directory().exists()
 
 
 def test_the_cache_lives_in_the_user_cache_directory(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("PATCHCRAFT_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache.directory() == tmp_path / "xdg" / "patchcraft" / "runs"
+    assert result_cache.directory() == tmp_path / "xdg" / "patchcraft" / "runs"
     monkeypatch.setenv("PATCHCRAFT_CACHE", str(tmp_path / "mine"))
-    assert cache.directory() == tmp_path / "mine" / "runs"
+    assert result_cache.directory() == tmp_path / "mine" / "runs"
 
 
 def test_the_key_covers_every_file_the_engine_reads(package: Path, monkeypatch) -> None:
@@ -183,11 +184,11 @@ def test_the_key_covers_every_file_the_engine_reads(package: Path, monkeypatch) 
     monkeypatch.setattr(io, "open", builtin_open)
     tree = resolve_target(str(package))
     for mode in (Mode.VERIFY, Mode.DIFF, Mode.CHECK):
-        engine.run(tree, mode)
+        tree_run.run(tree, mode)
     monkeypatch.undo()
     inside = {p for p in read if str(p).startswith(str(package.resolve()))}
     assert inside, "the recorder saw no read at all"
-    inputs = {Path(os.path.realpath(p)) for p in cache.inputs(tree)}
+    inputs = {Path(os.path.realpath(p)) for p in result_cache.inputs(tree)}
     assert inside <= inputs, f"read but not in the cache key: {sorted(inside - inputs)}"
 
 
@@ -198,7 +199,7 @@ def test_a_warm_verify_does_not_import_libcst(package: Path, tmp_path: Path) -> 
     cold = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     warm = subprocess.run([sys.executable, "-X", "importtime", *command[1:]], capture_output=True, text=True, env=env, timeout=300)
     imported = {line.split("|")[-1].strip() for line in warm.stderr.splitlines() if line.startswith("import time:")}
-    assert "patchcraft.cache" in imported  # the trace works
+    assert "patchcraft.engine.result_cache" in imported  # the trace works
     assert not {name for name in imported if name.split(".")[0] == "libcst"}
     assert "patchcraft.transforms" not in imported
     shown = "\n".join(line for line in warm.stderr.splitlines() if not line.startswith("import time:"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from patchcraft.cache_root import keep_newest, remove_quietly
+from patchcraft.base.cache_root import keep_newest, remove_quietly
 
 
 def _entries(folder: Path, names: list[str], suffix: str) -> None:

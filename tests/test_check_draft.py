@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_release, release_package, run_cli as cli
-from patchcraft.draft import check_draft, read_draft, read_target
-from patchcraft.engine import run, write_changes
-from patchcraft.errors import PatchcraftError
-from patchcraft.explain import Model, load_model
-from patchcraft.results import Mode
-from patchcraft.training import Training, parse_training
-from patchcraft.tree import resolve_target
+from patchcraft.analysis.draft_check import check_draft, read_draft, read_target
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.analysis.explain import Model, load_model
+from patchcraft.engine.records import Mode
+from patchcraft.analysis.training import Training, parse_training
+from patchcraft.base.target import resolve_target
 
 LAYERS, HIDDEN = 61, 7168  # Kimi-K2.5
 FC_IN = 3 * HIDDEN  # 21504

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft import coverage, report
-from patchcraft.releases import BETWEEN, MATRIX
-from patchcraft.status import ModelStatus
+from tools import coverage
+from patchcraft.ui import machine_output
+from patchcraft.base.releases import BETWEEN, MATRIX
+from patchcraft.base.status import ModelStatus
 
 from conftest import release_package
 from test_golden import applied
@@ -121,7 +122,7 @@ def test_unsupported_is_exactly_the_justified_set(version: str, session_tmp: Pat
 @pytest.mark.parametrize("version", ALL)
 def test_verify_json_lists_every_model_and_no_error(version: str, session_tmp: Path) -> None:
     state = applied(version, session_tmp)
-    document = report.to_json([state.verify], report.exit_code([state.verify]))
+    document = machine_output.to_json([state.verify], machine_output.exit_code([state.verify]))
     statuses = {m["model"]: m["status"] for m in document["models"]}
     assert set(statuses) == {m.model for m in state.first.models}
     assert ModelStatus.ERROR not in statuses.values()
@@ -143,7 +144,7 @@ def test_coverage_page_is_generated(session_tmp: Path) -> None:
 
 def test_both_generators_keep_each_others_part(tmp_path: Path) -> None:
     """scripts/coverage_table.py keeps the release history scripts/sweep.py writes, and the other way round."""
-    from patchcraft.sweep import END, START, history_rows, split_page, write_history
+    from tools.sweep import END, START, history_rows, split_page, write_history
 
     page = (ROOT / "docs" / "coverage.md").read_text(encoding="utf-8")
     _, section, after = split_page(page)

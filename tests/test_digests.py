@@ -1,4 +1,4 @@
-"""patchcraft.digests: a file's sha256 remembered by its stat, and never trusted once the file changed."""
+"""patchcraft.base.digests: a file's sha256 remembered by its stat, and never trusted once the file changed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft import digests
+from patchcraft.base import digests
 
 
 @pytest.fixture

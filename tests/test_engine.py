@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from patchcraft.engine import _failed_models, withhold
-from patchcraft.graph import EditSite, ModelPlan
-from patchcraft.patching import FilePatch
-from patchcraft.results import FileChange, Mode, ModelResult, RunResult
-from patchcraft.sources import Source
-from patchcraft.status import ModelStatus
-from patchcraft.tree import SglangTree
+from patchcraft.engine.tree_run import _failed_models, withhold
+from patchcraft.reading.class_graph import EditSite, ModelPlan
+from patchcraft.engine.file_patch import FilePatch
+from patchcraft.engine.records import FileChange, Mode, ModelResult, RunResult
+from patchcraft.base.sources import Source
+from patchcraft.base.status import ModelStatus
+from patchcraft.base.target import SglangTree
 
 
 def _site(kind: str, file: str, cls: str) -> EditSite:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft.engine import run, write_changes
-from patchcraft.errors import PatchcraftError
-from patchcraft.explain import Model, explain, load_model, reachable, runner_resets
-from patchcraft.patching import patch_text
-from patchcraft.results import Mode
-from patchcraft.tree import resolve_target
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.analysis.explain import Model, explain, load_model, reachable, runner_resets
+from patchcraft.engine.file_patch import patch_text
+from patchcraft.engine.records import Mode
+from patchcraft.base.target import resolve_target
 from conftest import release_package, run_cli as cli
 
 KIMI_LAYERS = 61

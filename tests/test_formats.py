@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from conftest import copy_release, run_cli as cli
-from patchcraft import report
-from patchcraft.patching import revert_text
-from patchcraft.results import EditResult, Mode, ModelResult, RunResult
-from patchcraft.tree import SglangTree
+from patchcraft.ui import machine_output
+from patchcraft.engine.file_patch import revert_text
+from patchcraft.engine.records import EditResult, Mode, ModelResult, RunResult
+from patchcraft.base.target import SglangTree
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,7 +104,7 @@ def check_document(document: dict, code: int, with_diff: bool = False) -> None:
     check_object(document, tables["The document"], optional=(() if with_diff else ("diff",)) + (() if judged else ("files",)))
     for entry in document.get("files", []):
         check_object(entry, tables["A file"])
-    assert document["schema"] == report.SCHEMA_VERSION
+    assert document["schema"] == machine_output.SCHEMA_VERSION
     for target in document["targets"]:
         check_object(target, tables["A target"])
     for model in document["models"]:
@@ -275,16 +275,16 @@ def _model(status: str, message: str = "m", edits: tuple[EditResult, ...] = ()) 
     ],
 )
 def test_github_levels(mode: Mode, status: str, level: str | None) -> None:
-    lines = report.github_lines([_result(mode, _model(status))], 0)
+    lines = machine_output.github_lines([_result(mode, _model(status))], 0)
     assert [match["level"] for match in map(GITHUB_LINE.match, lines) if match] == ([level] if level else [])
     assert len(lines) == (1 if level else 0)
 
 
 def test_github_escapes_data_and_properties() -> None:
-    lines = report.github_lines([_result(Mode.VERIFY, _model("unsupported", "50% a:b,c\r\nd"))], 2)
-    assert report._command("error", None, None, "patchcraft", "bad: x\ny") == "::error title=patchcraft::bad: x%0Ay"
+    lines = machine_output.github_lines([_result(Mode.VERIFY, _model("unsupported", "50% a:b,c\r\nd"))], 2)
+    assert machine_output._command("error", None, None, "patchcraft", "bad: x\ny") == "::error title=patchcraft::bad: x%0Ay"
     assert lines[0] == "::warning file=/nowhere/sglang/srt/models/mod.py,title=patchcraft verify::mod.Cls: unsupported: 50%25 a:b,c%0D%0Ad"
-    assert report._command("error", "a,b:c.py", 3, "t:1,2", "m") == "::error file=a%2Cb%3Ac.py,line=3,title=t%3A1%2C2::m"
+    assert machine_output._command("error", "a,b:c.py", 3, "t:1,2", "m") == "::error file=a%2Cb%3Ac.py,line=3,title=t%3A1%2C2::m"
 
 
 # -- the CI configs of docs/ci.md, run as written ------------------------------------

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft.diffs import unified_diff
-from patchcraft.engine import run, write_changes
-from patchcraft.patching import revert_text
-from patchcraft.releases import BETWEEN, MATRIX  # the matrix has golden/<release>/ sets; BETWEEN has none
-from patchcraft.results import Mode, RunResult
-from patchcraft.status import ModelStatus
-from patchcraft.tree import resolve_target
+from patchcraft.engine.diffs import unified_diff
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.engine.file_patch import revert_text
+from patchcraft.base.releases import BETWEEN, MATRIX  # the matrix has golden/<release>/ sets; BETWEEN has none
+from patchcraft.engine.records import Mode, RunResult
+from patchcraft.base.status import ModelStatus
+from patchcraft.base.target import resolve_target
 
 from conftest import GOLDEN, copy_release, release_package
 

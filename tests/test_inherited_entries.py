@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_release, run_cli as cli
-from patchcraft.plan import plan_models, scan
-from patchcraft.selection import plan_tree
-from patchcraft.tree import resolve_target
+from patchcraft.planning.model_plans import plan_models, scan
+from patchcraft.planning.selection import plan_tree
+from patchcraft.base.target import resolve_target
 
 MELLUM = '''"""A fork's model: Mellum runs Llama's layers, setter and forward unchanged."""
 

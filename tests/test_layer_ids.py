@@ -1,11 +1,11 @@
-"""patchcraft.layer_ids: the one parser of ``--layer-ids`` (explain, smoke --device cuda)."""
+"""patchcraft.base.layer_ids: the one parser of ``--layer-ids`` (explain, smoke --device cuda)."""
 
 from __future__ import annotations
 
 import pytest
 
-from patchcraft.errors import PatchcraftError
-from patchcraft.layer_ids import parse_layer_ids
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.layer_ids import parse_layer_ids
 
 
 @pytest.mark.parametrize("text", ["-1,2,30", "[-1, 2, 30]", " -1, 2,30 ", "-1,2,30,"])

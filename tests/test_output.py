@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli as cli
-from patchcraft import engine
-from patchcraft.results import Mode, ModelResult, RunResult
-from patchcraft.tree import SglangTree, resolve_target
+from patchcraft.engine import tree_run
+from patchcraft.engine.records import Mode, ModelResult, RunResult
+from patchcraft.base.target import SglangTree, resolve_target
 
 
 def test_plain_output_never_imports_rich_and_colour_does(package: Path, tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_plain_table_columns_line_up_and_long_cells_never_wrap(package: Path, ca
     lines = err.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("model "))
     table = lines[header:]
-    assert len(table) == 1 + len(engine.run(resolve_target(str(package)), Mode.VERIFY).models)
+    assert len(table) == 1 + len(tree_run.run(resolve_target(str(package)), Mode.VERIFY).models)
     for column in ("status", "init", "setter", "forward", "compiles", "idempotent", "message"):
         at = table[0].index(column)
         assert all(row[at - 2 : at] == "  " and row[at] != " " for row in table[1:]), (column, table)
@@ -53,12 +53,12 @@ def test_plain_table_columns_line_up_and_long_cells_never_wrap(package: Path, ca
 @pytest.mark.parametrize("color", ["always", "never"])
 def test_text_in_brackets_is_printed_as_is_in_colour_and_plain(mode: Mode, color: str, capsys) -> None:
     """A model name or message holding ``[...]`` (ids, "[/]") is text, never rich markup."""
-    from patchcraft import output
+    from patchcraft.ui import console
 
     message = "ids [default] and [/] stay"
     model = ModelResult(model="m.[bold]X", path="p.py", status="would-patch", message=message)
     tree = SglangTree(package=Path("/src/sglang"), root=Path("/src"))
-    output.print_results([RunResult(mode=mode, tree=tree, version="0.5.10", models=(model,), changes=())], color)
+    console.print_results([RunResult(mode=mode, tree=tree, version="0.5.10", models=(model,), changes=())], color)
     shown = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().err)
     words = " ".join(shown.split())
     assert "m.[bold]X" in words.replace(" ", "") or "m.[bold]X" in words

@@ -141,7 +141,7 @@ def test_a_damaged_overlay_is_refused_naming_the_file(world: dict, how: str) -> 
 
 
 def test_a_same_size_edit_is_found_after_the_digest_memo_is_warm(world: dict, tmp_path: Path) -> None:
-    """patchcraft.digests trusts an unchanged stat: an edit of the same size with its mtime put back still changes the ctime."""
+    """patchcraft.base.digests trusts an unchanged stat: an edit of the same size with its mtime put back still changes the ctime."""
     overlay = clone(world, "memo")
     env = dict(os.environ, PATCHCRAFT_CACHE=str(tmp_path / "cache"))
     env.pop("PATCHCRAFT_NO_CACHE", None)
@@ -242,8 +242,8 @@ open(os.path.join(entry, "sitecustomize.py"), "w").write("open(%r, 'w').write('p
 
 @pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv")
 def test_a_planted_entry_in_a_shared_cache_is_not_executed(world: dict) -> None:
-    from patchcraft.overlay import default_directory
-    from patchcraft.tree import resolve_target
+    from patchcraft.overlay.build import default_directory
+    from patchcraft.base.target import resolve_target
 
     shared = world["root"] / "shared-cache"
     shared.mkdir()
@@ -273,7 +273,7 @@ def test_a_planted_entry_in_a_shared_cache_is_not_executed(world: dict) -> None:
 
 def test_a_group_writable_overlays_directory_of_ours_is_repaired_not_refused(tmp_path: Path) -> None:
     """A umask of 002 makes the cache 775: ours, so made 755 and used; an others-writable cache that is not sticky is refused."""
-    from patchcraft.overlay import _untrusted_store
+    from patchcraft.overlay.build import _untrusted_store
 
     overlays = tmp_path / "cache" / "overlays"
     overlays.mkdir(parents=True)
@@ -288,7 +288,7 @@ def test_a_group_writable_overlays_directory_of_ours_is_repaired_not_refused(tmp
 
 def test_a_root_owned_image_overlay_is_accepted_for_another_user(world: dict) -> None:
     """The ownership rule as a non-root server sees an image's overlay: root's is fine, another user's is not."""
-    from patchcraft.overlay_check import untrusted
+    from patchcraft.overlay.check import untrusted
 
     version = world["overlay"].resolve()
     assert untrusted(world["overlay"], owners={65534, 0}) is None
@@ -413,7 +413,7 @@ def test_the_bootstrap_is_stdlib_only_and_inert_when_imported() -> None:
     """It runs in every server process: no patchcraft, libcst, rich or torch; importing it as a module installs nothing."""
     import ast
 
-    import patchcraft.overlay_bootstrap as bootstrap
+    import patchcraft.overlay.bootstrap as bootstrap
 
     tree = ast.parse(Path(bootstrap.__file__).read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -423,7 +423,7 @@ def test_the_bootstrap_is_stdlib_only_and_inert_when_imported() -> None:
 
 
 def test_the_overlay_bootstrap_is_the_module_verbatim(world: dict) -> None:
-    import patchcraft.overlay_bootstrap as bootstrap
+    import patchcraft.overlay.bootstrap as bootstrap
 
     assert (world["overlay"] / "sitecustomize.py").read_bytes() == Path(bootstrap.__file__).read_bytes()
     assert (world["overlay"] / "__pycache__").is_dir()  # its .pyc ships with it

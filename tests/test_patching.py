@@ -14,12 +14,12 @@ import pytest
 
 from conftest import release_package
 from patchcraft import MARKER
-from patchcraft.errors import PatchcraftError
-from patchcraft.graph import EditSite, ModelGraph
-from patchcraft.patching import compiles, patch_text, revert_text
-from patchcraft.plan import plan_model
-from patchcraft.sources import Source
-from patchcraft.status import EDIT_IN_PLACE, EditStatus
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.reading.class_graph import EditSite, ModelGraph
+from patchcraft.engine.file_patch import compiles, patch_text, revert_text
+from patchcraft.planning.model_plans import plan_model
+from patchcraft.base.sources import Source
+from patchcraft.base.status import EDIT_IN_PLACE, EditStatus
 
 #: Plain +1 with all three sites in one file; an inner helper; the preallocating packer.
 MODELS = [("0.5.10", "llama", "LlamaForCausalLM"), ("0.5.10", "qwen2_moe", "Qwen2MoeForCausalLM"), ("0.5.20", "deepseek_v2", "DeepseekV2ForCausalLM")]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import release_package
-from patchcraft.graph import ModelGraph
-from patchcraft.plan import plan_models, scan
+from patchcraft.reading.class_graph import ModelGraph
+from patchcraft.planning.model_plans import plan_models, scan
 
 
 @pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import install_release, release_package
-from patchcraft.server_args import parse_server_args, release_flags
+from patchcraft.reading.server_args import parse_server_args, release_flags
 from test_check_draft import kimi_target, sglang_draft
 
 RELEASE = "0.5.10"

@@ -112,11 +112,11 @@ def test_a_hand_fix_is_run_by_verify(release_copy, capsys) -> None:
 
 def test_withhold_takes_every_model_sharing_a_file_of_a_failed_one() -> None:
     """A file is written whole or not at all: B shares a file with failed A, C shares one with B."""
-    from patchcraft.engine import withhold
-    from patchcraft.results import FileChange, Mode, ModelResult, RunResult
-    from patchcraft.status import ModelStatus
-    from patchcraft.sources import Source
-    from patchcraft.tree import SglangTree
+    from patchcraft.engine.tree_run import withhold
+    from patchcraft.engine.records import FileChange, Mode, ModelResult, RunResult
+    from patchcraft.base.status import ModelStatus
+    from patchcraft.base.sources import Source
+    from patchcraft.base.target import SglangTree
 
     def change(rel: str) -> FileChange:
         return FileChange(source=Source(path=Path(rel), text=""), rel=rel, after="x")

@@ -1,7 +1,7 @@
 """Every minor SGLang release through the real CLI: apply, verify, smoke, apply --check, revert.
 
-One release per minor version (patchcraft.releases.MINOR_RELEASES, 0.4.6 to
-0.5.23), each swept once by patchcraft.sweep.sweep_release, the function
+One release per minor version (patchcraft.base.releases.MINOR_RELEASES, 0.4.6 to
+0.5.23), each swept once by tools.sweep.sweep_release, the function
 scripts/sweep.py and the new-release workflow run:
 
 - no model row ends in ``error`` (apply, verify, check, revert);
@@ -9,7 +9,7 @@ scripts/sweep.py and the new-release workflow run:
 - ``apply --check`` after apply finds nothing to change;
 - revert leaves every file byte-identical to the release;
 - smoke: no ``fail``, and no ``error`` but the named limitations
-  (patchcraft.sweep.LIMITATIONS, each with its reason);
+  (tools.sweep.LIMITATIONS, each with its reason);
 - docs/coverage.md's release-history row is what the sweep finds.
 
 verify's exit code is recorded, not asserted: it is 1 while any model is
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft.errors import PatchcraftError
-from patchcraft.releases import ALL_RELEASES, MATRIX, MINOR_RELEASES, BETWEEN, newest_release, parse_index_versions, version_key
-from patchcraft.sweep import LIMITATIONS, ReleaseResult, history_row, history_rows, sweep_release
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.releases import ALL_RELEASES, MATRIX, MINOR_RELEASES, BETWEEN, newest_release, parse_index_versions, version_key
+from tools.sweep import LIMITATIONS, ReleaseResult, history_row, history_rows, sweep_release
 
 from conftest import release_package
 
@@ -117,7 +117,7 @@ def test_each_limitation_still_limits() -> None:
 
 
 def test_a_limitation_that_limits_nothing_is_named() -> None:
-    from patchcraft.sweep import Limitation
+    from tools.sweep import Limitation
 
     planted = Limitation("llama.LlamaForCausalLM", "0.5.10", "0.5.10", "does not run under the stand-ins", "why")
     assert stale_limitations([planted]) == ["llama.LlamaForCausalLM is no longer a smoke error in 0.5.10: remove the limitation"]
@@ -199,7 +199,7 @@ def test_a_smoke_error_fails_the_release() -> None:
     assert any(model == "llama.LlamaForCausalLM" and "broken on purpose" in message for model, _, message in result.smoke_problems), result.smoke_problems
     assert not result.ok and any(line.startswith("smoke: llama.LlamaForCausalLM: error") for line in result.problems())
     # the same row under a named limitation is counted as limited, not as a problem
-    from patchcraft import sweep
+    from tools import sweep
 
     named = sweep.Limitation("llama.LlamaForCausalLM", SMALL, SMALL, "broken on purpose", "on purpose")
     original = sweep.LIMITATIONS
@@ -214,8 +214,8 @@ def test_a_smoke_error_fails_the_release() -> None:
 
 def test_a_limitation_covers_only_its_error() -> None:
     """Never a ``fail``, never another message, never another model or release."""
-    from patchcraft.sweep import Limitation, limitation
-    from patchcraft import sweep
+    from tools.sweep import Limitation, limitation
+    from tools import sweep
 
     original = sweep.LIMITATIONS
     sweep.LIMITATIONS = (Limitation("m.M", "0.5.22", None, "does not run under the stand-ins", "why"),)

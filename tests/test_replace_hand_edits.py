@@ -20,8 +20,8 @@ import pytest
 
 from conftest import copy_release, release_package, run_cli
 from hand_fix import FULL, PARTIAL, sed_fix
-from patchcraft.fetch import cache_dir, download_wheel
-from patchcraft.pristine import _read_record, record_digest
+from patchcraft.base.fetch import cache_dir, download_wheel
+from patchcraft.base.pristine import _read_record, record_digest
 
 VERSION = "0.5.10"
 MODEL = "srt/models/deepseek_v2.py"
@@ -82,7 +82,7 @@ def cached_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     wheel = _wheel()
     (cache / "wheels" / wheel.name).symlink_to(wheel)
     monkeypatch.setenv("PATCHCRAFT_CACHE", str(cache))
-    from patchcraft.fetch import fetch
+    from patchcraft.base.fetch import fetch
 
     package = fetch(VERSION)
     assert _differs_from_wheel(package) == []
@@ -316,9 +316,9 @@ def test_record_digest_is_pips() -> None:
 
 
 def test_a_file_is_pristine_patched_or_edited_by_hand(release_copy, capsys) -> None:
-    from patchcraft.hand_edits import classify
-    from patchcraft.pristine import Pristine
-    from patchcraft.status import FileState
+    from patchcraft.engine.hand_edits import classify
+    from patchcraft.base.pristine import Pristine
+    from patchcraft.base.status import FileState
 
     package = release_copy(VERSION)
     path = package / MODEL

@@ -36,19 +36,19 @@ from typing import Any, Callable, Optional
 import libcst as cst
 import pytest
 
-from patchcraft.diffs import unified_diff
-from patchcraft.engine import run, write_changes
-from patchcraft.patching import revert_text
-from patchcraft.results import Mode
-from patchcraft.status import ModelStatus
+from patchcraft.engine.diffs import unified_diff
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.engine.file_patch import revert_text
+from patchcraft.engine.records import Mode
+from patchcraft.base.status import ModelStatus
 from patchcraft.transforms import RUNNER_TRANSFORMS
 from patchcraft.transforms import configure_ids_before_graphs as transform
-from patchcraft.tree import resolve_target
+from patchcraft.base.target import resolve_target
 
 from conftest import GOLDEN, release_package
 
 FIXED = ("0.4.10", "0.5.2", "0.5.6", "0.5.10")
-from patchcraft.releases import MATRIX  # noqa: E402  (the one list: patchcraft/releases.py)
+from patchcraft.base.releases import MATRIX  # noqa: E402  (the one list: patchcraft/base/releases.py)
 UNAFFECTED = tuple(v for v in MATRIX if v not in FIXED)
 RUNNER_FILES = ("model_runner", "cuda_graph_runner")
 SETTER = "set_eagle3_layers_to_capture"
@@ -162,7 +162,7 @@ def test_revert_through_the_pipeline_is_byte_identical(tmp_path: Path) -> None:
     assert row(reverted).status == ModelStatus.REVERTED
     write_changes(reverted.changes)
     assert executor_texts(package) == pristine
-    assert row(run(tree, Mode.REVERT, ("runner",))).status == ModelStatus.CLEAN
+    assert row(run(tree, Mode.REVERT, ("runner",))).status == ModelStatus.NOT_PATCHED
 
 
 def test_bare_cr_runner_files_keep_their_last_line_ending(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """scope.py: the byte-level pre-filter parses only the files that may hold a model, and loses none.
 
-``scope.Reach`` leaves out the importers of a staged file whose classes
+``prefilter.Reach`` leaves out the importers of a staged file whose classes
 cannot have the setter (their bases name no class with it), which is most
 of what a single-file run used to parse. These tests build small model
 trees around a real ``llama.py``, with subclasses reached through every
@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package
-from patchcraft import scope
-from patchcraft.graph import ModelGraph
-from patchcraft.plan import plan_models, scan
-from patchcraft.scope import ModelTexts, import_map, importers
-from patchcraft.selection import plan_tree, select
-from patchcraft.tree import SglangTree
+from patchcraft.reading import prefilter
+from patchcraft.reading.class_graph import ModelGraph
+from patchcraft.planning.model_plans import plan_models, scan
+from patchcraft.reading.prefilter import ModelTexts, import_map, importers
+from patchcraft.planning.selection import plan_tree, select
+from patchcraft.base.target import SglangTree
 
 LLAMA_IMPORT = "from sglang.srt.models.llama import LlamaForCausalLM as Base, LlamaModel\n"
 #: An inner model of its own, so that the subclass needs other sites than Llama (and is a plan of its own).
@@ -134,20 +134,20 @@ def test_importers_that_only_use_layers_are_not_parsed(tmp_path: Path) -> None:
         },
     )
     assert _labels(tree, "llama") == ["alias.AliasForCausalLM", "llama.LlamaForCausalLM"]
-    texts = ModelTexts(scope.read_models(tree.models_dir))
-    reach = scope.Reach(ModelGraph(models_dir=tree.models_dir), texts)
+    texts = ModelTexts(prefilter.read_models(tree.models_dir))
+    reach = prefilter.Reach(ModelGraph(models_dir=tree.models_dir), texts)
     reach.load({"llama", "alias", "layers", "broken"})
     assert set(reach.graph.loaded) == {"llama", "alias"}, "files whose bases name no class with the setter need no parse"
 
 
 def test_real_importers_that_reuse_only_layers_are_left_out() -> None:
-    """0.5.23: deepseek_v2.py's scope parsed 26 files before scope.Reach, llama.py's 17."""
+    """0.5.23: deepseek_v2.py's scope parsed 26 files before prefilter.Reach, llama.py's 17."""
     models = release_package("0.5.23") / "srt" / "models"
-    texts = ModelTexts(scope.read_models(models))
-    imports = scope.import_map(texts)
+    texts = ModelTexts(prefilter.read_models(models))
+    imports = prefilter.import_map(texts)
     for stem, most in (("deepseek_v2", 19), ("llama", 13)):
-        reach = scope.Reach(ModelGraph(models_dir=models), texts)
-        reach.load(scope.importers(imports, {stem}))
+        reach = prefilter.Reach(ModelGraph(models_dir=models), texts)
+        reach.load(prefilter.importers(imports, {stem}))
         assert sum(reach.graph.loaded.values()) <= most, stem
 
 
@@ -163,8 +163,8 @@ def test_classes_in_strings_are_no_classes(tmp_path: Path) -> None:
 
 
 def test_unreadable_class_lines_mean_any_name() -> None:
-    assert scope._class_headers(b"class A(B, C):\n    pass\nclass D:\n    pass\n") == ({b"A", b"D"}, [b"B, C"])
-    assert scope._class_headers(b"\xef\xbb\xbfclass A(B):\n    pass\n") == ({b"A"}, [b"B"])
+    assert prefilter._class_headers(b"class A(B, C):\n    pass\nclass D:\n    pass\n") == ({b"A", b"D"}, [b"B, C"])
+    assert prefilter._class_headers(b"\xef\xbb\xbfclass A(B):\n    pass\n") == ({b"A"}, [b"B"])
     for text in (
         b"class A(B  # see ) :\n    , C):\n    pass\n",  # a comment stops the base list early
         b"class A(f(g(x))):\n    pass\n",  # two levels of calls
@@ -173,7 +173,7 @@ def test_unreadable_class_lines_mean_any_name() -> None:
         b"import torch\rclass A(B):\r    pass\r",  # lone carriage returns end lines too
         b"import torch\n\x0cclass A(B):\n    pass\n",  # a form feed before a top-level class
     ):
-        assert scope._class_headers(text) is None, text
+        assert prefilter._class_headers(text) is None, text
     assert ModelTexts({"a": b"class A(B  # ) :\n , C):\n    pass\n"}).mentions("a") is None
     assert ModelTexts({"a": b"class \\\n    A(B):\n    pass\n"}).class_names("a") is None
 

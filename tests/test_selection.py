@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package
-from patchcraft import selection
-from patchcraft.plan import _capturing_forward, _init_owner, plan_models, scan
-from patchcraft.releases import ALL_RELEASES
-from patchcraft.selection import plan_reaching, plan_tree, select
-from patchcraft.tree import SglangTree, resolve_target
+from patchcraft.planning import selection
+from patchcraft.planning.model_plans import _capturing_forward, _init_owner, plan_models, scan
+from patchcraft.base.releases import ALL_RELEASES
+from patchcraft.planning.selection import plan_reaching, plan_tree, select
+from patchcraft.base.target import SglangTree, resolve_target
 
 # -- a single-file run plans what reaches the file ------------------------------------
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package, run_cli as cli
-from patchcraft.draft import check_draft, read_draft, read_target
-from patchcraft.training import parse_training
-from patchcraft.engine import run, write_changes
-from patchcraft.explain import explain, load_model
-from patchcraft.fixes import Fix
-from patchcraft.results import Mode
-from patchcraft.tree import resolve_target
+from patchcraft.analysis.draft_check import check_draft, read_draft, read_target
+from patchcraft.analysis.training import parse_training
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.analysis.explain import explain, load_model
+from patchcraft.analysis.fixes import Fix
+from patchcraft.engine.records import Mode
+from patchcraft.base.target import resolve_target
 from test_check_draft import HIDDEN, LAYERS, kimi_target, sglang_draft
 
 pytest.importorskip("torch")

@@ -1,11 +1,11 @@
 """The static reading and the run agree on every minor release, or the static side says "unknown".
 
-For each minor release (``patchcraft.releases.MINOR_RELEASES``) and one
+For each minor release (``patchcraft.base.releases.MINOR_RELEASES``) and one
 model of each capture shape it has (the L1/L2 list, the collector passed
 into the layers, the packer, the layer-boundary list, Gemma's bare
 capture, the setter's layer marks, a forward that captures nothing for
-EAGLE-3), each id list is read by rules (:func:`patchcraft.explain.serve`)
-and run on the CPU harness (:func:`patchcraft.explain.run_served`) on the
+EAGLE-3), each id list is read by rules (:func:`patchcraft.analysis.explain.serve`)
+and run on the CPU harness (:func:`patchcraft.analysis.explain.run_served`) on the
 release as installed, unpatched. One model is loaded once per release and
 tried with every id list (the harness compiles it once).
 """
@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import release_package
-from patchcraft.errors import PatchcraftError
-from patchcraft.explain import Model, load_model, run_served, serve
-from patchcraft.releases import MINOR_RELEASES
-from patchcraft.tree import resolve_target
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.analysis.explain import Model, load_model, run_served, serve
+from patchcraft.base.releases import MINOR_RELEASES
+from patchcraft.base.target import resolve_target
 
 pytest.importorskip("torch")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package
-from patchcraft.graph import ModelGraph
-from patchcraft.patching import patch_text
-from patchcraft.plan import plan_model
-from patchcraft.setter_eval import NotEvaluable, SetterRun, run_setter
+from patchcraft.reading.class_graph import ModelGraph
+from patchcraft.engine.file_patch import patch_text
+from patchcraft.planning.model_plans import plan_model
+from patchcraft.reading.setter_sandbox import NotEvaluable, SetterRun, run_setter
 
 IDS = (None, [-1, 2, 30], [0, 3, 31], [1, 29, 57])
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from patchcraft.patching import patch_text, revert_text
-from patchcraft.graph import EditSite, ForwardParams, SetterParams
+from patchcraft.engine.file_patch import patch_text, revert_text
+from patchcraft.reading.class_graph import EditSite, ForwardParams, SetterParams
 from patchcraft.transforms import BY_KIND, capture_embedding_output
 from patchcraft.transforms._base import AnchorError
 from patchcraft.transforms._slices import ClassSlices

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from patchcraft.cli import cli
-from patchcraft.errors import PatchcraftError
+from patchcraft.base.errors import PatchcraftError
 
 
 def test_options_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -42,12 +42,12 @@ def test_smoke_overlay_runs_the_harness_on_the_overlay_tree(monkeypatch: pytest.
         seen["targets"] = options.targets
         return 0
 
-    monkeypatch.setattr("patchcraft.commands.smoke.smoke", fake)
+    monkeypatch.setattr("patchcraft.commands.smoke.smoke_command", fake)
     # A directory that is not an overlay is refused before the harness (tests/test_overlay_integrity.py: damaged ones).
     refused = CliRunner().invoke(cli, ["smoke", "--overlay", str(tmp_path)])
     assert isinstance(refused.exception, PatchcraftError) and "not an overlay" in str(refused.exception)
     assert seen == {}
-    monkeypatch.setattr("patchcraft.overlay_check.require_usable", lambda directory: None)
+    monkeypatch.setattr("patchcraft.overlay.check.require_usable", lambda directory: None)
     result = CliRunner().invoke(cli, ["smoke", "--overlay", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert seen["targets"] == (str(tmp_path / "tree" / "sglang"),)

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package, run_cli as cli
-from patchcraft.draft import DraftConfig, read_draft
-from patchcraft.errors import PatchcraftError
-from patchcraft.training import FIRST_ID_RAW, Training, expected_states, parse_training
+from patchcraft.analysis.draft_check import DraftConfig, read_draft
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.analysis.training import FIRST_ID_RAW, Training, expected_states, parse_training
 
 
 def write_weights(path: Path, tensors: dict[str, list[int]]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from patchcraft.patching import revert_text
+from patchcraft.engine.file_patch import revert_text
 from patchcraft.transforms import MODEL_TRANSFORMS, keep_captured_states_reduced
 from patchcraft.transforms._base import assign_targets, find_statements, walk_statements
 

@@ -27,16 +27,16 @@ from types import SimpleNamespace
 import libcst as cst
 import pytest
 
-from patchcraft.engine import run
-from patchcraft.graph import EditSite, ForwardParams, SetterParams
-from patchcraft.patching import patch_text, revert_text
-from patchcraft.results import Mode
-from patchcraft.selection import plan_tree
-from patchcraft.status import ModelStatus
+from patchcraft.engine.tree_run import run
+from patchcraft.reading.class_graph import EditSite, ForwardParams, SetterParams
+from patchcraft.engine.file_patch import patch_text, revert_text
+from patchcraft.engine.records import Mode
+from patchcraft.planning.selection import plan_tree
+from patchcraft.base.status import ModelStatus
 from patchcraft.transforms import accept_embedding_layer_id, capture_embedding_output
 from patchcraft.transforms._base import FLAG, RemoveMarked
 from patchcraft.transforms._slices import ClassSlices
-from patchcraft.tree import resolve_target
+from patchcraft.base.target import resolve_target
 
 from conftest import release_package
 

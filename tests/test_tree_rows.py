@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package
-from patchcraft.fetch import copy_parts
-from patchcraft.results import Mode
-from patchcraft.status import EditStatus, ModelStatus
-from patchcraft.tree import SglangTree
-from patchcraft.tree_rows import runner_row
+from patchcraft.base.fetch import copy_parts
+from patchcraft.engine.records import Mode
+from patchcraft.base.status import EditStatus, ModelStatus
+from patchcraft.base.target import SglangTree
+from patchcraft.engine.extra_rows import runner_row
 
 EXECUTOR = "sglang/srt/model_executor"
 #: The methods each release's fix edits (docs/runner.md: pass-ids, and remember-ids up to 0.5.6).
@@ -74,7 +74,7 @@ def test_a_release_that_configures_the_ids_once_needs_no_runner_fix(version: str
 
 def test_reverting_a_runner_patchcraft_never_touched_is_clean(tmp_path: Path) -> None:
     row, changes = runner_row(_tree("0.5.10", tmp_path), Mode.REVERT)
-    assert row is not None and (row.status, row.message, changes) == (ModelStatus.CLEAN, "no patchcraft edits found", ())
+    assert row is not None and (row.status, row.message, changes) == (ModelStatus.NOT_PATCHED, "no patchcraft edits found", ())
 
 
 def test_a_syntax_error_in_one_runner_file_is_an_error_row_and_writes_neither(tmp_path: Path) -> None:

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 
 from conftest import flip_one_byte, run_cli as cli
-from patchcraft import engine
-from patchcraft.results import Mode
-from patchcraft.tree import resolve_target
-from patchcraft.workers import FILES_PER_WORKER, map_files
+from patchcraft.engine import tree_run
+from patchcraft.engine.records import Mode
+from patchcraft.base.target import resolve_target
+from patchcraft.engine.workers import FILES_PER_WORKER, map_files
 
 
 @pytest.mark.parametrize("mode", [Mode.VERIFY, Mode.DIFF, Mode.APPLY, Mode.REVERT])
 def test_jobs_give_the_same_result_as_one_job(package: Path, mode: Mode) -> None:
     tree = resolve_target(str(package))
-    one = engine.run(tree, mode, jobs=1)
-    many = engine.run(tree, mode, jobs=3)
+    one = tree_run.run(tree, mode, jobs=1)
+    many = tree_run.run(tree, mode, jobs=3)
     assert one == many
     assert [c.after for c in one.changes] == [c.after for c in many.changes]
     assert [c.source.raw for c in one.changes] == [c.source.raw for c in many.changes]
@@ -111,16 +111,16 @@ def test_workers_die_with_a_killed_parent_and_never_hold_the_lock(tmp_path: Path
     import signal
     import time
 
-    from patchcraft import lock
+    from patchcraft.base import tree_lock
 
     models = tmp_path / "models"
     models.mkdir()
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the run: holds the tree lock, two workers busy
+    if pid == 0:  # the run: holds the tree tree_lock, two workers busy
         try:
             os.close(read_end)
-            with lock.hold([models], on_wait=lambda message: None):
+            with tree_lock.hold([models], on_wait=lambda message: None):
                 items = [(Path(str(write_end)), ())] * (2 * FILES_PER_WORKER)
                 map_files(_report_and_block, items, 2)
         finally:
@@ -138,6 +138,6 @@ def test_workers_die_with_a_killed_parent_and_never_hold_the_lock(tmp_path: Path
         os.kill(worker, signal.SIGKILL)
     assert not survivors, "workers outlived their killed parent"
     waited: list = []
-    with lock.hold([models], on_wait=waited.append, timeout=0):
+    with tree_lock.hold([models], on_wait=waited.append, timeout=0):
         pass
     assert waited == []

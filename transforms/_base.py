@@ -16,9 +16,9 @@ from typing import Callable, Iterator, Optional, Sequence
 import libcst as cst
 
 from patchcraft import MARKER
-from patchcraft.errors import PatchcraftError
-from patchcraft.graph import FLAG, EditSite, SiteParams, parse_python
-from patchcraft.status import EditStatus
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.reading.class_graph import FLAG, EditSite, SiteParams, parse_python
+from patchcraft.base.status import EditStatus
 from patchcraft.transforms._slices import first_line, split_lines
 
 #: How inserted code in ``forward`` reads the flag: a class that runs a patched

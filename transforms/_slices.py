@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import libcst as cst
 
-from patchcraft.graph import parse_python
+from patchcraft.reading.class_graph import parse_python
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)

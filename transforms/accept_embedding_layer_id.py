@@ -6,8 +6,8 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from patchcraft.graph import SETTER, EditSite, SetterParams
-from patchcraft.status import EditStatus
+from patchcraft.reading.class_graph import SETTER, EditSite, SetterParams
+from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,
     AnchorError,

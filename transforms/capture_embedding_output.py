@@ -17,8 +17,8 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from patchcraft.graph import CAPTURE_KEYWORDS, EditSite, ForwardParams
-from patchcraft.status import EditStatus
+from patchcraft.reading.class_graph import CAPTURE_KEYWORDS, EditSite, ForwardParams
+from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,
     FLAG_COUNT,

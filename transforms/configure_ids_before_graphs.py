@@ -28,7 +28,7 @@ A changed call carries the marker as a comment inside its parentheses, so
 an ordinary marked statement that the generic revert removes.
 
 Where the edits go, and with which parameters, is planned from the structure
-of ``model_executor/`` in :mod:`patchcraft.runner_plan`; this module only
+of ``model_executor/`` in :mod:`patchcraft.planning.runner_edits`; this module only
 applies them.
 """
 
@@ -40,9 +40,9 @@ from typing import AbstractSet, Optional
 import libcst as cst
 
 from patchcraft import MARKER
-from patchcraft.graph import SETTER, EditSite
+from patchcraft.reading.class_graph import SETTER, EditSite
 # KIND and ROW are the planner's (one definition each); this module gives them to the engine and the docs.
-from patchcraft.runner_plan import ATTR, BEFORE_CAPTURE, KIND, ROW, PassIds, RememberIds, runner_site  # noqa: F401
+from patchcraft.planning.runner_edits import ATTR, BEFORE_CAPTURE, KIND, ROW, PassIds, RememberIds, runner_site  # noqa: F401
 from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, insert_at, is_marked, line_of, plain_code
 
 NAME = "configure_ids_before_graphs"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from patchcraft.graph import EditSite
-from patchcraft.status import EditStatus
+from patchcraft.reading.class_graph import EditSite
+from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,
     AnchorError,

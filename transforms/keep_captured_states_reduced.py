@@ -10,7 +10,7 @@ of layer ``i`` then hands the draft a per-rank partial sum. SGLang turns the
 fusion off for EAGLE only under DP attention.
 
 Which models do that is found through the class graph
-(:mod:`patchcraft.fusion_reading`): inherited decoder layers, helpers the
+(:mod:`patchcraft.reading.fusion_reading`): inherited decoder layers, helpers the
 forward calls, capture loops in another file. Only those models are
 touched: their setter marks the communicator of each layer whose output a
 capture reads (``mark_captured_outputs``), and in
@@ -41,12 +41,12 @@ from typing import Optional
 import libcst as cst
 
 from patchcraft import MARKER
-from patchcraft.errors import PatchcraftError
-from patchcraft import fusion_reading
-from patchcraft.fusion_reading import MARK, FusionCapture, Override
-from patchcraft.graph import ClassNode, EditSite, FusionParams, ModelGraph, words_of
-from patchcraft.sources import read_source
-from patchcraft.status import EditStatus
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.reading import fusion_reading
+from patchcraft.reading.fusion_reading import MARK, FusionCapture, Override
+from patchcraft.reading.class_graph import ClassNode, EditSite, FusionParams, ModelGraph, words_of
+from patchcraft.base.sources import read_source
+from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, example_site, insert_at, is_marked, line_of, plain_code, replace_statement
 
 NAME = "keep_captured_states_reduced"
@@ -92,8 +92,8 @@ def communicator_path(package: Path) -> Path:
 
 
 def affected_models(package: Path, models_dir: Optional[Path] = None) -> tuple[FusionCapture, ...]:
-    """The EAGLE-3 models whose capture reads a deferred all-reduce sum (:mod:`patchcraft.fusion_reading`)."""
-    from patchcraft.plan import scan
+    """The EAGLE-3 models whose capture reads a deferred all-reduce sum (:mod:`patchcraft.reading.fusion_reading`)."""
+    from patchcraft.planning.model_plans import scan
 
     graph = scan(models_dir if models_dir is not None else package / "srt" / "models")
     return tuple(fusion_reading.affected(graph))

@@ -2,7 +2,7 @@
 
 Only in models whose EAGLE-3 capture reads ``hidden_states + residual``
 before the next layer's norm completes a deferred all-reduce
-(:mod:`patchcraft.fusion_reading`). At the end of the setter, once
+(:mod:`patchcraft.reading.fusion_reading`). At the end of the setter, once
 ``layers_to_capture`` holds its final ids, every decoder layer's
 communicator gets a marked attribute: True for layer ``i - 1`` of each
 capture at the top of layer ``i``, False for every other layer::
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from patchcraft.fusion_reading import MARK, MarkParams
-from patchcraft.graph import SETTER, EditSite
-from patchcraft.status import EditStatus
+from patchcraft.reading.fusion_reading import MARK, MarkParams
+from patchcraft.reading.class_graph import SETTER, EditSite
+from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (
     AnchorError,
     Example,

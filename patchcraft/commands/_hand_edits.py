@@ -1,13 +1,13 @@
 """Hand edits in a run: each file it touches against its pristine text, the replace step, the advice.
 
 ``verify``, ``apply`` and ``apply --check`` judge every model file of the
-run against its pristine text (:mod:`patchcraft.pristine`,
-:mod:`patchcraft.hand_edits`). ``apply --replace-hand-edits`` then patches
+run against its pristine text (:mod:`patchcraft.base.pristine`,
+:mod:`patchcraft.engine.hand_edits`). ``apply --replace-hand-edits`` then patches
 the pristine text of each file whose hand edits all sit at patchcraft's
 edit sites, and refuses, before anything is written, a file with other
 hand edits or a hand fix with no pristine text to put back. A refusal of
 a hand fix (by the harness, or verify's static verdict) gets the lines,
-the consequence and the command (:mod:`patchcraft.hand_advice`).
+the consequence and the command (:mod:`patchcraft.engine.hand_advice`).
 """
 
 from __future__ import annotations
@@ -17,17 +17,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from patchcraft import hand_advice
-from patchcraft.errors import PatchcraftError
-from patchcraft.graph import EditSite
-from patchcraft.hand_edits import FileReport, classify
-from patchcraft.patching import revert_text
-from patchcraft.pristine import Pristine, PristineSource
-from patchcraft.report import HARNESS_FAILED
-from patchcraft.results import Mode, ModelResult, RunResult
-from patchcraft.selection import plan_tree
-from patchcraft.sources import read_source
-from patchcraft.status import EditStatus, FileState, ModelStatus
+from patchcraft.engine import hand_advice
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.reading.class_graph import EditSite
+from patchcraft.engine.hand_edits import FileReport, classify
+from patchcraft.engine.file_patch import revert_text
+from patchcraft.base.pristine import Pristine, PristineSource
+from patchcraft.engine.records import Mode, ModelResult, RunResult
+from patchcraft.planning.selection import plan_tree
+from patchcraft.base.sources import read_source
+from patchcraft.base.status import EditStatus, FileState, ModelStatus, Proof
 
 #: The runs whose files are judged against their pristine text.
 JUDGED = (Mode.VERIFY, Mode.APPLY, Mode.CHECK)
@@ -105,7 +104,7 @@ def advise(result: RunResult, reports: Mapping[str, FileReport]) -> RunResult:
 def _advised(result: RunResult, model: ModelResult, reports: Mapping[str, FileReport]) -> ModelResult:
     if "." not in model.model or not hand_advice.hand_made(model):
         return model
-    if model.proof == HARNESS_FAILED:
+    if model.proof == Proof.FAILED:
         what = hand_advice.consequence(_harness_message(model.message))
     elif result.mode is Mode.VERIFY and model.status == ModelStatus.WOULD:
         what = hand_advice.missing_init(model) or ""

@@ -7,14 +7,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from patchcraft import cache, lock, output, report
+from patchcraft.engine import result_cache
+from patchcraft.base import tree_lock
+from patchcraft.ui import console
+from patchcraft.ui import machine_output
 from patchcraft.commands import _hand_edits, _proof
-from patchcraft.diffs import unified_diffs
-from patchcraft.engine import run, write_changes
-from patchcraft.hand_edits import FileReport
-from patchcraft.results import Mode, RunResult
-from patchcraft.sources import remove_stale_temp_files
-from patchcraft.tree import SglangTree, resolve_target
+from patchcraft.engine.diffs import unified_diffs
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.engine.hand_edits import FileReport
+from patchcraft.engine.records import Mode, RunResult
+from patchcraft.base.sources import remove_stale_temp_files
+from patchcraft.base.target import SglangTree, resolve_target
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def resolve_targets(targets: Sequence[str]) -> list[SglangTree]:
     """One tree per SGLang package, in the order first named.
 
     pre-commit passes many model files at once: those of one package become
-    one run (one class graph, each model once, one report), not one per file.
+    one run (one class graph, each model once, one machine_output), not one per file.
     A whole-tree TARGET for a package makes the merged run cover the whole tree.
     """
     if not targets:
@@ -100,7 +103,7 @@ def _run_and_write(
     and all files of all trees are written together or not at all.
     """
     writes = mode in (Mode.APPLY, Mode.REVERT)
-    with lock.hold([t.models_dir for t in trees] if writes else [], on_wait=output.print_line):
+    with tree_lock.hold([t.models_dir for t in trees] if writes else [], on_wait=console.print_line):
         if writes:
             remove_stale_temp_files(d for t in trees for d in (t.models_dir, t.executor_dir))
         results = [_run(tree, mode, models, runner, jobs, fusion) for tree in trees]
@@ -108,7 +111,7 @@ def _run_and_write(
         bases: list[dict[Path, str]] = [{} for _ in results]
         if replace_hand_edits and mode in (Mode.APPLY, Mode.CHECK):
             bases = [_hand_edits.replacements(r, rep) for r, rep in zip(results, reports)]
-            # The restored files are patched afresh from their pristine text (never from the cache).
+            # The restored files are patched afresh from their pristine text (never from the result_cache).
             results = [run(r.tree, mode, models, runner=runner, jobs=jobs, fusion=fusion, base_texts=base) if base else r for r, base in zip(results, bases)]
         if proof is not None:
             results = [proof(result) for result in results]
@@ -123,17 +126,17 @@ def _run_and_write(
 
 def _run(tree: SglangTree, mode: Mode, models: Sequence[str], runner: bool, jobs: int, fusion: bool = True) -> RunResult:
     """One tree's run; a read-only one comes from the result cache when nothing it reads changed."""
-    return cache.cached_run(tree, mode, models, runner, lambda: run(tree, mode, models, runner=runner, jobs=jobs, fusion=fusion), fusion=fusion)
+    return result_cache.cached_run(tree, mode, models, runner, lambda: run(tree, mode, models, runner=runner, jobs=jobs, fusion=fusion), fusion=fusion)
 
 
 def warn_unserved(results: Sequence[RunResult], options: Options, mode: Mode) -> None:
     """One line for the unsupported models that do not fail this run (docs/usage.md, exit codes)."""
     if mode in (Mode.REVERT, Mode.DIFF):
         return
-    skipped = report.unserved(results, options.models, options.strict)
+    skipped = machine_output.unserved(results, options.models, options.strict)
     if skipped:
         names = ", ".join(m.model for m in skipped[:4]) + (", ..." if len(skipped) > 4 else "")
-        output.print_line(
+        console.print_line(
             f"patchcraft: warning: {len(skipped)} unsupported model(s) not patched ({names}); "
             "name one with --model, or pass --strict, to make that fail the run"
         )
@@ -145,27 +148,27 @@ def run_pipeline(options: Options, mode: Mode) -> int:
     jobs = options.jobs if options.jobs is not None else default_jobs()
     proof = _proof.gate(mode.value, options.smoke, quiet=options.output_format == "json")
     results, hand = _run_and_write(trees, mode, options.models, options.runner, jobs, proof, fusion=options.fusion, replace_hand_edits=options.replace_hand_edits)
-    code = report.exit_code(results, options.models, options.strict)
-    if options.fail_on_change and mode is Mode.APPLY and code == report.OK and any(r.changes for r in results):
-        code = report.CHANGED
+    code = machine_output.exit_code(results, options.models, options.strict)
+    if options.fail_on_change and mode is Mode.APPLY and code == machine_output.OK and any(r.changes for r in results):
+        code = machine_output.CHANGED
 
     def diff_text() -> str:  # only when shown: difflib over a whole unpatched tree takes a while
         return "".join(unified_diffs(r.changes) for r in results)
 
     if options.output_format == "json":
-        document = report.to_json(results, code)
+        document = machine_output.to_json(results, code)
         if mode in _hand_edits.JUDGED:
-            document["files"] = report.files_json(hand.reports, hand.replaced)
+            document["files"] = machine_output.files_json(hand.reports, hand.replaced)
         if options.show_diff or mode is Mode.DIFF:
             document["diff"] = diff_text()
-        output.print_json(document)
+        console.print_json(document)
         return code
-    output.print_hand_edits(hand.reports, hand.replaced, show_diff=options.show_diff or mode is Mode.VERIFY, color=options.color)
+    console.print_hand_edits(hand.reports, hand.replaced, show_diff=options.show_diff or mode is Mode.VERIFY, color=options.color)
     if options.show_diff or mode is Mode.DIFF:
-        output.print_diff(diff_text(), options.color)
-    output.print_results(results, options.color)
+        console.print_diff(diff_text(), options.color)
+    console.print_results(results, options.color)
     warn_unserved(results, options, mode)
     if options.output_format == "github":
         # Annotations on stdout, after the human summary (stderr) the log also shows.
-        output.print_github(report.github_lines(results, code, base=Path.cwd()))
+        console.print_github(machine_output.github_lines(results, code, base=Path.cwd()))
     return code

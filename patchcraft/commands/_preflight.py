@@ -1,12 +1,12 @@
 """``patchcraft run``'s preflight: the draft checked against what this SGLang will feed it, before exec.
 
 The command line is read as the release's ``ServerArgs`` reads it
-(:mod:`patchcraft.server_args`: its own flags and abbreviations,
+(:mod:`patchcraft.reading.server_args`: its own flags and abbreviations,
 ``--config FILE``); a hub name is looked up in the local Hugging Face cache
-(:mod:`patchcraft.hub_cache`). Whatever cannot be read is named, and the
+(:mod:`patchcraft.reading.hub_cache`). Whatever cannot be read is named, and the
 launch is refused (exit 2) rather than passed on an unchecked "ok";
 ``--no-preflight`` is the explicit way out. An ok verdict is cached
-(:mod:`patchcraft.preflight_cache`) and replayed while nothing it read changes.
+(:mod:`patchcraft.engine.preflight_cache`) and replayed while nothing it read changes.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from patchcraft import output, preflight_cache
-from patchcraft.errors import PatchcraftError
-from patchcraft.hub_cache import find_snapshot, looks_like_repo_id
-from patchcraft.preflight_cache import Dependency
-from patchcraft.report import CHANGED, OK
-from patchcraft.server_args import ARG_GROUPS, ServerArgs, flag_files, parse_server_args
+from patchcraft.ui import console
+from patchcraft.engine import preflight_cache
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.reading.hub_cache import find_snapshot, looks_like_repo_id
+from patchcraft.engine.preflight_cache import Dependency
+from patchcraft.ui.machine_output import CHANGED, OK
+from patchcraft.reading.server_args import ARG_GROUPS, ServerArgs, flag_files, parse_server_args
 
 PREFIX = "patchcraft run: "
 WAY_OUT = "--no-preflight launches without the check"
@@ -42,7 +43,7 @@ class Prepared:
 def run_preflight(argv: Sequence[str], package: Path, install: Path, trained_on: str | None, smoke: bool = True) -> int:
     """The preflight of ``argv`` against the patched tree ``package`` of ``install``; a stored ok is replayed."""
     if smoke and not preflight_cache.torch_importable():
-        output.print_line(
+        console.print_line(
             f"{PREFIX}torch is not installed, so the overlay is static: the harness did not run its patched code "
             "(pip install 'patchcraft[smoke]')"
         )
@@ -95,12 +96,12 @@ def prepare(server: ServerArgs, package: Path, trained_on: str | None) -> Prepar
     notes = list(server.notes)
     draft_dir = _local_model(server.draft_path, server.draft_revision, "--speculative-draft-model-path", inputs, notes)
     inputs += preflight_cache.draft_dependencies(draft_dir)
-    from patchcraft.draft import read_draft
+    from patchcraft.analysis.draft_check import read_draft
 
     draft = read_draft(draft_dir)
     if server.pp > 1 and draft.layer_ids is not None and -1 in draft.layer_ids:
-        output.print_line(
-            f"{PREFIX}refused: the draft asks for layer id -1 (the embedding output) with --pp {server.pp}: "
+        console.print_line(
+            f"{PREFIX}refused: the draft asks for layer id -1 (the embedding console) with --pp {server.pp}: "
             "the embedding exists only on the first pipeline stage; serve with one stage, or a draft without -1"
         )
         return CHANGED
@@ -119,10 +120,10 @@ def check(prepared: Prepared) -> int:
     from patchcraft.commands.check_draft import check_draft_command
 
     for note in prepared.notes:
-        output.print_line(PREFIX + note)
+        console.print_line(PREFIX + note)
     code = check_draft_command(prepared.options)
     if code != OK:
-        output.print_line(f"{PREFIX}refused to launch: the draft would be fed other hidden states than it was trained on (above); {WAY_OUT}")
+        console.print_line(f"{PREFIX}refused to launch: the draft would be fed other hidden states than it was trained on (above); {WAY_OUT}")
     return code
 
 
@@ -151,7 +152,7 @@ def _replay(entry: dict) -> None:
     sys.stdout.write(entry.get("stdout", ""))
     sys.stdout.flush()
     sys.stderr.write(entry.get("stderr", ""))
-    output.print_line(f"{PREFIX}preflight verdict reused: nothing it read has changed since it was checked")
+    console.print_line(f"{PREFIX}preflight verdict reused: nothing it read has changed since it was checked")
 
 
 class _Tee(io.TextIOBase):

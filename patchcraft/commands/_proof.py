@@ -2,7 +2,7 @@
 
 ``apply`` runs the harness (docs/harness.md) on the patched text of every
 model it changes, before anything is written; a model whose run fails or
-errors is withheld (:func:`patchcraft.engine.withhold`), with its files,
+errors is withheld (:func:`patchcraft.engine.tree_run.withhold`), with its files,
 and the others are written. ``verify`` runs it on models whose edits were
 made by hand: a hand fix is where running it pays. Without torch the
 commands stay static and say so once; the pre-commit hook's environment
@@ -13,17 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from patchcraft import output
+from patchcraft.ui import console
 from patchcraft.harness import torch_problem
-from patchcraft.results import ModelResult, RunResult
-from patchcraft.report import HARNESS_FAILED
-from patchcraft.status import EditStatus, ModelStatus
+from patchcraft.engine.records import ModelResult, RunResult
+from patchcraft.base.status import EditStatus, ModelStatus, Proof
 
-#: The ``proof`` field of a model row (docs/json.md).
-PASSED = "harness-passed"
-FAILED = HARNESS_FAILED
-NO_TORCH = "not-run (no torch)"
-SKIPPED = "skipped (--no-smoke)"
+#: The ``proof`` field of a model row (docs/json.md); the values live in :class:`patchcraft.base.status.Proof`.
+PASSED, FAILED, NO_TORCH, SKIPPED = Proof.PASSED, Proof.FAILED, Proof.NO_TORCH, Proof.SKIPPED
 
 
 def _model_class(model: ModelResult) -> bool:
@@ -66,7 +62,7 @@ def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResu
         if torch_problem() is not None:
             if not said and not quiet:
                 said.append(True)
-                output.print_line(
+                console.print_line(
                     f"patchcraft: torch is not installed, so {mode_value} is static: "
                     "the harness did not run the patched code (pip install 'patchcraft[smoke]')"
                 )
@@ -120,7 +116,7 @@ def record(result: RunResult, run: Any, only: Callable[[ModelResult], bool] | No
             verdicts[row.model] = (FAILED, f"harness {row.status}: {row.message}")
     if any(proof == FAILED for proof, _ in verdicts.values()) and not _changes_compile(result):
         return result  # the write refuses the whole run, naming the file that does not compile (exit 2)
-    from patchcraft.engine import withhold  # late: a warm `patchcraft run` builds the gate but never calls it
+    from patchcraft.engine.tree_run import withhold  # late: a warm `patchcraft run` builds the gate but never calls it
 
     return withhold(result, verdicts)
 

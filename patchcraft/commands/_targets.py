@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from patchcraft.errors import PatchcraftError
+from patchcraft.base.errors import PatchcraftError
 
 
 def release_targets(targets: Sequence[str], release: str | None) -> tuple[str, ...]:
@@ -13,6 +13,6 @@ def release_targets(targets: Sequence[str], release: str | None) -> tuple[str, .
         return tuple(targets)
     if targets:
         raise PatchcraftError("give either TARGET or --release, not both")
-    from patchcraft.fetch import fetch  # only now: most runs take a TARGET
+    from patchcraft.base.fetch import fetch  # only now: most runs take a TARGET
 
     return (str(fetch(release)),)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from patchcraft.commands._pipeline import Options, run_pipeline
-from patchcraft.results import Mode
+from patchcraft.engine.records import Mode
 
 
-def apply(options: Options, check: bool = False) -> int:
+def apply_command(options: Options, check: bool = False) -> int:
     """Patch in place; with ``check``, write nothing and exit 1 if anything would change."""
     return run_pipeline(options, Mode.CHECK if check else Mode.APPLY)

@@ -6,13 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchcraft import __version__, output
+from patchcraft import __version__
+from patchcraft.ui import console
 from patchcraft.commands.explain import explanation_json, fed_line, resolve_tree, source_line
-from patchcraft.draft import DraftReport, check_draft, read_draft, read_target, speculators_note
-from patchcraft.errors import PatchcraftError
-from patchcraft.explain import load_model, states_text
-from patchcraft.report import CHANGED, OK
-from patchcraft.training import parse_training
+from patchcraft.analysis.draft_check import DraftReport, check_draft, read_draft, read_target, speculators_note
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.analysis.explain import load_model, states_text
+from patchcraft.ui.machine_output import CHANGED, OK
+from patchcraft.analysis.training import parse_training
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     """Print the checks; exit 0 when they pass, 1 on a mismatch, 2 on bad input."""
     training = parse_training(options.trained_on) if options.trained_on else None
     if training is not None and training.deprecation:
-        output.print_line(f"warning: {training.deprecation}")
+        console.print_line(f"warning: {training.deprecation}")
     draft = read_draft(Path(options.draft_dir))
     target = read_target(Path(options.target_model)) if options.target_model else None
     num_layers = options.num_layers or (target.num_layers if target else None)
@@ -47,7 +48,7 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     model = load_model(tree, name)
     report = check_draft(model, draft, target, training, num_layers, cuda_graph=options.cuda_graph, tp=options.tp)
     code = OK if report.ok else CHANGED
-    return output.print_report(options.output_format, code, lambda: report_json(report, code), lambda: report_text(report))
+    return console.print_report(options.output_format, code, lambda: report_json(report, code), lambda: report_text(report))
 
 
 def report_text(report: DraftReport) -> str:

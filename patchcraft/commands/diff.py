@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from patchcraft.commands._pipeline import Options, run_pipeline
-from patchcraft.results import Mode
+from patchcraft.engine.records import Mode
 
 
-def diff(options: Options) -> int:
+def diff_command(options: Options) -> int:
     """Print what ``apply`` would change as a patch relative to the target root."""
     return run_pipeline(replace(options, show_diff=True), Mode.DIFF)

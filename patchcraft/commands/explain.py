@@ -6,13 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchcraft import __version__, output
-from patchcraft.explain import Explanation, describe_state, explain, hs, load_model, states_text
+from patchcraft import __version__
+from patchcraft.ui import console
+from patchcraft.analysis.explain import Explanation, describe_state, explain, hs, load_model, states_text
 from patchcraft.commands._targets import release_targets
-from patchcraft.errors import PatchcraftError
-from patchcraft.layer_ids import parse_layer_ids
-from patchcraft.report import CHANGED, OK, SCHEMA_VERSION
-from patchcraft.tree import SglangTree, resolve_target
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.layer_ids import parse_layer_ids
+from patchcraft.ui.machine_output import CHANGED, OK, SCHEMA_VERSION
+from patchcraft.base.target import SglangTree, resolve_target
 
 
 @dataclass(frozen=True)
@@ -39,14 +40,14 @@ def resolve_tree(target: str | None, release: str | None, overlay: str | None = 
 
 def overlay_tree(directory: str, target: str | None, release: str | None) -> SglangTree:
     """The patched tree of the overlay in ``directory``: what a server started by ``patchcraft run`` imports."""
-    from patchcraft.overlay import MANIFEST, TREE
+    from patchcraft.overlay.build import MANIFEST, package_dir
 
     if target or release:
         raise PatchcraftError("--overlay is the target: give no TARGET or --release with it")
     root = Path(directory)
     if not (root / MANIFEST).is_file():
         raise PatchcraftError(f"{root}: not an overlay (no {MANIFEST}; build one with `patchcraft overlay build --out {root}`)")
-    return resolve_target(str(root / TREE / "sglang"))
+    return resolve_target(str(package_dir(root)))
 
 
 def explain_command(options: ExplainOptions) -> int:
@@ -55,7 +56,7 @@ def explain_command(options: ExplainOptions) -> int:
     model = load_model(tree, options.model)
     result = explain(model, parse_layer_ids(options.layer_ids), options.num_layers, tp=options.tp)
     code = CHANGED if result.warnings else OK
-    return output.print_report(options.output_format, code, lambda: explanation_json(result, code), lambda: explanation_text(result))
+    return console.print_report(options.output_format, code, lambda: explanation_json(result, code), lambda: explanation_text(result))
 
 
 def explanation_text(result: Explanation) -> str:

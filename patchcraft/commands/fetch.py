@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from patchcraft.fetch import fetch as fetch_release
+from patchcraft.base.fetch import fetch as fetch_release
 
 
-def fetch(version: str, dest: str | None) -> int:
+def fetch_command(version: str, dest: str | None) -> int:
     """Download SGLang ``version`` into the cache and print its package root."""
     package = fetch_release(version, Path(dest) if dest else None)
     sys.stdout.write(f"{package}\n")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
-from patchcraft.selection import plan_tree
+from patchcraft.planning.selection import plan_tree
 from patchcraft.transforms import MODEL_TRANSFORMS
-from patchcraft.tree import resolve_target
+from patchcraft.base.target import resolve_target
 
 
-def list_transforms(targets: tuple[str, ...], output_format: str) -> int:
+def list_command(targets: tuple[str, ...], output_format: str) -> int:
     """Show the transforms and, for each target tree, the sites each one matches."""
     trees = [resolve_target(t) for t in targets] if targets else []
     matches: dict[str, list[str]] = {t.NAME: [] for t in MODEL_TRANSFORMS}

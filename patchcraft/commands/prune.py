@@ -3,7 +3,7 @@
 An overlay is in use while a process holds a shared lock on its version's
 lock file: every process whose overlay bootstrap ran holds one, and
 ``patchcraft run`` takes it before it execs the server
-(:mod:`patchcraft.overlay_store`). An overlay without a lock file (built by
+(:mod:`patchcraft.overlay.store`). An overlay without a lock file (built by
 an older patchcraft) is in use while a process this user can see has it on
 ``PYTHONPATH``.
 """
@@ -13,13 +13,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from patchcraft import output, overlay_store
-from patchcraft.report import OK
+from patchcraft.ui import console
+from patchcraft.overlay import store as overlay_store
+from patchcraft.ui.machine_output import OK
 
 
-def prune(output_format: str) -> int:
+def prune_command(output_format: str) -> int:
     """Remove every unused overlay in ``<cache>/overlays``, and build temp dirs whose builder is gone."""
-    from patchcraft.fetch import cache_dir
+    from patchcraft.base.fetch import cache_dir
 
     overlays = cache_dir() / "overlays"
     removed: list[Path] = []
@@ -34,11 +35,11 @@ def prune(output_format: str) -> int:
     removed += orphans
     kept += held
     if output_format == "json":
-        output.print_json({"removed": [str(p) for p in removed], "in_use": [str(p) for p in kept]})
+        console.print_json({"removed": [str(p) for p in removed], "in_use": [str(p) for p in kept]})
         return OK
     for path in kept:
-        output.print_line(f"kept (in use): {path}")
-    output.print_line(f"patchcraft cache prune: removed {len(removed)} overlay directories, kept {len(kept)} in use, in {overlays}")
+        console.print_line(f"kept (in use): {path}")
+    console.print_line(f"patchcraft cache prune: removed {len(removed)} overlay directories, kept {len(kept)} in use, in {overlays}")
     return OK
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from patchcraft.commands._pipeline import Options, run_pipeline
-from patchcraft.results import Mode
+from patchcraft.engine.records import Mode
 
 
-def revert(options: Options) -> int:
+def revert_command(options: Options) -> int:
     """Remove exactly what patchcraft inserted, byte for byte."""
     return run_pipeline(options, Mode.REVERT)

@@ -13,14 +13,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchcraft import output
+from patchcraft.ui import console
 from patchcraft.commands._preflight import preflight, run_preflight
-from patchcraft.errors import PatchcraftError
-from patchcraft.report import OK
-from patchcraft.server_args import ServerArgs, parse_server_args
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.ui.machine_output import OK
+from patchcraft.reading.server_args import ServerArgs, parse_server_args
 
-#: Read by the preflight (commands/_preflight.py, patchcraft/server_args.py); kept importable from here.
-__all__ = ["RunOptions", "ServerArgs", "parse_server_args", "preflight", "run_command", "overlay_build", "overlay_verify"]
+#: Read by the preflight (commands/_preflight.py, patchcraft/reading/server_args.py); kept importable from here.
+__all__ = ["RunOptions", "ServerArgs", "parse_server_args", "preflight", "run_command", "overlay_build_command", "overlay_verify_command"]
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,13 @@ def run_command(options: RunOptions) -> int:
     """Preflight, overlay, exec. Returns only when the launch is refused (1) or for bad input (2)."""
     if not options.command:
         raise PatchcraftError("no command to run: patchcraft run [OPTIONS] -- COMMAND [ARGS...]")
-    from patchcraft.tree import resolve_target
+    from patchcraft.base.target import resolve_target
 
     tree = resolve_target(options.target)
     directory, said_static = _overlay_for_run(tree, options)
-    package = directory / "tree" / "sglang"
+    from patchcraft.overlay.build import package_dir
+
+    package = package_dir(directory)
     if options.preflight:
         # The "static, no torch" line is said once: by the overlay's proof when it was just said, else by the preflight.
         smoke = options.smoke and not options.overlay and not said_static
@@ -67,8 +69,8 @@ def _overlay_for_run(tree, options: RunOptions) -> tuple[Path, bool]:
     Either way this process holds its lock, and the server inherits it:
     patchcraft never removes an overlay in use.
     """
-    from patchcraft import overlay_check
-    from patchcraft.overlay import build, hold
+    from patchcraft.overlay import check as overlay_check
+    from patchcraft.overlay.build import build, hold
 
     if options.overlay:
         directory = Path(options.overlay)
@@ -82,7 +84,7 @@ def _overlay_for_run(tree, options: RunOptions) -> tuple[Path, bool]:
     overlay = build(tree, runner=options.runner, prove=_proof.gate("apply", options.smoke, quiet=True), require_proof=options.smoke)
     said_static = _say_what_was_proven(overlay, options.smoke)
     if overlay.note:
-        output.print_line(f"patchcraft run: {overlay.note}")
+        console.print_line(f"patchcraft run: {overlay.note}")
     return overlay.directory, said_static
 
 
@@ -92,38 +94,38 @@ def _say_what_was_proven(overlay, smoke: bool, prefix: str = "patchcraft run: ")
 
     if not (smoke and overlay.proof == _proof.NO_TORCH):
         return False
-    output.print_line(
+    console.print_line(
         f"{prefix}torch is not installed, so the overlay is static: the harness did not run its patched code "
         "(pip install 'patchcraft[smoke]')"
     )
     return True
 
 
-def overlay_build(target: str | None, out: str | None, runner: bool, smoke: bool, output_format: str) -> int:
+def overlay_build_command(target: str | None, out: str | None, runner: bool, smoke: bool, output_format: str) -> int:
     """``patchcraft overlay build [TARGET] --out DIR``: write the overlay; print the PYTHONPATH line."""
     from patchcraft.commands import _proof
-    from patchcraft.overlay import build
-    from patchcraft.tree import resolve_target
+    from patchcraft.overlay.build import build
+    from patchcraft.base.target import resolve_target
 
     tree = resolve_target(target)
     overlay = build(tree, Path(out) if out else None, runner=runner, prove=_proof.gate("apply", smoke, quiet=True), require_proof=smoke)
     if output_format == "json":
-        output.print_json({"overlay": str(overlay.directory), "modules": list(overlay.modules), "reused": overlay.reused, "proof": overlay.proof})
+        console.print_json({"overlay": str(overlay.directory), "modules": list(overlay.modules), "reused": overlay.reused, "proof": overlay.proof})
         return OK
     _say_what_was_proven(overlay, smoke, "patchcraft overlay build: ")
     if overlay.note:
-        output.print_line(f"patchcraft overlay build: {overlay.note}")
+        console.print_line(f"patchcraft overlay build: {overlay.note}")
     word = "reused" if overlay.reused else "built"
-    output.print_line(f"overlay {word}: {len(overlay.modules)} patched modules of {tree.package} in {overlay.directory} (proof: {overlay.proof})")
+    console.print_line(f"overlay {word}: {len(overlay.modules)} patched modules of {tree.package} in {overlay.directory} (proof: {overlay.proof})")
     sys.stdout.write(f"PYTHONPATH={overlay.directory}\n")
     return OK
 
 
-def overlay_verify(directory: str, target: str | None, output_format: str, color: str, user: str | None = None) -> int:
+def overlay_verify_command(directory: str, target: str | None, output_format: str, color: str, user: str | None = None) -> int:
     """``patchcraft verify --overlay DIR``: readable by the server, owned, intact, matches the install, fully patched."""
-    from patchcraft import overlay_check
+    from patchcraft.overlay import check as overlay_check
     from patchcraft.commands._pipeline import Options, run_pipeline
-    from patchcraft.results import Mode
+    from patchcraft.engine.records import Mode
 
     path = Path(directory)
     overlay_check.require_usable(path)
@@ -131,9 +133,11 @@ def overlay_verify(directory: str, target: str | None, output_format: str, color
     if unreadable:
         raise PatchcraftError(f"{path}: {unreadable[0]}: a server running as {user or 'another user'} would import the unpatched files")
     if target is not None:
-        from patchcraft.tree import resolve_target
+        from patchcraft.base.target import resolve_target
 
         built_from = overlay_check.read_manifest(path)["package"]
         if str(resolve_target(target).package.resolve()) != built_from:
             raise PatchcraftError(f"{path}: built from {built_from}, not {resolve_target(target).package}")
-    return run_pipeline(Options(targets=(str(path / "tree" / "sglang"),), output_format=output_format, color=color), Mode.VERIFY)
+    from patchcraft.overlay.build import package_dir
+
+    return run_pipeline(Options(targets=(str(package_dir(path)),), output_format=output_format, color=color), Mode.VERIFY)

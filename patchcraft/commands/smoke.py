@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from patchcraft import output, report
+from patchcraft.ui import console
+from patchcraft.ui import machine_output
 from patchcraft.commands import _hand_edits, _proof
 from patchcraft.commands._pipeline import Options, resolve_targets
-from patchcraft.engine import run
-from patchcraft.results import Mode, RunResult
-from patchcraft.errors import PatchcraftError
+from patchcraft.engine.tree_run import run
+from patchcraft.engine.records import Mode, RunResult
+from patchcraft.base.errors import PatchcraftError
 from patchcraft.harness import require_torch
 
 
-def smoke(options: Options, device: str = "cpu", cuda: dict | None = None, engine: str = "sglang", compiled: bool = False) -> int:
+def smoke_command(options: Options, device: str = "cpu", cuda: dict | None = None, engine: str = "sglang", compiled: bool = False) -> int:
     """The CPU harness on every patched model class (``cuda``: the GPU smoke test instead).
 
     ``compiled``: the torch.compile check instead of the scenarios (patchcraft.harness.compiled).
@@ -26,14 +27,14 @@ def smoke(options: Options, device: str = "cpu", cuda: dict | None = None, engin
     return _verify_and_smoke(options, show_verify=False, compiled=compiled)
 
 
-def verify_smoke(options: Options) -> int:
+def verify_smoke_command(options: Options) -> int:
     """``verify``, then the CPU harness on every model class verify found patched."""
     return _verify_and_smoke(options, show_verify=True)
 
 
 def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = False, device: str = "cpu") -> int:
     require_torch()  # before any work: without torch this is one line, exit 2
-    from patchcraft.harness import report as smoke_report
+    from patchcraft.harness import smoke_rows
     from patchcraft.harness.runner import smoke_model, smoke_tree
 
     results: list[RunResult] = [
@@ -59,21 +60,21 @@ def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = Fals
     ]
     if show_verify:
         results = [_hand_edits.advise(_proof.record(r, s, only=_proof.hand_made), _hand_edits.file_reports(r)) for r, s in zip(results, runs)]
-    code = report.exit_code(results, options.models, options.strict)
-    if code == report.OK and smoke_report.failed(runs):
-        code = report.CHANGED
+    code = machine_output.exit_code(results, options.models, options.strict)
+    if code == machine_output.OK and smoke_rows.failed(runs):
+        code = machine_output.CHANGED
     if options.output_format == "json":
-        document = report.to_json(results, code) if show_verify else {"schema": report.SCHEMA_VERSION, "command": "smoke", "exit_code": code}
-        document["smoke"] = smoke_report.to_json(runs, label)
-        output.print_json(document)
+        document = machine_output.to_json(results, code) if show_verify else {"schema": machine_output.SCHEMA_VERSION, "command": "smoke", "exit_code": code}
+        document["smoke"] = smoke_rows.to_json(runs, label)
+        console.print_json(document)
         return code
     if show_verify:
-        output.print_results(results, options.color)
-    for line in smoke_report.text_lines(runs, label):
-        output.print_line(line)
+        console.print_results(results, options.color)
+    for line in smoke_rows.text_lines(runs, label):
+        console.print_line(line)
     if options.output_format == "github":
         # verify's annotations too: they say why a model class was not run (not patched, unsupported).
-        output.print_github(report.github_lines(results, code) + smoke_report.github_lines(runs))
+        console.print_github(machine_output.github_lines(results, code) + smoke_rows.github_lines(runs))
     return code
 
 
@@ -117,8 +118,8 @@ def _cuda(
 
 def _cuda_layer_ids(text: str) -> list[int] | None:
     """``--layer-ids`` for the tiny draft: the shared syntax; ids below -1 refused (``none``: the defaults)."""
-    from patchcraft.gpu_smoke.compare import expected_hs_indices
-    from patchcraft.layer_ids import parse_layer_ids
+    from patchcraft.harness.gpu_compare import expected_hs_indices
+    from patchcraft.base.layer_ids import parse_layer_ids
 
     ids = parse_layer_ids(text)
     if ids is None:
@@ -134,8 +135,9 @@ def overlay_target(directory: str) -> str:
     """``smoke --overlay DIR``: the overlay's patched tree, once the overlay is owned, intact and current (else exit 2)."""
     from pathlib import Path
 
-    from patchcraft.overlay_check import require_usable
+    from patchcraft.overlay.build import package_dir
+    from patchcraft.overlay.check import require_usable
 
     path = Path(directory)
     require_usable(path)
-    return str(path / "tree" / "sglang")
+    return str(package_dir(path))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from patchcraft.commands._pipeline import Options, run_pipeline
-from patchcraft.results import Mode
+from patchcraft.engine.records import Mode
 
 
-def verify(options: Options) -> int:
+def verify_command(options: Options) -> int:
     """Write nothing; report each edit, compilation and idempotence per model."""
     return run_pipeline(options, Mode.VERIFY)

@@ -10,9 +10,9 @@ Modules (torch / transformers / sglang are imported lazily, only where used):
 * :mod:`.worker` - one engine run in a child process
 * :mod:`.engines` - starting the workers (directly, or through ``patchcraft run`` with an overlay), time bounds
 * :mod:`.records` - probe records matched to the prompts and compared with the reference
-* :mod:`.summary` - the frozen summary record and its JSON (``patchcraft.output`` renders the text)
+* :mod:`.summary` - the frozen summary record and its JSON (``patchcraft.ui.console`` renders the text)
 * :mod:`.run` - :func:`run_cuda_smoke`: prepare, run the engines, compare (exit 0 pass / 1 fail;
-  a :class:`~patchcraft.errors.PatchcraftError`, exit 2, for the environment)
+  a :class:`~patchcraft.base.errors.PatchcraftError`, exit 2, for the environment)
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from patchcraft.errors import PatchcraftError
+from patchcraft.base.errors import PatchcraftError
 
 from .probe import ENV_DIR
 
@@ -79,8 +79,8 @@ def build_overlay(probed_root: Path, directory: Path) -> Path:
     the run would test the install, not the overlay.
     """
     from patchcraft.commands import _proof
-    from patchcraft.overlay import build
-    from patchcraft.tree import resolve_target
+    from patchcraft.overlay.build import build
+    from patchcraft.base.target import resolve_target
 
     overlay = build(resolve_target(str(probed_root / "sglang")), directory, prove=_proof.gate("apply", True, quiet=True))
     if not overlay.modules:

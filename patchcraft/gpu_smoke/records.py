@@ -1,7 +1,7 @@
 """What the probe recorded, matched to the prompts and compared with the reference.
 
 Pure once torch is there: the probe's ``.pt`` records in, one
-:class:`~patchcraft.gpu_smoke.compare.AuxComparison` per phase (prefill,
+:class:`~patchcraft.harness.gpu_compare.AuxComparison` per phase (prefill,
 verify) out.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import compare
+from patchcraft.harness import gpu_compare as compare
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@
 1. :func:`prepare`: environment checks (torch + CUDA + enough GPUs, an
    importable-looking sglang whose ``ServerArgs`` accepts our engine kwargs),
    then a tiny DeepSeek-V3 target and/or a random EAGLE-3 draft when not
-   given. A problem here is a :class:`~patchcraft.errors.PatchcraftError`
+   given. A problem here is a :class:`~patchcraft.base.errors.PatchcraftError`
    (one line, exit 2).
 2. :func:`run_engines`: a copy of the installed sglang package gets a
    recording probe (the installation is never written to), then
@@ -20,9 +20,9 @@
    hs[b+1]]``, the token ids of both runs up to each prompt's first near tie
    in the baseline, and accept length and throughput.
 
-With ``out_dir``, ``spec.log``, ``base.log`` (the engines' full output),
+With ``out_dir``, ``spec.log``, ``base.log`` (the engines' full console),
 their results (``spec.json``, ``base.json``) and ``summary.json`` are
-written there. Exit codes (patchcraft.errors): 0 pass, 1 a check failed,
+written there. Exit codes (patchcraft.base.errors): 0 pass, 1 a check failed,
 2 environment error. torch, sglang and transformers are imported lazily, so
 this module imports anywhere.
 """
@@ -38,10 +38,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from patchcraft import output
-from patchcraft.errors import PatchcraftError
+from patchcraft.ui import console
+from patchcraft.base.errors import PatchcraftError
 
-from . import compare
+from patchcraft.harness import gpu_compare as compare
 from .engine_args import (
     allreduce_fusion_note,
     baseline_generate_kwargs,
@@ -52,7 +52,7 @@ from .engine_args import (
 )
 from .engines import EngineRunFailed, baseline_launch, build_overlay, run_engine, speculative_launch
 from .records import assign_records, compare_items, compare_items_embedding_only, load_records
-from .summary import Comparison, CudaSmokeSummary, build_summary, engine_failure, speed, to_json, write_summary
+from patchcraft.harness.gpu_summary import Comparison, CudaSmokeSummary, build_summary, engine_failure, speed, to_json, write_summary
 from .wheels import source_reader
 
 HF_REFERENCE_MAX_BYTES = 4 << 30  # larger targets get the embedding-only reference
@@ -155,7 +155,7 @@ def _target_and_draft(work_dir: Path, tp: int, model_path: Optional[str], draft_
     this ``tp``, is unusable input: a PatchcraftError.
     """
     from .checkpoint import make_tiny_deepseek_v3, read_config
-    from .draft import draft_layer_ids, make_tiny_eagle3_draft
+    from .draft_builder import draft_layer_ids, make_tiny_eagle3_draft
 
     try:
         if model_path is None:
@@ -285,7 +285,7 @@ def run_engines(prepared: Prepared, via_run: bool = False) -> EngineRuns:
         )
     finally:
         shutil.rmtree(probed_root, ignore_errors=True)
-        from patchcraft.overlay import remove
+        from patchcraft.overlay.build import remove
 
         remove(overlay_dir)  # the link and the version it points to
     return EngineRuns(speculative, baseline, load_records(probe_dir))
@@ -427,4 +427,4 @@ def run_cuda_smoke(
             summary = replace(summary, work_dir=work)
     if out is not None:
         summary = write_summary(summary, out)
-    return output.print_report(output_format, summary.exit_code, lambda: to_json(summary), lambda: output.render_cuda_smoke(summary) + "\n")
+    return console.print_report(output_format, summary.exit_code, lambda: to_json(summary), lambda: console.render_cuda_smoke(summary) + "\n")

@@ -19,7 +19,7 @@ def wheel_cache() -> Path:
     """``<cache>/wheels``, the same place ``patchcraft fetch`` keeps wheels:
     ``$PATCHCRAFT_CACHE``, else ``$XDG_CACHE_HOME/patchcraft``, else
     ``~/.cache/patchcraft``."""
-    from patchcraft.cache_root import root  # one resolution of the cache (no home: one line, exit 2)
+    from patchcraft.base.cache_root import root  # one resolution of the cache (no home: one line, exit 2)
 
     return Path(os.path.expanduser(str(root()))) / "wheels"
 
@@ -50,7 +50,7 @@ def fetch_sglang_wheel(version: str, *, cache_dir: Optional[Path] = None, timeou
     cached = find_cached_wheel(version, [cache_dir] if cache_dir else ())
     if cached:
         return cached
-    from patchcraft.cache_root import ensure_directory
+    from patchcraft.base.cache_root import ensure_directory
 
     dest = ensure_directory(Path(cache_dir or wheel_cache()))  # an unwritable cache: one line naming it
     cmd = [

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from patchcraft.errors import PatchcraftError
+from patchcraft.base.errors import PatchcraftError
 
 INSTALL_HINT = "pip install 'patchcraft[smoke]'"
 

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Optional
 
 from torch import nn
 
-from patchcraft.graph import ClassNode, ModelGraph
+from patchcraft.reading.class_graph import ClassNode, ModelGraph
 from patchcraft.harness.extract import (
     ORIGINAL,
     MethodCode,

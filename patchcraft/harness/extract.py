@@ -26,9 +26,9 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from patchcraft import MARKER
-from patchcraft.patching import revert_text
-from patchcraft.graph import FLAG
-from patchcraft.sources import read_source
+from patchcraft.engine.file_patch import revert_text
+from patchcraft.reading.class_graph import FLAG
+from patchcraft.base.sources import read_source
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 

@@ -14,18 +14,18 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import torch
 
-from patchcraft.graph import ModelGraph, ModelPlan
+from patchcraft.reading.class_graph import ModelGraph, ModelPlan
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.scenarios import ERROR, FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, Scenarios
 from patchcraft.harness.shapes import ShapeError
 from patchcraft.harness.standins import HarnessError
 from patchcraft.harness.subject import Subject, subjects
-from patchcraft.plan import plan_models, scan
-from patchcraft.results import ModelResult
-from patchcraft.selection import select
-from patchcraft.status import ModelStatus
-from patchcraft.tree import SglangTree
+from patchcraft.planning.model_plans import plan_models, scan
+from patchcraft.engine.records import ModelResult
+from patchcraft.planning.selection import select
+from patchcraft.base.status import ModelStatus
+from patchcraft.base.target import SglangTree
 
 __all__ = ["ERROR", "FAIL", "NOT_APPLICABLE", "PASS", "SKIPPED", "Check", "SmokeResult", "SmokeRun", "smoke_model", "smoke_tree"]
 

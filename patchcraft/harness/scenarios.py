@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from patchcraft.graph import FLAG, SETTER
+from patchcraft.reading.class_graph import FLAG, SETTER
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.standins import (
     HarnessError,

@@ -1,7 +1,7 @@
 """The hidden states a draft is really fed: run the model's own setter and forward.
 
 ``explain`` and ``check-draft`` read the served states from the code by
-static rules (:mod:`patchcraft.explain`); this module runs that code
+static rules (:mod:`patchcraft.analysis.explain`); this module runs that code
 instead, on the CPU harness's stand-ins (docs/harness.md), with the
 target's layer count and the draft's ids. What it runs is exactly what the
 server would import: the files on disk (the install as it is, patched or
@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from patchcraft.graph import ModelGraph, ModelPlan
+from patchcraft.reading.class_graph import ModelGraph, ModelPlan
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.scenarios import _describe

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from patchcraft.graph import FLAG, SETTER, ClassNode, ModelGraph, ModelPlan, classes_assigned_to, read_setter
+from patchcraft.reading.class_graph import FLAG, SETTER, ClassNode, ModelGraph, ModelPlan, classes_assigned_to, read_setter
 from patchcraft.harness.assemble import Program, StandInModule
 from patchcraft.harness.extract import PATCHED, MethodCode
 from patchcraft.harness.shapes import LayerCall, embedding_attributes, has_pipeline, layer_call, norm_attributes

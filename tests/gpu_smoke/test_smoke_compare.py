@@ -1,6 +1,6 @@
 import pytest
 
-from patchcraft.gpu_smoke import compare as cmp
+from patchcraft.harness import gpu_compare as cmp
 
 @pytest.fixture
 def torch():

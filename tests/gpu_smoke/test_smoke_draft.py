@@ -3,7 +3,7 @@ import json
 import pytest
 
 from patchcraft.gpu_smoke.checkpoint import tiny_deepseek_v3_config
-from patchcraft.gpu_smoke.draft import (
+from patchcraft.gpu_smoke.draft_builder import (
     draft_tensor_specs,
     eagle3_draft_config,
     simulate_sglang_eagle3_load,
@@ -36,7 +36,7 @@ def test_written_draft(tmp_path, tiny_target):
     torch = pytest.importorskip("torch")
     from safetensors.torch import load_file
 
-    from patchcraft.gpu_smoke.draft import draft_layer_ids, make_tiny_eagle3_draft
+    from patchcraft.gpu_smoke.draft_builder import draft_layer_ids, make_tiny_eagle3_draft
 
     d = make_tiny_eagle3_draft(tmp_path / "draft", tiny_target, [-1, 1, 2], tp_size=2)
     cfg = json.loads((d / "config.json").read_text())

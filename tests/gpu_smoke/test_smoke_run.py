@@ -15,12 +15,12 @@ import textwrap
 
 import pytest
 
-from patchcraft import output
-from patchcraft.errors import PatchcraftError
+from patchcraft.ui import console
+from patchcraft.base.errors import PatchcraftError
 from patchcraft.gpu_smoke import records
 from patchcraft.gpu_smoke import run as smoke
 from patchcraft.gpu_smoke.engine_args import build_engine_kwargs
-from patchcraft.gpu_smoke.summary import engine_failure
+from patchcraft.harness.gpu_summary import engine_failure
 
 
 # ---------------------------------------------------------------- helpers
@@ -74,7 +74,7 @@ def test_assign_records():
 def test_render_engine_failure():
     summary = engine_failure(2, "sglang engine run timed out after 8s (log: /w/spec.log)", "/w")
     assert summary.exit_code == 1 and not summary.ok
-    assert output.render_cuda_smoke(summary) == (
+    assert console.render_cuda_smoke(summary) == (
         "patchcraft smoke (cuda, tp=2): FAIL\n"
         "  [FAIL] sglang run: sglang engine run timed out after 8s (log: /w/spec.log)\n"
         "  files  /w"
@@ -343,7 +343,7 @@ def test_run_cuda_smoke_end_to_end_with_fake_sglang(tmp_path, monkeypatch, capsy
 
 
 def test_layer_ids_must_agree_with_draft(tmp_path, fake_env, tiny_target):
-    from patchcraft.gpu_smoke.draft import make_tiny_eagle3_draft
+    from patchcraft.gpu_smoke.draft_builder import make_tiny_eagle3_draft
 
     d = make_tiny_eagle3_draft(tmp_path / "draft", tiny_target, [-1, 1, 2])
     with pytest.raises(PatchcraftError, match="disagree with the draft"):
@@ -357,7 +357,7 @@ def test_tp_the_tiny_target_cannot_split_is_exit_2(tmp_path, fake_env):
 
 def test_a_draft_asking_for_layers_beyond_the_target_is_exit_2(tmp_path, fake_env, tiny_target):
     """Checked before any engine starts, not when the reference lacks the layer."""
-    from patchcraft.gpu_smoke.draft import make_tiny_eagle3_draft
+    from patchcraft.gpu_smoke.draft_builder import make_tiny_eagle3_draft
 
     draft = make_tiny_eagle3_draft(tmp_path / "draft", tiny_target, [-1, 1, 2])
     config = json.loads((draft / "config.json").read_text())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft.errors import PatchcraftError
+from patchcraft.base.errors import PatchcraftError
 from patchcraft.gpu_smoke import engines, probe
 from patchcraft.gpu_smoke import run as smoke
 
@@ -115,8 +115,8 @@ def test_run_cuda_smoke_via_run_end_to_end_with_fake_sglang(tmp_path, monkeypatc
     from .test_smoke_run import _fake_sglang, _prepare
 
     from patchcraft.gpu_smoke.engine_args import build_engine_kwargs
-    from patchcraft.overlay import build
-    from patchcraft.tree import resolve_target
+    from patchcraft.overlay.build import build
+    from patchcraft.base.target import resolve_target
 
     site = tmp_path / "site"
     package = _fake_sglang(site, set(build_engine_kwargs("m", "d")) | {"cuda_graph_max_bs"})

@@ -1,6 +1,6 @@
 """Shared helpers for the harness tests: patched release texts (in memory) and mutations.
 
-Releases are read from the cache (``patchcraft.fetch``) and never written:
+Releases are read from the cache (``patchcraft.base.fetch``) and never written:
 apply runs in memory, and the harness takes the patched texts directly.
 """
 
@@ -14,12 +14,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Optional
 
-from patchcraft.engine import run
-from patchcraft.results import Mode, RunResult
-from patchcraft.tree import SglangTree, resolve_target
+from patchcraft.engine.tree_run import run
+from patchcraft.engine.records import Mode, RunResult
+from patchcraft.base.target import SglangTree, resolve_target
 
 #: The coverage matrix of CI.
-from patchcraft.releases import MATRIX  # noqa: E402  (the one list: patchcraft/releases.py)
+from patchcraft.base.releases import MATRIX  # noqa: E402  (the one list: patchcraft/base/releases.py)
 
 
 def root_conftest() -> ModuleType:
@@ -248,8 +248,8 @@ def row(run_result, label: str):
 
 def planned_labels(version: str) -> Optional[list[str]]:
     """Model classes the engine plans for a release (None when neither it nor its wheel is cached)."""
-    from patchcraft.fetch import cache_dir, find_wheel
-    from patchcraft.plan import plan_models, scan
+    from patchcraft.base.fetch import cache_dir, find_wheel
+    from patchcraft.planning.model_plans import plan_models, scan
 
     pristine = cache_dir() / "test-releases" / version / "sglang" / "srt" / "models"
     if not pristine.is_dir() and find_wheel(cache_dir() / "wheels", version) is None:

@@ -1,6 +1,6 @@
 """Run the torch.compile check (patchcraft.harness.compiled) over releases: one line each, with times.
 
-    python tests/harness/sweep_compile.py                 # every minor release (patchcraft.releases.MINOR_RELEASES)
+    python tests/harness/sweep_compile.py                 # every minor release (patchcraft.base.releases.MINOR_RELEASES)
     python tests/harness/sweep_compile.py 0.5.10 0.5.23   # these
     python tests/harness/sweep_compile.py --jobs 2 --backend aot_eager --verbose
 
@@ -33,7 +33,7 @@ def sweep_one(version: str, backend: str) -> tuple[str, float, list[tuple[str, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    from patchcraft.releases import MINOR_RELEASES
+    from patchcraft.base.releases import MINOR_RELEASES
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("versions", nargs="*", default=list(MINOR_RELEASES))

@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 
 from harness_support import root_conftest  # noqa: E402
 
-from patchcraft.fetch import cache_dir  # noqa: E402
+from patchcraft.base.fetch import cache_dir  # noqa: E402
 
 STATUSES = ("pass", "fail", "error", "skipped")
 #: Skipped rows listed only with --verbose: the engine says the model class cannot or need not be patched.

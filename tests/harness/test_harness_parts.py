@@ -95,7 +95,7 @@ def test_literal_init_runs_only_the_literal_assignments(source: ModelSource) -> 
 
 
 def test_free_names_resolve_to_real_torch_stand_ins_or_name_error(source: ModelSource) -> None:
-    from patchcraft.graph import ModelGraph
+    from patchcraft.reading.class_graph import ModelGraph
     from patchcraft.harness.assemble import _MISSING, Program, Sources
 
     program = Program(ModelGraph(source.path.parent), Sources(source.path.parent), "patched")

@@ -245,9 +245,9 @@ def warm_up(package: Path) -> None:
     import patchcraft.cli  # noqa: F401
     import patchcraft.commands._pipeline  # noqa: F401
     import patchcraft.commands.apply  # noqa: F401
-    from patchcraft.engine import run
-    from patchcraft.results import Mode
-    from patchcraft.tree import resolve_target
+    from patchcraft.engine.tree_run import run
+    from patchcraft.engine.records import Mode
+    from patchcraft.base.target import resolve_target
 
     run(resolve_target(str(package)), Mode.CHECK)
 

@@ -37,16 +37,16 @@ from typing import Optional
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from patchcraft.engine import run, write_changes
-from patchcraft.errors import PatchcraftError
-from patchcraft.patching import revert_text
-from patchcraft.report import exit_code
-from patchcraft.results import Mode
-from patchcraft.sources import decode, read_source
-from patchcraft.status import ModelStatus
-from patchcraft.tree import SglangTree
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.engine.file_patch import revert_text
+from patchcraft.ui.machine_output import exit_code
+from patchcraft.engine.records import Mode
+from patchcraft.base.sources import decode, read_source
+from patchcraft.base.status import ModelStatus
+from patchcraft.base.target import SglangTree
 
-from patchcraft.fetch import fetch
+from patchcraft.base.fetch import fetch
 
 from reliability_kit import MODEL_DIR
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Mapping
 
-from patchcraft.lock import LOCK_NAME
-from patchcraft.sources import is_temp_name, stale_temp_files
+from patchcraft.base.tree_lock import LOCK_NAME
+from patchcraft.base.sources import is_temp_name, stale_temp_files
 
 TESTS = Path(__file__).resolve().parent.parent
 #: Where tests store their figures (JSON, one file per experiment) when set.
@@ -51,7 +51,7 @@ def record(name: str, values: Mapping) -> None:
         (Path(directory) / f"{name}.json").write_text(json.dumps(values, indent=2, sort_keys=True, default=str) + "\n")
 
 #: The release matrix the project supports.
-from patchcraft.releases import MATRIX  # noqa: E402  (the one list: patchcraft/releases.py)
+from patchcraft.base.releases import MATRIX  # noqa: E402  (the one list: patchcraft/base/releases.py)
 MODEL_DIR = Path("srt") / "models"
 #: Root ignores file modes; without these capabilities it obeys them like any other user.
 NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner,-linux_immutable", "--"]

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from patchcraft import MARKER
-from patchcraft.engine import run, write_changes
-from patchcraft.errors import PatchcraftError
-from patchcraft.lock import LOCK_NAME, TreeLock
-from patchcraft.results import Mode
-from patchcraft.status import ModelStatus
-from patchcraft.tree import resolve_target
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.tree_lock import LOCK_NAME, TreeLock
+from patchcraft.engine.records import Mode
+from patchcraft.base.status import ModelStatus
+from patchcraft.base.target import resolve_target
 from reliability_kit import MODEL_DIR, record, reduced_release, restore, snapshot
 
 KEEP = ("qwen2", "qwen3", "llama")

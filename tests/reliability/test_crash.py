@@ -47,7 +47,7 @@ def _torn_writer() -> None:
     It marks its write phase with a temporary-file name, as the real writer's
     temporary files do, so that the same kill schedule applies.
     """
-    import patchcraft.engine as engine
+    import patchcraft.engine.tree_run as engine
 
     def torn(items):
         for source, text in items:

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from patchcraft import MARKER
-from patchcraft.engine import run, write_changes
-from patchcraft.patching import revert_text
-from patchcraft.results import Mode
-from patchcraft.status import ModelStatus
-from patchcraft.tree import resolve_target
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.engine.file_patch import revert_text
+from patchcraft.engine.records import Mode
+from patchcraft.base.status import ModelStatus
+from patchcraft.base.target import resolve_target
 from reliability_kit import MODEL_DIR, error_lines, patchcraft_cli, record, reduced_release
 
 VERSIONS = ("0.5.6", "0.5.10")

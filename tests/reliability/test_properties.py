@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from patchcraft import MARKER
-from patchcraft.engine import run, write_changes
-from patchcraft.patching import revert_text
-from patchcraft.results import Mode
-from patchcraft.sources import drop_stale_bytecode
-from patchcraft.status import ModelStatus
-from patchcraft.tree import resolve_target
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.engine.file_patch import revert_text
+from patchcraft.engine.records import Mode
+from patchcraft.base.sources import drop_stale_bytecode
+from patchcraft.base.status import ModelStatus
+from patchcraft.base.target import resolve_target
 from reliability_kit import MODEL_DIR, record, reduced_release, snapshot
 
 _FIGURES: dict = {}
@@ -277,7 +277,7 @@ def test_stale_bytecode_never_runs(tmp_path: Path, invalidation: str, monkeypatc
 
 def test_stale_bytecode_check_fails_without_the_cleanup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check above is real: with the cleanup disabled, the old code runs."""
-    import patchcraft.sources as sources
+    import patchcraft.base.sources as sources
 
     monkeypatch.setattr(sources, "drop_stale_bytecode", lambda path: None)
     package = reduced_release("0.5.10", tmp_path, ["qwen2"], executor=False)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from patchcraft.commands._pipeline import Options, run_pipeline
-from patchcraft.errors import PatchcraftError
-from patchcraft.results import Mode
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.engine.records import Mode
 from reliability_kit import MODEL_DIR, error_lines, patchcraft_cli, record, reduced_release, scrub, snapshot, temp_files
 
 KEEP = ("llama", "llama4", "qwen2", "qwen3")
@@ -93,7 +93,7 @@ def test_write_failing_half_way_is_rolled_back(tree: Path, monkeypatch: pytest.M
 
 def test_write_failing_before_any_rename(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Writing a temporary file fails: no target touched, no temporary file left."""
-    import patchcraft.sources as sources
+    import patchcraft.base.sources as sources
 
     before = snapshot(tree)
     real_fsync = os.fsync

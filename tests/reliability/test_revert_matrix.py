@@ -14,9 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from patchcraft.engine import run, write_changes
-from patchcraft.results import Mode
-from patchcraft.tree import resolve_target
+from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.engine.records import Mode
+from patchcraft.base.target import resolve_target
 from reliability_kit import MATRIX, copy_release, record, snapshot
 
 

@@ -1,0 +1,411 @@
+"""Check an EAGLE-3 draft against the install that will serve it.
+
+A draft is trained on a list of the target's hidden states; SGLang feeds
+it the states its setter and forward capture for the draft config's
+``eagle_config.eagle_aux_hidden_state_layer_ids``. The two agree only if
+the ids follow this install's convention. This module reads the draft
+(``config.json``, and the ``fc.weight`` shape from the safetensors header,
+as JSON, without torch), the target's ``config.json``, and the training
+convention, and compares them through :mod:`patchcraft.analysis.explain`.
+
+The training presets (what ``--trained-on`` means) live in
+:mod:`patchcraft.analysis.training`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.analysis.explain import RUN, Explanation, Model, Suggestion, apply_helps, explain, states_text
+from patchcraft.analysis.fixes import Fix, fixes
+from patchcraft.analysis.training import Expected, Training, expected_states
+
+_TEXT_CONFIGS = ("text_config", "language_config", "llm_config")
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+# -- reading ------------------------------------------------------------------
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PatchcraftError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise PatchcraftError(f"{path}: cannot read ({exc.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PatchcraftError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise PatchcraftError(f"{path}: expected a JSON object")
+    return data
+
+
+def _config_path(path: Path) -> Path:
+    if path.is_dir():
+        return path / "config.json"
+    if not path.exists():
+        raise PatchcraftError(f"{path}: no such file or directory")
+    return path
+
+
+def _ids(value: Any, where: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise PatchcraftError(f"{where}: expected a list of integers, got {value!r}")
+    return tuple(value)
+
+
+def _int(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise PatchcraftError(f"{where}: expected a positive integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """The fields of a draft's ``config.json`` (SGLang and speculators formats)."""
+
+    path: Path
+    architectures: tuple[str, ...]
+    layer_ids: tuple[int, ...] | None  # eagle_config.eagle_aux_hidden_state_layer_ids: what SGLang reads
+    speculators_ids: tuple[int, ...] | None  # top-level ids of a speculators-format config
+    is_speculators: bool
+    target_hidden_size: int | None
+    hidden_size: int | None
+    fc_in: int | None
+    fc_source: str
+    #: top-level eagle_aux_hidden_state_layer_ids in any format: SGLang ignores them, vLLM reads them first
+    top_level_ids: tuple[int, ...] | None = None
+
+
+def read_draft(directory: Path) -> DraftConfig:
+    """Read ``DRAFT_DIR/config.json`` and the ``fc.weight`` shape of its weights."""
+    path = _config_path(directory)
+    config = _load_json(path)
+    eagle = config.get("eagle_config")
+    if eagle is not None and not isinstance(eagle, dict):
+        raise PatchcraftError(f"{path}: eagle_config: expected an object")
+    layer_ids = _ids((eagle or {}).get("eagle_aux_hidden_state_layer_ids"), f"{path}: eagle_config.eagle_aux_hidden_state_layer_ids")
+    is_speculators = "speculators_model_type" in config or "speculators_config" in config
+    top_level_ids = _ids(config.get("eagle_aux_hidden_state_layer_ids"), f"{path}: eagle_aux_hidden_state_layer_ids")
+    speculators_ids = top_level_ids if is_speculators else None
+    layer_config = config.get("transformer_layer_config") if is_speculators else None
+    hidden = (layer_config or {}).get("hidden_size") if isinstance(layer_config, dict) else None
+    fc_in, fc_source = fc_input_width(path.parent)
+    return DraftConfig(
+        path=path,
+        architectures=tuple(str(a) for a in config.get("architectures") or ()),
+        layer_ids=layer_ids,
+        speculators_ids=speculators_ids,
+        is_speculators=is_speculators,
+        target_hidden_size=_int(config.get("target_hidden_size"), f"{path}: target_hidden_size"),
+        hidden_size=_int(hidden if hidden is not None else config.get("hidden_size"), f"{path}: hidden_size"),
+        fc_in=fc_in,
+        fc_source=fc_source,
+        top_level_ids=top_level_ids,
+    )
+
+
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file: an 8-byte little-endian length, then JSON."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                raise PatchcraftError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+            (size,) = struct.unpack("<Q", head)
+            if size > _MAX_HEADER:
+                raise PatchcraftError(f"{path}: not a safetensors file (header length {size} is implausible)")
+            data = handle.read(size)
+    except OSError as exc:
+        raise PatchcraftError(f"{path}: cannot read ({exc.strerror})") from None
+    if len(data) != size:
+        raise PatchcraftError(f"{path}: truncated safetensors header")
+    try:
+        header = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise PatchcraftError(f"{path}: safetensors header is not JSON") from None
+    if not isinstance(header, dict):
+        raise PatchcraftError(f"{path}: safetensors header is not a JSON object")
+    return header
+
+
+def _is_fc(name: str) -> bool:
+    return name == "fc.weight" or (name.endswith(".fc.weight") and "layers." not in name and "mlp" not in name)
+
+
+def fc_input_width(directory: Path) -> tuple[int | None, str]:
+    """The fc input width from ``fc.weight``'s shape ``[out, in]``; (None, why) if absent."""
+    files = sorted(directory.glob("*.safetensors"))
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = _load_json(index).get("weight_map") or {}
+        named = [f for k, f in weight_map.items() if _is_fc(k)]
+        files = [directory / named[0]] if named else files
+    for path in files:
+        header = safetensors_header(path)
+        for name, entry in header.items():
+            if name == "__metadata__" or not _is_fc(name) or not isinstance(entry, dict):
+                continue
+            shape = entry.get("shape")
+            if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(s, int) for s in shape)):
+                raise PatchcraftError(f"{path}: {name}: expected a 2-d shape, got {shape!r}")
+            return shape[1], f"{name} {shape[0]}x{shape[1]} in {path.name}"
+    return None, "no fc.weight in a safetensors file"
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    path: Path
+    architectures: tuple[str, ...]
+    num_layers: int | None
+    hidden_size: int | None
+
+
+def read_target(path: Path) -> TargetConfig:
+    """The target's layer count and hidden size (top level or its text config)."""
+    config_path = _config_path(path)
+    config = _load_json(config_path)
+    scopes = [config] + [config[k] for k in _TEXT_CONFIGS if isinstance(config.get(k), dict)]
+    layers = next((s["num_hidden_layers"] for s in scopes if "num_hidden_layers" in s), None)
+    hidden = next((s["hidden_size"] for s in scopes if "hidden_size" in s), None)
+    return TargetConfig(
+        path=config_path,
+        architectures=tuple(str(a) for a in config.get("architectures") or ()),
+        num_layers=_int(layers, f"{config_path}: num_hidden_layers"),
+        hidden_size=_int(hidden, f"{config_path}: hidden_size"),
+    )
+
+
+# -- the check ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool | None  # None: not checked
+    message: str
+
+
+@dataclass(frozen=True)
+class DraftReport:
+    draft: DraftConfig
+    target: TargetConfig | None
+    explanation: Explanation
+    hidden_size: int | None
+    expected: Expected | None
+    checks: tuple[Check, ...]
+    verdict: str
+    suggestion: Suggestion | None
+    suggestion_text: str
+    #: Every way to feed the training states, least invasive first (ids as installed, then after apply).
+    fixes: tuple[Fix, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok is not False for c in self.checks)
+
+
+def check_draft(
+    model: Model,
+    draft: DraftConfig,
+    target: TargetConfig | None,
+    training: Training | None,
+    num_layers: int,
+    cuda_graph: bool = True,
+    tp: int = 1,
+) -> DraftReport:
+    """Compare what this install feeds ``draft`` with what it was trained on (served at TP ``tp``)."""
+    explanation = explain(model, draft.layer_ids, num_layers, tp=tp)
+    hidden = (target.hidden_size if target else None) or draft.target_hidden_size or draft.hidden_size
+    fc_states = draft.fc_in // hidden if draft.fc_in and hidden and draft.fc_in % hidden == 0 else None
+    expected = expected_states(training, draft, fc_states, num_layers, setter_modules(explanation), draft.is_speculators)
+    checks = [
+        _check_ids(draft, explanation),
+        _check_hidden(draft, target),
+        _check_run(explanation),
+        _check_fc(draft, explanation, hidden),
+        _check_range(explanation),
+        _check_embedding(draft, explanation, model),
+        _check_convention(expected, explanation),
+        _check_cuda_graph(explanation, expected, cuda_graph),
+    ]
+    if tp > 1:
+        checks.append(_check_fusion(explanation, tp))
+    failed = [c for c in checks if c.ok is False]
+    found, suggestion_text = _suggest(model, expected, explanation, num_layers, bool(failed))
+    suggestion = Suggestion(found[0].ids, found[0].after_apply) if found else None
+    verdict = failed[0].message if failed else "ok: SGLang will feed the draft " + (
+        "the states it was trained on" if expected and not expected.problem else "states of the expected shape"
+    )
+    return DraftReport(draft, target, explanation, hidden, expected, tuple(checks), verdict, suggestion, suggestion_text, found)
+
+
+def _check_run(explanation: Explanation) -> Check:
+    """The served states by running the code: a crash or nothing captured fails; static says so."""
+    found = explanation.findings("crash", "nothing", "unknown") + [
+        w for w in explanation.findings("startup") if explanation.source == RUN
+    ]
+    if found:
+        return Check("run", False, found[0].message)
+    if explanation.source != RUN:
+        return Check("run", None, "static reading: the code was not run (install torch to run it on the CPU harness)")
+    if explanation.outcome is not None and not explanation.outcome.all_copies:
+        return Check("run", False, explanation.findings("embedding")[0].message)
+    return Check("run", True, f"ran this install's setter and forward on the CPU harness: fed {states_text(explanation.served)}")
+
+
+def _check_fusion(explanation: Explanation, tp: int) -> Check:
+    found = explanation.findings("fusion")
+    if found:
+        return Check("fusion", False, found[0].message)
+    return Check("fusion", True, f"captured layer states are all-reduced at TP {tp}")
+
+
+def _check_ids(draft: DraftConfig, explanation: Explanation) -> Check:
+    if draft.layer_ids is not None:
+        return Check("ids", True, f"SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids {list(draft.layer_ids)}")
+    where = " (the speculators-format ids are not read by SGLang)" if draft.speculators_ids else ""
+    return Check("ids", None, f"no eagle_config.eagle_aux_hidden_state_layer_ids{where}: SGLang captures its default layers {states_text(explanation.served)}")
+
+
+def _check_hidden(draft: DraftConfig, target: TargetConfig | None) -> Check:
+    # Without target_hidden_size (every SpecForge config) SGLang's llama_eagle3.py
+    # sizes the fc for states of the draft's own hidden_size: compare that.
+    name, width = ("target_hidden_size", draft.target_hidden_size)
+    if width is None:
+        name, width = ("hidden_size (no target_hidden_size: SGLang takes the draft's own)", draft.hidden_size)
+    if target is None or target.hidden_size is None or width is None:
+        return Check("hidden-size", None, "target hidden size not compared (needs --target, and target_hidden_size or hidden_size)")
+    if width == target.hidden_size:
+        return Check("hidden-size", True, f"{name} {width} matches the target")
+    return Check(
+        "hidden-size",
+        False,
+        f"the draft's {name} is {width} but the target's hidden_size is {target.hidden_size}: "
+        "this draft was trained for another target",
+    )
+
+
+def _check_fc(draft: DraftConfig, explanation: Explanation, hidden: int | None) -> Check:
+    if draft.fc_in is None or hidden is None:
+        why = draft.fc_source if draft.fc_in is None else "no hidden size known"
+        return Check("fc-width", None, f"fc input width not checked ({why})")
+    fed = len(explanation.served)
+    if draft.fc_in == hidden * fed:
+        return Check("fc-width", True, f"fc input width {draft.fc_in} = {fed} x {hidden}")
+    wanted = f"{draft.fc_in // hidden} states" if draft.fc_in % hidden == 0 else f"a width that is no multiple of {hidden}"
+    return Check(
+        "fc-width",
+        False,
+        f"the draft's fc takes {draft.fc_in} inputs ({wanted}) but SGLang will feed {fed} states "
+        f"({states_text(explanation.served)}) of width {hidden}, {fed * hidden} in all",
+    )
+
+
+def _check_range(explanation: Explanation) -> Check:
+    found = explanation.findings("startup", "legacy", "range")
+    if found:
+        return Check("range", False, found[0].message)
+    return Check("range", True, f"every id is captured on a {explanation.num_layers}-layer target")
+
+
+def _check_embedding(draft: DraftConfig, explanation: Explanation, model: Model) -> Check:
+    if not draft.layer_ids or -1 not in draft.layer_ids:
+        return Check("embedding", True, "id -1 not used")
+    if model.patched:
+        return Check("embedding", True, "id -1 on a patched install: hs[0] is captured (cloned) first")
+    return Check("embedding", False, f"the draft config asks for id -1 (the embedding) but the install is {model.patch_detail}")
+
+
+def _check_convention(expected: Expected | None, explanation: Explanation) -> Check:
+    if expected is None:
+        return Check("convention", None, "training convention not checked (pass --trained-on hf:I,J,K, specforge, speculators or eagle)")
+    if expected.problem:
+        return Check("convention", False, expected.problem)
+    served, wanted = explanation.served, expected.states
+    if served == wanted:
+        return Check("convention", True, f"SGLang feeds {states_text(served)}, as trained ({expected.how})")
+    if list(wanted) != sorted(set(wanted)):
+        return Check(
+            "convention",
+            False,
+            f"the draft was trained on {states_text(wanted)}, but SGLang always feeds states in layer order, once each",
+        )
+    return Check(
+        "convention",
+        False,
+        f"SGLang will feed {states_text(served)} but the draft was trained on {states_text(wanted)} ({expected.how}): "
+        f"the ids in the draft config do not follow this install's convention ({explanation.rule})",
+    )
+
+
+def _check_cuda_graph(explanation: Explanation, expected: Expected | None, cuda_graph: bool) -> Check:
+    if not explanation.graph_reset:
+        return Check("cuda-graph", True, "the configured ids reach CUDA-graph capture")
+    if not cuda_graph:
+        return Check("cuda-graph", None, "CUDA graphs disabled (--no-cuda-graph): the reset before graph capture does not apply")
+    wanted = expected.states if expected and not expected.problem else explanation.served
+    if explanation.default_served == wanted:
+        return Check("cuda-graph", True, "the ids are reset before graph capture, but the defaults are the same states")
+    found = explanation.findings("cuda-graph")
+    message = found[0].message if found else (
+        f"CUDA-graph decode will capture the default layers ({states_text(explanation.default_served)})"
+    )
+    return Check("cuda-graph", False, message)
+
+
+def _suggest(model: Model, expected: Expected | None, explanation: Explanation, num_layers: int, failed: bool) -> tuple[tuple[Fix, ...], str]:
+    if not failed or expected is None or expected.problem or not expected.states:
+        if failed and -1 in (explanation.layer_ids or ()) and not model.patched and apply_helps(model):
+            return (), "run `patchcraft apply` first, so that id -1 captures the embedding"
+        return (), ""
+    found = fixes(model, expected.states, num_layers)
+    if not found:
+        why = f"; {model.patch_detail}" if 0 in expected.states and not model.patched else ""
+        return (), f"no id list makes this install feed {states_text(expected.states)}{why}"
+    lines = [_fix_text(found[0], explanation)]
+    if found[0].native and len(found) > 1:
+        lines.append(
+            f"  these ids are release-specific (another release may read them otherwise); "
+            f"{list(found[1].ids)} after `patchcraft apply` means the same on every release"
+        )
+    lines += [f"  or: {_fix_text(fix, explanation)}" for fix in found[1:]]
+    return found, "\n".join(lines)
+
+
+def _fix_text(fix: Fix, explanation: Explanation) -> str:
+    text = f"set eagle_config.eagle_aux_hidden_state_layer_ids = {list(fix.ids)}"
+    if fix.after_apply:
+        text += " after `patchcraft apply` (or serve through `patchcraft run`)"
+    else:
+        text += " (this install as it is: no patch needed)"
+    if explanation.graph_reset:
+        text += "; with CUDA graphs, `patchcraft apply` must also patch the runner (or serve with --disable-cuda-graph)"
+    proof = "proven by running the code on the CPU harness" if fix.proof == RUN else "static reading"
+    return f"{text} [{proof}]"
+
+
+def setter_modules(explanation: Explanation) -> tuple[str, ...]:
+    """The model files whose setters ran (``deepseek_v2`` for ``deepseek_v2.py:2295 ...``), delegation first."""
+    return tuple(call.split(".py:", 1)[0] for call in explanation.calls)
+
+
+def speculators_note(draft: DraftConfig) -> str:
+    """One line on the top-level ids (speculators format or not), or "" when there are none to mention."""
+    if draft.is_speculators:
+        ids = list(draft.speculators_ids) if draft.speculators_ids else "none"
+        return f"speculators format: eagle_aux_hidden_state_layer_ids {ids} (id j = hs[j], 0 = embedding)"
+    if draft.top_level_ids is None:
+        return ""
+    return (
+        f"top-level eagle_aux_hidden_state_layer_ids {list(draft.top_level_ids)}: SGLang ignores it (it reads "
+        "eagle_config's), vLLM reads it before eagle_config's (and reads id j as hs[j])"
+    )

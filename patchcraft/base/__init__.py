@@ -1,0 +1,1 @@
+"""Foundations: errors and exit codes, status enums, lazy imports, releases, layer ids, lossless file I/O, the cache root and file digests, fetching, the target tree, the tree lock, pristine texts. Imports nothing above."""

@@ -1,0 +1,87 @@
+"""Statuses: what a transform found at one edit site, what a run says of one model, and what proved it.
+
+Both are ``str`` enums, so they compare equal to, and serialise (JSON, text) as,
+the strings of the JSON schema: ``EditStatus.APPLIED == "applied"``. Code
+compares with the members; "done" is defined once per kind, here.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class _Status(str, enum.Enum):
+    """A status whose ``str()`` and ``format()`` are its schema string on every Python."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class EditStatus(_Status):
+    """What one transform found or did at one edit site."""
+
+    #: The transform made the edit (apply, diff, check: would make it).
+    APPLIED = "applied"
+    #: patchcraft's own edit is there.
+    PRESENT = "present"
+    #: An edit by hand that does what patchcraft's edit does.
+    HAND_APPLIED = "hand-applied"
+    #: Something edited the site, but not in a way that does the job.
+    MODIFIED = "modified"
+    #: The engine could not run the transform at the site (the file's or the site's error is the detail).
+    ERROR = "error"
+
+
+#: The edit statuses that mean the site does its job already: nothing to write.
+EDIT_IN_PLACE = frozenset({EditStatus.PRESENT, EditStatus.HAND_APPLIED})
+
+
+class ModelStatus(_Status):
+    """What a run says of one model (the JSON schema's ``status``)."""
+
+    PATCHED = "patched"
+    ALREADY = "already-patched"
+    WOULD = "would-patch"
+    UNSUPPORTED = "unsupported"
+    ERROR = "error"
+    REVERTED = "reverted"
+    NOT_PATCHED = "not-patched"
+    #: The runner row on a release whose graph capture already gets the configured ids.
+    NOT_NEEDED = "not-needed"
+    #: A class with the setter that is no EAGLE-3 target (a draft or NextN head capturing nothing).
+    NOT_APPLICABLE = "not-applicable"
+
+
+#: The model statuses of a row whose edits are all in place (verify's "verified", before the compile and proof checks).
+MODEL_DONE = frozenset({ModelStatus.ALREADY, ModelStatus.NOT_NEEDED})
+#: The model statuses of a row patchcraft cannot, or need not, patch (no edit sites).
+MODEL_SKIPPED = frozenset({ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE})
+
+
+class FileState(_Status):
+    """What a file patchcraft touches is, against its pristine text (patchcraft.engine.hand_edits)."""
+
+    PRISTINE = "pristine"
+    #: Only patchcraft's own marked edits differ: ``revert`` gives the pristine file.
+    PATCHED = "patchcraft-patched"
+    #: Someone changed it by hand (the hand diff says where).
+    HAND = "edited-by-hand"
+    #: No pristine text to compare with (no RECORD entry, no wheel, not a git tree).
+    UNKNOWN = "unknown"
+
+
+class Proof(_Status):
+    """What proved a model's patched text (the JSON schema's ``proof``; an overlay manifest's ``proof``)."""
+
+    #: The CPU harness ran the patched methods and they captured the right states.
+    PASSED = "harness-passed"
+    #: The harness ran them and they did not (the text is withheld, never written).
+    FAILED = "harness-failed"
+    #: torch is not installed: nothing ran (the static reading stands).
+    NO_TORCH = "not-run (no torch)"
+    #: ``--no-smoke``: the harness was asked not to run.
+    SKIPPED = "skipped (--no-smoke)"
+    #: An overlay with no model the harness runs (the runner edits only, say).
+    NOTHING_TO_PROVE = "nothing to prove"

@@ -1,0 +1,282 @@
+"""A run's exit code, its JSON document and its GitHub annotations, decided from its records.
+
+0: clean, or done. 1: would change, not patched, or not verified.
+2: usage or environment error (target not found, anchor missing or
+ambiguous, syntax error, unwritable file). The codes themselves are
+:mod:`patchcraft.base.errors`'s, which also has those of an interrupt (130) and
+a bug (3), set by the CLI's error handler.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from patchcraft import __version__
+from patchcraft.base.errors import CHANGED, OK, USAGE
+from patchcraft.engine.records import EditResult, Mode, ModelResult, RunResult
+from patchcraft.base.status import EDIT_IN_PLACE, MODEL_DONE, MODEL_SKIPPED, EditStatus, FileState, ModelStatus, Proof
+
+if TYPE_CHECKING:
+    from patchcraft.engine.hand_edits import FileReport  # types only: a warm `patchcraft run` never loads the class graph
+
+#: The version of every JSON document patchcraft prints (docs/json.md).
+SCHEMA_VERSION = 1
+
+
+def exit_code(results: Sequence[RunResult], names: Sequence[str] = (), strict: bool = False) -> int:
+    """The exit code for one command over all its targets.
+
+    A model patchcraft cannot patch (``unsupported``) fails the run only when
+    the user says they serve it: named with ``--model``, or ``--strict``.
+    ``not-applicable`` rows (no EAGLE-3 target at all) never do.
+    """
+    models = [m for r in results for m in r.models]
+    if any(m.status == ModelStatus.ERROR for m in models):
+        return USAGE
+    if any(m.proof == Proof.FAILED for m in models):
+        return CHANGED  # not written (apply) or not verified (verify): the harness failed it
+    mode = results[0].mode if results else Mode.VERIFY
+    served = [m for m in models if m.status == ModelStatus.UNSUPPORTED and (strict or is_named(m.model, names))]
+    if mode is Mode.CHECK and any(m.status == ModelStatus.WOULD for m in models):
+        return CHANGED
+    if mode is Mode.VERIFY and any(not verified(m) and m.status not in MODEL_SKIPPED for m in models):
+        return CHANGED
+    if mode in (Mode.APPLY, Mode.CHECK, Mode.VERIFY) and served:
+        return CHANGED
+    return OK
+
+
+def is_named(label: str, names: Sequence[str]) -> bool:
+    """Whether ``--model`` names this row itself (a file stem, a class, ``module.Class`` or ``runner``)."""
+    wanted = {n.lower().removesuffix(".py") for n in names}
+    module, _, cls = label.lower().rpartition(".")
+    return bool(wanted & {label.lower(), module, cls})
+
+
+def unserved(results: Sequence[RunResult], names: Sequence[str] = (), strict: bool = False) -> list[ModelResult]:
+    """Unsupported models that do not fail the run (they get one warning line)."""
+    if strict:
+        return []
+    return [m for r in results for m in r.models if m.status == ModelStatus.UNSUPPORTED and not is_named(m.model, names)]
+
+
+def verified(model: ModelResult) -> bool:
+    return model.status in MODEL_DONE and model.compiles is not False and model.proof != Proof.FAILED
+
+
+class Locator:
+    """Line numbers of classes and methods, read from the files as they are now.
+
+    A plain text scan, not a parse: it runs after ``apply`` wrote (so lines
+    are those of the new text) and must cost next to nothing. ``None`` means
+    not found, never a guess.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lines: dict[str, list[str]] = {}
+
+    def line(self, rel: str, cls: str, method: str | None = None) -> int | None:
+        lines = self._read(rel)
+        start = next((i for i, text in enumerate(lines) if re.match(rf"class\s+{re.escape(cls)}\b", text)), None)
+        if start is None or method is None:
+            return None if start is None else start + 1
+        found: list[tuple[int, int]] = []
+        pattern = re.compile(rf"(\s+)(?:async\s+)?def\s+{re.escape(method)}\s*\(")
+        for i in range(start + 1, len(lines)):
+            if re.match(r"(?:class|def|async\s+def|@)\b|[A-Za-z_]", lines[i]):
+                break  # the next top-level statement ends the class body
+            match = pattern.match(lines[i])
+            if match:
+                found.append((len(match.group(1)), i + 1))
+        return min(found)[1] if found else None
+
+    def _read(self, rel: str) -> list[str]:
+        if rel not in self._lines:
+            try:
+                text = (self.root / rel).read_text(encoding="utf-8-sig", errors="replace")
+            except OSError:
+                text = ""
+            self._lines[rel] = text.splitlines()
+        return self._lines[rel]
+
+
+def model_json(model: ModelResult) -> dict[str, Any]:
+    return {
+        "path": model.path,
+        "model": model.model,
+        "status": model.status,
+        "edits": [
+            {
+                "kind": e.kind,
+                "transform": e.transform,
+                "file": e.file,
+                "class": e.cls,
+                "method": e.method,
+                "status": e.status,
+                "detail": e.detail,
+            }
+            for e in model.edits
+        ],
+        "files": list(model.files),
+        "compiles": model.compiles,
+        "idempotent": model.idempotent,
+        "notes": list(model.notes),
+        "message": model.message,
+        "included_by": model.included_by,
+        "proof": model.proof,
+    }
+
+
+def summary(results: Sequence[RunResult], code: int) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for result in results:
+        for model in result.models:
+            counts[model.status] = counts.get(model.status, 0) + 1
+    return {
+        "models": sum(counts.values()),
+        "by_status": dict(sorted(counts.items())),
+        "files_changed": sum(len(r.changes) for r in results),
+        "exit_code": code,
+    }
+
+
+def to_json(results: Sequence[RunResult], code: int) -> dict[str, Any]:
+    """The document printed by ``--format json`` (documented in docs/json.md)."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "patchcraft": __version__,
+        "command": results[0].mode.value if results else None,
+        "targets": [
+            {"root": str(r.tree.root), "package": str(r.tree.package), "sglang_version": r.version}
+            for r in results
+        ],
+        "models": [model_json(m) for r in results for m in r.models],
+        "summary": summary(results, code),
+    }
+
+
+def files_json(reports: Sequence[Mapping[str, FileReport]], replaced: Sequence[FileReport] = ()) -> list[dict[str, Any]]:
+    """The ``files`` of a verify or apply document: each model file against its pristine text (docs/json.md)."""
+    dropped = {r.path for r in replaced}
+    return [
+        {
+            "path": r.rel,
+            "state": r.state,
+            "pristine_from": r.origin if r.state != FileState.UNKNOWN else None,
+            "reason": r.origin if r.state == FileState.UNKNOWN else None,
+            "hunks": [
+                {"first": h.first, "last": h.last, "where": h.where, "site": h.site, "label": h.label(r.rel), "lines": list(h.lines)}
+                for h in r.hunks
+            ],
+            "hand_diff": r.diff,
+            "replaced": r.path in dropped,
+        }
+        for rep in reports
+        for r in rep.values()
+    ]
+
+
+# -- GitHub workflow commands (``--format github``, documented in docs/json.md) --
+
+def github_lines(results: Sequence[RunResult], code: int = OK, base: Path | None = None) -> list[str]:
+    """``::error file=...,line=...::message`` lines: one per model that needs attention.
+
+    Paths are relative to ``base`` (the job's working directory, normally the
+    repository root) when the file lies under it, so GitHub can place the
+    annotation in the file view; otherwise they are absolute. ``code`` (the
+    run's exit code) is taken for symmetry with :func:`to_json`; each
+    model's level follows from its own status.
+    """
+    lines: list[str] = []
+    for result in results:
+        locator = Locator(result.tree.root)
+        for model in result.models:
+            level = _level(result.mode, model)
+            if level is None:
+                continue
+            rel, line = _location(model, locator)
+            path = _display_path(result.tree.root / rel, base)
+            lines.append(_command(level, path, line, f"patchcraft {result.mode.value}", _problem(model)))
+    return lines
+
+
+def _level(mode: Mode, model: ModelResult) -> str | None:
+    """error for what fails verify, --check or any run; warning for what only needs a look."""
+    if model.status == ModelStatus.ERROR:
+        return "error"
+    if model.status == ModelStatus.NOT_APPLICABLE:
+        return None
+    if mode is Mode.VERIFY and model.status != ModelStatus.UNSUPPORTED:
+        return None if verified(model) else "error"
+    if model.status == ModelStatus.UNSUPPORTED:
+        return "warning"
+    if model.status == ModelStatus.WOULD:
+        return "error" if mode is Mode.CHECK else "warning"
+    if model.status in (ModelStatus.PATCHED, ModelStatus.REVERTED):
+        return "notice"
+    return None
+
+
+def _missing(edit: EditResult) -> bool:
+    """Whether this edit is what the annotation is about (absent, or just added)."""
+    return edit.status not in EDIT_IN_PLACE
+
+
+def _location(model: ModelResult, locator: Locator) -> tuple[str, int | None]:
+    edit = next((e for e in model.edits if _missing(e)), None)
+    if edit is not None:
+        line = locator.line(edit.file, edit.cls, edit.method) or locator.line(edit.file, edit.cls)
+        return edit.file, line
+    return model.path, locator.line(model.path, _class_of(model))
+
+
+def _problem(model: ModelResult) -> str:
+    if model.status in (ModelStatus.ERROR, ModelStatus.UNSUPPORTED, ModelStatus.REVERTED):
+        return f"{model.model}: {model.status}: {model.message}"
+    if model.proof == Proof.FAILED or any(e.status == EditStatus.HAND_APPLIED for e in model.edits):
+        return f"{model.model}: {model.status}: {model.message}"  # the harness's words and, for a hand fix, what to do
+    edits = [_describe(e, model) for e in model.edits if _missing(e)]
+    if model.status == ModelStatus.PATCHED:
+        return f"{model.model}: patched: added {', '.join(edits)}"
+    if edits:
+        return f"{model.model}: missing {', '.join(edits)}"
+    if model.compiles is False:
+        return f"{model.model}: patched, but {', '.join(model.files)} does not compile"
+    return f"{model.model}: {model.status}: {model.message}"
+
+
+def _describe(edit: EditResult, model: ModelResult) -> str:
+    where = f"{edit.cls}.{edit.method}" + ("" if edit.file == model.path else f" in {Path(edit.file).name}")
+    if edit.status == EditStatus.APPLIED:
+        return f"{edit.kind} ({where})"
+    return f"{edit.kind} ({where}: {edit.status}{': ' + edit.detail if edit.detail else ''})"
+
+
+def _class_of(model: ModelResult) -> str:
+    return model.model.rsplit(".", 1)[-1]
+
+
+def _display_path(path: Path, base: Path | None) -> str:
+    if base is not None:
+        try:
+            return path.resolve().relative_to(base.resolve()).as_posix()
+        except ValueError:
+            pass
+    return path.as_posix()
+
+
+def _command(level: str, path: str | None, line: int | None, title: str, message: str) -> str:
+    props = [f"file={_escape(path, True)}"] if path else []
+    if path and line:
+        props.append(f"line={line}")
+    props.append(f"title={_escape(title, True)}")
+    return f"::{level} {','.join(props)}::{_escape(message, False)}"
+
+
+def _escape(value: str, prop: bool) -> str:
+    """GitHub's workflow-command escaping (properties also escape ':' and ',')."""
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return value.replace(":", "%3A").replace(",", "%2C") if prop else value
