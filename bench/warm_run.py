@@ -64,7 +64,7 @@ def measure(command: list[str], env: dict[str, str], before=None) -> tuple[float
 def main(argv: list[str]) -> int:
     version = next((a for a in argv if not a.startswith("--") and not a.isdigit()), "0.5.23")
     repeat = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 5
-    from test_check_draft import kimi_target, sglang_draft
+    from drafts import kimi_target, sglang_draft
 
     work = Path(tempfile.mkdtemp(prefix="bench-warm-run-"))
     try:

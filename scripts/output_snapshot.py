@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     out = Path(argv[0])
     versions = argv[1:] or list(VERSIONS)
     from conftest import copy_release
-    from test_check_draft import kimi_target, sglang_draft
+    from drafts import kimi_target, sglang_draft
 
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(WORK, ignore_errors=True)

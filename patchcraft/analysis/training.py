@@ -43,7 +43,7 @@ DEPRECATED = {"speculators-v1": "speculators"}
 
 #: SGLang model files whose setter keeps the ids raw unless the first id is 1,
 #: in 0.5.13 and 0.5.14 (the release SpecForge captures through);
-#: tests/test_training.py reads them from the real 0.5.14.
+#: tests/analysis/test_training.py reads them from the real 0.5.14.
 FIRST_ID_RAW = frozenset({"deepseek_v2", "glm4_moe_lite"})
 
 #: The SGLang release current SpecForge pins (its pyproject.toml, since 2026-06-27).

@@ -25,7 +25,7 @@ RELEASE = "0.5.10"
 MODULE = "sglang.srt.models.deepseek_v2"
 
 #: Where the process started by ``patchcraft run`` gets a module from: the parents stubbed
-#: (``import sglang`` needs far more than a CPU box has, as in tests/test_run.py).
+#: (``import sglang`` needs far more than a CPU box has, as in tests/commands/test_run.py).
 CHILD = textwrap.dedent(
     """
     import importlib.util, sys, types

@@ -1,7 +1,7 @@
 """Overlays never serve unpatched code silently: readable by a non-root server, intact, atomic, owned, one bootstrap, proven.
 
 Real subprocesses over SGLang 0.5.10 installed with ``pip install --no-deps``
-into a throwaway venv, as in tests/test_run.py. The venv lives in a
+into a throwaway venv, as in tests/commands/test_run.py. The venv lives in a
 world-readable temp directory and uses the system's ``python3.11`` (the
 development interpreter sits under root's home), so a step can run as
 ``nobody`` through ``setpriv``.
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import install_release
-from test_run import CHILD, MODULE, RELEASE
+from run_child import CHILD, MODULE, RELEASE
 
 SYSTEM_PYTHON = shutil.which("python3.11") if Path("/usr/bin/python3.11").exists() else None
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -46,7 +46,7 @@ def world(tmp_path_factory: pytest.TempPathFactory):
 
 
 def child(world: dict, pythonpath: str, as_nobody: bool = False, code: str = CHILD) -> subprocess.CompletedProcess:
-    """``find_spec`` of the patched module in a fresh interpreter of the venv (see tests/test_run.py)."""
+    """``find_spec`` of the patched module in a fresh interpreter of the venv (see tests/commands/test_run.py)."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath}
     command = [str(world["python"]), "-c", code, str(world["package"]), MODULE]
     return subprocess.run((NOBODY if as_nobody else []) + command, capture_output=True, text=True, env=env, timeout=120)
@@ -451,7 +451,7 @@ def test_out_never_replaces_a_directory_that_is_not_an_overlay(world: dict) -> N
 
 def test_the_preflight_never_says_ok_about_a_damaged_overlay(world: dict, tmp_path: Path) -> None:
     """An overlay file reverted to the original: refused before the preflight (--overlay), or rebuilt and then preflighted (run)."""
-    from test_check_draft import kimi_target, sglang_draft
+    from drafts import kimi_target, sglang_draft
 
     server = ["--", sys.executable, "-c", "print('LAUNCHED')", "--model-path", str(kimi_target(tmp_path / "kimi")),
               "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(sglang_draft(tmp_path / "draft", [-1, 2, 30]))]

@@ -21,25 +21,9 @@ from pathlib import Path
 import pytest
 
 from conftest import install_release
-from test_check_draft import kimi_target, sglang_draft
+from drafts import kimi_target, sglang_draft
 
-RELEASE = "0.5.10"
-MODULE = "sglang.srt.models.deepseek_v2"
-
-CHILD = textwrap.dedent(
-    """
-    import importlib.util, sys, types
-    root = sys.argv[1]
-    for name, path in (("sglang", root), ("sglang.srt", root + "/srt"), ("sglang.srt.models", root + "/srt/models")):
-        module = types.ModuleType(name)
-        module.__path__ = [path]
-        sys.modules[name] = module
-    try:
-        print("ORIGIN", importlib.util.find_spec(sys.argv[2]).origin)
-    except ImportError as exc:
-        print("IMPORTERROR", exc)
-    """
-)
+from run_child import CHILD, MODULE, RELEASE
 
 
 def _digest(package: Path) -> str:

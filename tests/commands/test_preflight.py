@@ -21,7 +21,7 @@ import pytest
 
 from conftest import install_release, release_package
 from patchcraft.reading.server_args import parse_server_args, release_flags
-from test_check_draft import kimi_target, sglang_draft
+from drafts import kimi_target, sglang_draft
 
 RELEASE = "0.5.10"
 KIMI, GOOD = [2, 30, 58], [-1, 2, 30]
@@ -199,7 +199,7 @@ def test_a_changed_target_or_patched_tree_is_checked_again(install: dict, tmp_pa
     (target / "config.json").write_text((target / "config.json").read_text().replace("4096", "7168"))
     assert run(install, *argv).returncode == 0
     # The served tree changes when the install does (an edited overlay file is not served: run rebuilds it,
-    # tests/test_overlay_integrity.py): the new overlay's files are read again.
+    # tests/overlay/test_overlay_integrity.py): the new overlay's files are read again.
     installed = install["package"] / "srt" / "models" / "deepseek_v2.py"
     original = installed.read_bytes()
     try:

@@ -22,7 +22,7 @@ from patchcraft.analysis.explain import explain, load_model
 from patchcraft.analysis.fixes import Fix
 from patchcraft.engine.records import Mode
 from patchcraft.base.target import resolve_target
-from test_check_draft import HIDDEN, LAYERS, kimi_target, sglang_draft
+from drafts import HIDDEN, LAYERS, kimi_target, sglang_draft
 
 pytest.importorskip("torch")
 

@@ -43,7 +43,7 @@ def test_smoke_overlay_runs_the_harness_on_the_overlay_tree(monkeypatch: pytest.
         return 0
 
     monkeypatch.setattr("patchcraft.commands.smoke.smoke_command", fake)
-    # A directory that is not an overlay is refused before the harness (tests/test_overlay_integrity.py: damaged ones).
+    # A directory that is not an overlay is refused before the harness (tests/overlay/test_overlay_integrity.py: damaged ones).
     refused = CliRunner().invoke(cli, ["smoke", "--overlay", str(tmp_path)])
     assert isinstance(refused.exception, PatchcraftError) and "not an overlay" in str(refused.exception)
     assert seen == {}

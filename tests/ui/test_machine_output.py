@@ -22,7 +22,7 @@ from patchcraft.engine.records import EditResult, Mode, ModelResult, RunResult
 from patchcraft.base.target import SglangTree
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 RELEASE = "0.5.10"
 MODELS = "python/sglang/srt/models"
