@@ -2,7 +2,7 @@
 
 No GPU: the launch is checked as data, the overlay against a real release
 (0.5.10, unpatched), and the whole chain end to end against the fake sglang
-of test_smoke_run.py.
+of test_run.py.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def test_an_install_patched_already_is_refused(probed_release: dict, tmp_path: P
 
 def test_run_cuda_smoke_via_run_end_to_end_with_fake_sglang(tmp_path, monkeypatch, capsys, hf_model, tiny_target) -> None:
     """The whole chain with the spec worker started by `patchcraft run --overlay`; the fake's overlay serves nothing."""
-    from .test_smoke_run import _fake_sglang, _prepare
+    from .test_run import _fake_sglang, _prepare
 
     from patchcraft.gpu_smoke.engine_args import build_engine_kwargs
     from patchcraft.overlay.build import build
