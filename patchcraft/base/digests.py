@@ -49,7 +49,7 @@ RACY_NS = 2_000_000_000
 _Stamp = tuple[int, int, int, int, int]
 
 #: More entries than this and the memo keeps only those this process used.
-LIMIT = 50_000
+LIMIT = 10_000
 
 _memo: dict[str, tuple[_Stamp, str]] | None = None
 _used: set[str] = set()
