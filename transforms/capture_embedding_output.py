@@ -38,6 +38,7 @@ from patchcraft.transforms._base import (
     strip_marker_lines,
     walk_statements,
 )
+from patchcraft.transforms._definite_assignment import binds, bound_on_every_path, bound_on_some_path
 
 NAME = "capture_embedding_output"
 KIND = "forward"
@@ -235,74 +236,6 @@ def analyse(func: cst.FunctionDef, site: EditSite) -> Capture:
     return Capture(name, collector_stmt, statements[index], method, expression, _count_arg(value), statements, index, chain, collector_chain)
 
 
-def bound_on_every_path(func: cst.FunctionDef, point: Sequence, name: str) -> bool:
-    """Whether local ``name`` is bound on every path that reaches ``point`` (definite assignment).
-
-    ``point`` is a chain of ``(block, position)`` from the function body down
-    (see ``walk_statements``): the statements before ``position`` in each
-    block run before the point. Being assigned somewhere in the function is
-    not enough: a name bound only inside a loop, or in one branch of an
-    ``if``, may be unbound there.
-    """
-    params = [p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)]
-    if name in params:
-        return True
-    return any(_binds(stmt, name) for block_node, position in point for stmt in block_node.body[:position])
-
-
-def bound_on_some_path(func: cst.FunctionDef, point: Sequence, name: str) -> bool:
-    """Whether some statement before ``point`` (or a parameter) binds local ``name``."""
-    params = [p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)]
-    return name in params or any(
-        _targets_name(node, name)
-        for block_node, position in point
-        for stmt in block_node.body[:position]
-        for node in _nodes(stmt)
-        if isinstance(node, cst.BaseSmallStatement)
-    )
-
-
-def _binds(stmt: cst.CSTNode, name: str) -> bool:
-    """Whether running ``stmt`` to its end always binds ``name`` (loops may run zero times)."""
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return any(_targets_name(small, name) for small in stmt.body)
-    if isinstance(stmt, cst.If):
-        return _block_binds(stmt.body, name) and stmt.orelse is not None and (
-            _binds(stmt.orelse, name) if isinstance(stmt.orelse, cst.If) else _block_binds(stmt.orelse.body, name)
-        )
-    if isinstance(stmt, cst.With):
-        return _block_binds(stmt.body, name)
-    if isinstance(stmt, cst.Try):
-        if stmt.finalbody is not None and _block_binds(stmt.finalbody.body, name):
-            return True
-        return _block_binds(stmt.body, name) and all(_block_binds(h.body, name) for h in stmt.handlers)
-    return False
-
-
-def _block_binds(block_node: cst.BaseSuite, name: str) -> bool:
-    if isinstance(block_node, cst.IndentedBlock):
-        return any(_binds(stmt, name) for stmt in block_node.body)
-    return isinstance(block_node, cst.SimpleStatementSuite) and any(_targets_name(small, name) for small in block_node.body)
-
-
-def _targets_name(small: cst.BaseSmallStatement, name: str) -> bool:
-    if isinstance(small, cst.Assign):
-        return any(_names_in_target(t.target, name) for t in small.targets)
-    if isinstance(small, cst.AnnAssign):
-        return small.value is not None and _names_in_target(small.target, name)
-    return False
-
-
-def _names_in_target(target: cst.BaseExpression, name: str) -> bool:
-    if isinstance(target, cst.Name):
-        return target.value == name
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return any(_names_in_target(e.value, name) for e in target.elements)
-    if isinstance(target, cst.StarredElement):
-        return _names_in_target(target.value, name)
-    return False
-
-
 def _captures_into(stmt: cst.BaseStatement, name: str) -> bool:
     return _mentions_capture(stmt) and name in _collector_names([(stmt, ())])
 
@@ -407,7 +340,7 @@ def judge_hand_fix(module: cst.Module, capture: Capture, hand: Sequence[cst.If])
     if position is None or position >= capture.index or not capture.precedes(position):
         return f"{where}: the hand-made embedding capture is misplaced: it captures another tensor; it belongs {anchor}"
     between = capture.statements[position + 1 : capture.index]
-    if any(_binds(s, "hidden_states") or _binds(s, "residual") for s in between):
+    if any(binds(s, "hidden_states") or binds(s, "residual") for s in between):
         return f"{where}: `hidden_states` changes between the hand-made capture and the loop: it belongs {anchor}"
     if stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock) or len(stmt.body.body) != 1:
         return f"{where}: the hand-made embedding capture should hold one `{capture.collector}.append(...)` and nothing else"
