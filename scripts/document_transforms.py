@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate docs/transforms.md from each transform's DESCRIPTION and EXAMPLES.
+"""Generate docs/transforms.md from each transform's DESCRIPTION and its examples (transforms/examples/<name>.py).
 
 Run `python scripts/document_transforms.py` after changing a transform;
 tests/test_docs.py fails while the page is out of date.
@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import patchcraft.transforms as registry
+from patchcraft.transforms._contract import Transform
+from patchcraft.transforms.examples import BY_NAME as EXAMPLES
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "transforms.md"
 
@@ -29,8 +31,8 @@ apart from ours (it is refused, naming the line).
 """
 
 
-def transforms() -> list:
-    found = list(registry.MODEL_TRANSFORMS)
+def transforms() -> list[Transform]:
+    found: list[Transform] = list(registry.MODEL_TRANSFORMS)
     found += list(registry.TREE_TRANSFORMS)
     return found
 
@@ -40,7 +42,7 @@ def render() -> str:
     for transform in transforms():
         parts.append(f"\n## `{transform.NAME}` ({transform.KIND})\n\n{transform.DESCRIPTION}\n")
         parts.append(f"\nSource: `transforms/{transform.NAME}.py`\n")
-        for example in transform.EXAMPLES:
+        for example in EXAMPLES[transform.NAME].EXAMPLES:
             parts.append(f"\n### {example.title}\n")
             if example.before == example.after:
                 parts.append("\nUnchanged (recognised as already patched):\n\n```python\n" + example.before + "```\n")

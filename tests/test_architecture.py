@@ -43,7 +43,7 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    paths = sorted((ROOT / "patchcraft").rglob("*.py")) + sorted((ROOT / "transforms").glob("*.py"))
+    paths = sorted((ROOT / "patchcraft").rglob("*.py")) + sorted((ROOT / "transforms").rglob("*.py"))
     return {module_name(p): p for p in paths}
 
 

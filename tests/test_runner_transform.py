@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import libcst as cst
 import pytest
 
 from patchcraft.engine.diffs import unified_diff
@@ -41,7 +40,6 @@ from patchcraft.engine.tree_run import run, write_changes
 from patchcraft.engine.file_patch import revert_text
 from patchcraft.engine.records import Mode
 from patchcraft.base.status import ModelStatus
-from patchcraft.transforms import RUNNER_TRANSFORMS
 from patchcraft.transforms import configure_ids_before_graphs as transform
 from patchcraft.base.target import resolve_target
 
@@ -113,20 +111,6 @@ def patched(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Patched
 def row(result) -> Any:
     [found] = [m for m in result.models if m.model == "runner"]
     return found
-
-
-# -- the transform's own examples -----------------------------------------------------
-
-EXAMPLES = [pytest.param(t, ex, id=f"{t.NAME}/{i}") for t in RUNNER_TRANSFORMS for i, ex in enumerate(t.EXAMPLES)]
-
-
-@pytest.mark.parametrize("runner_transform,example", EXAMPLES)
-def test_example(runner_transform, example) -> None:
-    once = runner_transform.apply(cst.parse_module(example.before), example.site)[0].code
-    assert once == example.after
-    assert runner_transform.apply(cst.parse_module(once), example.site)[0].code == once
-    compile(once, "example.py", "exec")
-    assert revert_text(once, example.site.path) == example.before
 
 
 # -- golden diffs, idempotence, revert ----------------------------------------------

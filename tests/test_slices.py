@@ -18,7 +18,8 @@ import pytest
 
 from patchcraft.engine.file_patch import patch_text, revert_text
 from patchcraft.reading.class_graph import EditSite, ForwardParams, SetterParams
-from patchcraft.transforms import BY_KIND, capture_embedding_output
+from patchcraft.transforms import BY_KIND
+from patchcraft.transforms.examples import capture_embedding_output as forward_examples
 from patchcraft.transforms._base import AnchorError
 from patchcraft.transforms._slices import ClassSlices
 
@@ -31,7 +32,7 @@ SETTER = EditSite(kind="setter", path=PATH, module="m", cls="LlamaForCausalLM", 
 SITES = (INIT, FORWARD, SETTER)
 
 #: The forward transform's own first example, as a method of a class of ours.
-FORWARD_METHOD = capture_embedding_output.EXAMPLES[0].before.split("\n", 1)[1]
+FORWARD_METHOD = forward_examples.EXAMPLES[0].before.split("\n", 1)[1]
 
 #: Decorators, a header over several lines, a docstring and attributes before
 #: the first method, comments between methods, a form feed, a backslash

@@ -9,11 +9,9 @@ from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,
     AnchorError,
-    Example,
     Outcome,
     assign_targets,
     edit_method,
-    example_site,
     find_statements,
     insert_at,
     is_marked,
@@ -59,41 +57,3 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
 
 def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
     return edit_method(module, site, edit)
-
-
-_SITE = example_site(KIND, "DeepseekV2Model", "__init__")
-
-EXAMPLES = [
-    Example(
-        title="flag goes right after the capture list",
-        site=_SITE,
-        before='''\
-class DeepseekV2Model(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.layers_to_capture = []
-        if get_moe_a2a_backend().is_deepep():
-            self.enable_a2a_moe = True
-''',
-        after='''\
-class DeepseekV2Model(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.layers_to_capture = []
-        # patchcraft: EAGLE-3 layer id -1 captures the embedding output
-        self.capture_embedding_for_eagle3 = False
-        if get_moe_a2a_backend().is_deepep():
-            self.enable_a2a_moe = True
-''',
-    ),
-    Example.unchanged(
-        title="a hand-applied flag (sed) is recognised, not doubled",
-        site=_SITE,
-        text='''\
-class DeepseekV2Model(nn.Module):
-    def __init__(self, config):
-        self.layers_to_capture = []
-        self.capture_embedding_for_eagle3 = False
-''',
-    ),
-]

@@ -47,7 +47,7 @@ from patchcraft.reading.fusion_reading import MARK, FusionCapture, Override
 from patchcraft.reading.class_graph import ClassNode, EditSite, FusionParams, ModelGraph, words_of
 from patchcraft.base.sources import read_source
 from patchcraft.base.status import EditStatus
-from patchcraft.transforms._base import AnchorError, Example, Outcome, edit_method, example_site, insert_at, is_marked, line_of, plain_code, replace_statement
+from patchcraft.transforms._base import AnchorError, Outcome, edit_method, insert_at, is_marked, line_of, plain_code, replace_statement
 
 NAME = "keep_captured_states_reduced"
 KIND = "fusion"
@@ -276,63 +276,3 @@ def _is_old_guard(module: cst.Module, stmt: cst.BaseStatement, site: EditSite) -
 def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
     """Insert the EAGLE-3 guard into the decision (idempotent; marked, so revert removes it)."""
     return edit_method(module, site, _edit)
-
-
-# -- examples (unit tests and docs) ------------------------------------------------
-
-_SITE = example_site(KIND, CLASS, METHOD, FusionParams(algo="self._speculative_algo"), path="communicator.py")
-
-EXAMPLES = [
-    Example(
-        title="EAGLE-3 turns off the deferred all-reduce on the layers the setter marked",
-        site=_SITE,
-        before='''\
-class LayerCommunicator:
-    def should_fuse_mlp_allreduce_with_next_layer(
-        self, forward_batch: ForwardBatch
-    ) -> bool:
-        if (
-            is_dp_attention_enabled()
-            and self._speculative_algo is not None
-            and self._speculative_algo.is_eagle()
-        ):
-            return False
-
-        if get_attn_tp_context().input_scattered:
-            return False
-        return apply_flashinfer_allreduce_fusion(batch_size) and self._context.tp_size > 1
-''',
-        after='''\
-class LayerCommunicator:
-    def should_fuse_mlp_allreduce_with_next_layer(
-        self, forward_batch: ForwardBatch
-    ) -> bool:
-        if (
-            is_dp_attention_enabled()
-            and self._speculative_algo is not None
-            and self._speculative_algo.is_eagle()
-        ):
-            return False
-        # patchcraft: all-reduce fusion: EAGLE-3 captures this layer's output before the next norm reduces it: keep it reduced
-        if self._speculative_algo is not None and self._speculative_algo.is_eagle3() and getattr(self, "patchcraft_output_captured", False):
-            return False
-
-        if get_attn_tp_context().input_scattered:
-            return False
-        return apply_flashinfer_allreduce_fusion(batch_size) and self._context.tp_size > 1
-''',
-    ),
-    Example.unchanged(
-        title="a guard for EAGLE-3 written by hand is recognised, not doubled",
-        site=_SITE,
-        text='''\
-class LayerCommunicator:
-    def should_fuse_mlp_allreduce_with_next_layer(self, forward_batch):
-        if is_dp_attention_enabled() and self._speculative_algo.is_eagle():
-            return False
-        if self._speculative_algo.is_eagle3():
-            return False
-        return True
-''',
-    ),
-]

@@ -27,15 +27,13 @@ from __future__ import annotations
 import libcst as cst
 
 from patchcraft.reading.fusion_reading import MARK, MarkParams
-from patchcraft.reading.class_graph import SETTER, EditSite
+from patchcraft.reading.class_graph import EditSite
 from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (
     AnchorError,
-    Example,
     Outcome,
     body_of,
     edit_method,
-    example_site,
     insert_at,
     is_marked,
     line_of,
@@ -104,37 +102,3 @@ def _walk(node: cst.CSTNode):
 def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:
     """Append the marking loop to the setter (idempotent; marked, so revert removes it)."""
     return edit_method(module, site, edit)
-
-
-# -- examples (unit tests and docs) ------------------------------------------------
-
-_SITE = example_site(KIND, "Glm4MoeForCausalLM", SETTER, MarkParams(target="self.model", communicator="layer_communicator"))
-
-EXAMPLES = [
-    Example(
-        title="the setter marks the layers whose output a capture reads",
-        site=_SITE,
-        before='''\
-class Glm4MoeForCausalLM:
-    def set_eagle3_layers_to_capture(self, layer_ids=None):
-        if layer_ids is None:
-            num_layers = self.config.num_hidden_layers
-            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
-        else:
-            self.model.layers_to_capture = [val + 1 for val in layer_ids]
-''',
-        after='''\
-class Glm4MoeForCausalLM:
-    def set_eagle3_layers_to_capture(self, layer_ids=None):
-        if layer_ids is None:
-            num_layers = self.config.num_hidden_layers
-            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
-        else:
-            self.model.layers_to_capture = [val + 1 for val in layer_ids]
-        # patchcraft: all-reduce fusion: a capture at the top of layer i reads layer i-1's output; mark those layers
-        for _index, _layer in enumerate(getattr(self.model, "layers", ())):
-            if hasattr(_layer, "layer_communicator"):
-                _layer.layer_communicator.patchcraft_output_captured = _index + 1 in self.model.layers_to_capture
-''',
-    ),
-]

@@ -13,7 +13,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from patchcraft import MARKER
 from patchcraft.base.errors import PatchcraftError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS
     from patchcraft.transforms._base import Outcome, RemoveMarked, marked_classes
+    from patchcraft.transforms._contract import Transform
     from patchcraft.transforms._slices import ClassSlices, code_with_ending
 else:
     # libcst and the transforms load on first use: a run answered from the
@@ -78,7 +79,7 @@ def _slices(text: str, path: Path, cut: Callable[..., ClassSlices | None], wante
         raise PatchcraftError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}; nothing was changed") from None
 
 
-def patch_text(text: str, path: Path, sites: Sequence[EditSite], transforms: Mapping[str, Any] | None = None) -> FilePatch:
+def patch_text(text: str, path: Path, sites: Sequence[EditSite], transforms: Mapping[str, Transform] | None = None) -> FilePatch:
     """Apply the transform of each site (``transforms[site.kind]``, the model transforms
     by default) to ``text``. Errors are recorded per site.
 

@@ -1,0 +1,13 @@
+"""``accept_embedding_layer_id``'s own before/after examples (transforms/examples/accept_embedding_layer_id.py), as tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from example_checks import cases, check_example  # tests/transforms/ (pytest puts it on sys.path)
+from patchcraft.transforms.examples import accept_embedding_layer_id as examples
+
+
+@pytest.mark.parametrize("example", cases(examples))
+def test_example(example) -> None:
+    check_example(examples.TRANSFORM, example)

@@ -1,0 +1,13 @@
+"""``keep_captured_states_reduced``'s own before/after examples (transforms/examples/keep_captured_states_reduced.py), as tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from example_checks import cases, check_example  # tests/transforms/ (pytest puts it on sys.path)
+from patchcraft.transforms.examples import keep_captured_states_reduced as examples
+
+
+@pytest.mark.parametrize("example", cases(examples))
+def test_example(example) -> None:
+    check_example(examples.TRANSFORM, example)
