@@ -308,6 +308,7 @@ def sweep_release(
     pristine: Optional[Path] = None,
     smoke: Optional[bool] = None,
     after: Optional[Mapping[str, Callable[[Path], None]]] = None,
+    on_step: Optional[Callable[[str], None]] = None,
 ) -> ReleaseResult:
     """Apply, verify, smoke, check and revert ``version`` on a temporary copy; compare with the pristine package.
 
@@ -316,11 +317,13 @@ def sweep_release(
     torch is importable). ``after``: ``{step: function}``, each called with
     the copied package right after that step (``apply``, ``verify``,
     ``smoke``, ``check``): the tests use it to break a release on purpose.
+    ``on_step``: called with each command line as it starts (the progress line).
     """
     from patchcraft.base.fetch import cache_dir, fetch
 
     if pristine is None:
-        pristine = fetch(version, cache_dir() / "test-releases" / version)
+        said = on_step
+        pristine = fetch(version, cache_dir() / "test-releases" / version, on_step=None if said is None else lambda detail: said(f"{version}: {detail}"))
     run_smoke = torch_available() if smoke is None else smoke
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"sweep-{version}-") as tmp:
@@ -330,6 +333,8 @@ def sweep_release(
         hooks = dict(after or {})
 
         def step(name: str, *argv: str) -> Command:
+            if on_step is not None:
+                on_step(f"{version}: {' '.join(argv)}")
             command = cli(*argv, target, "--format", "json")
             if name in hooks:
                 hooks.pop(name)(package)
@@ -343,6 +348,8 @@ def sweep_release(
         check = step("check", "apply", "--check")
         if hooks:
             raise ValueError(f"no step named {', '.join(hooks)} (apply, verify, smoke, compile, check)")
+        if on_step is not None:
+            on_step(f"{version}: revert")
         revert = cli("revert", target, "--format", "json")
         # Every file, the release's and any a command left (a backup, a __pycache__): all must match.
         differs = differing_files(Path(pristine), package)
@@ -350,12 +357,18 @@ def sweep_release(
 
 
 def sweep(versions: Iterable[str], report: Optional[Callable[[ReleaseResult], None]] = None, **options: Any) -> list[ReleaseResult]:
-    results = []
-    for version in versions:
-        result = sweep_release(version, **options)
-        results.append(result)
-        if report is not None:
-            report(result)
+    """:func:`sweep_release` on each version in turn, with a progress line on an interactive stderr (releases done of all)."""
+    from patchcraft.ui import console
+
+    versions = list(versions)
+    results: list[ReleaseResult] = []
+    with console.progress("sweep", total=len(versions), unit="releases") as status:
+        for version in versions:
+            status.update(version, len(results))
+            result = sweep_release(version, on_step=lambda detail: status.update(detail, len(results)), **options)
+            results.append(result)
+            if report is not None:
+                report(result)
     return results
 
 

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Callable, Optional
 
 from patchcraft.base.cache_root import ensure_directory, root
 from patchcraft.base.errors import PatchcraftError
@@ -70,18 +71,25 @@ def unpack(wheel: Path, dest: Path) -> Path:
     return package
 
 
-def fetch(version: str, dest: Path | None = None) -> Path:
+def fetch(version: str, dest: Path | None = None, on_step: Optional[Callable[[str], None]] = None) -> Path:
     """Return the package root of SGLang ``version``, downloading it if needed.
 
     The package lands in ``<dest>/sglang``; by default ``dest`` is
-    ``<cache>/releases/<version>``.
+    ``<cache>/releases/<version>``. ``on_step``: called with what starts
+    (``downloading the wheel``, ``unpacking``) when there is work to do; a
+    release already unpacked calls nothing.
     """
     if not _VERSION.match(version):
         raise PatchcraftError(f"{version!r} is not a release version (e.g. 0.5.10)")
     release = dest if dest is not None else cache_dir() / "releases" / version
     if (release / "sglang" / "srt" / "models").is_dir():
         return release / "sglang"
-    wheel = download_wheel(version, cache_dir() / "wheels")
+    wheels = cache_dir() / "wheels"
+    if on_step is not None and find_wheel(wheels, version) is None:
+        on_step("pip download --no-deps")  # one pip process: no byte count to show
+    wheel = download_wheel(version, wheels)
+    if on_step is not None:
+        on_step("unpacking")
     return unpack(wheel, release)
 
 

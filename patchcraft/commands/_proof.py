@@ -67,7 +67,7 @@ def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResu
                     "the harness did not run the patched code (pip install 'patchcraft[smoke]')"
                 )
             return _mark(result, chosen, NO_TORCH)
-        return prove(result, chosen)
+        return prove(result, chosen, shown=not quiet)
 
     return step
 
@@ -79,14 +79,19 @@ def _mark(result: RunResult, chosen: Callable[[ModelResult], bool], proof: str) 
     return replace(result, models=models)
 
 
-def prove(result: RunResult, chosen: Callable[[ModelResult], bool]) -> RunResult:
-    """Run the harness on the chosen models of ``result`` (on the text it would write); withhold failures."""
+def prove(result: RunResult, chosen: Callable[[ModelResult], bool], shown: bool = True) -> RunResult:
+    """Run the harness on the chosen models of ``result`` (on the text it would write); withhold failures.
+
+    ``shown``: a progress line on an interactive stderr (:func:`patchcraft.ui.console.progress`).
+    """
     models = [m for m in result.models if chosen(m)]
     if not models:
         return result
-    from patchcraft.harness.runner import smoke_tree
+    with console.progress(f"{result.mode.value}: harness", shown=shown, unit="models") as status:
+        status.update("importing torch")
+        from patchcraft.harness.runner import smoke_tree
 
-    run = smoke_tree(result.tree, (), models=[as_written(m) for m in models], texts=texts_of(result))
+        run = smoke_tree(result.tree, (), models=[as_written(m) for m in models], texts=texts_of(result), on_row=status.update)
     return record(result, run)
 
 

@@ -34,7 +34,37 @@ def verify_smoke_command(options: Options) -> int:
 
 def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = False, device: str = "cpu") -> int:
     require_torch()  # before any work: without torch this is one line, exit 2
+    with console.progress(_progress_label(show_verify, compiled, device), shown=options.output_format != "json", unit="models") as status:
+        status.update("importing torch")
+        results, runs, label = _smoke_runs(options, compiled, device, on_row=status.update)
+    if show_verify:
+        results = [_hand_edits.advise(_proof.record(r, s, only=_proof.hand_made), _hand_edits.file_reports(r)) for r, s in zip(results, runs)]
     from patchcraft.harness import smoke_rows
+
+    code = machine_output.exit_code(results, options.models, options.strict)
+    if code == machine_output.OK and smoke_rows.failed(runs):
+        code = machine_output.CHANGED
+    if options.output_format == "json":
+        document = machine_output.to_json(results, code) if show_verify else {"schema": machine_output.SCHEMA_VERSION, "command": "smoke", "exit_code": code}
+        document["smoke"] = smoke_rows.to_json(runs, label)
+        console.print_json(document)
+        return code
+    if show_verify:
+        console.print_results(results, options.color)
+    for line in smoke_rows.text_lines(runs, label):
+        console.print_line(line)
+    if options.output_format == "github":
+        # verify's annotations too: they say why a model class was not run (not patched, unsupported).
+        console.print_github(machine_output.github_lines(results, code) + smoke_rows.github_lines(runs))
+    return code
+
+
+def _progress_label(show_verify: bool, compiled: bool, device: str) -> str:
+    return "verify --smoke" if show_verify else "smoke" + (f" --device {device}" if device != "cpu" else "") + (" --compile" if compiled else "")
+
+
+def _smoke_runs(options: Options, compiled: bool, device: str, on_row: Callable[[str, int, int], None]) -> tuple[list[RunResult], list[Any], str]:
+    """verify's results, the harness's runs (``on_row``: as each model class starts) and the label of what ran."""
     from patchcraft.harness.runner import smoke_model, smoke_tree
 
     results: list[RunResult] = [
@@ -55,27 +85,10 @@ def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = Fals
     # Hand-made models still missing edits run as apply would write them, and their verdicts are
     # their rows' proof, with what to do: verify --smoke, verify and apply say the same (commands/_proof.py).
     runs = [
-        smoke_tree(r.tree, options.models, models=[_proof.as_written(m) for m in r.models], texts=_proof.texts_of(r), check=check)
+        smoke_tree(r.tree, options.models, models=[_proof.as_written(m) for m in r.models], texts=_proof.texts_of(r), check=check, on_row=on_row)
         for r in results
     ]
-    if show_verify:
-        results = [_hand_edits.advise(_proof.record(r, s, only=_proof.hand_made), _hand_edits.file_reports(r)) for r, s in zip(results, runs)]
-    code = machine_output.exit_code(results, options.models, options.strict)
-    if code == machine_output.OK and smoke_rows.failed(runs):
-        code = machine_output.CHANGED
-    if options.output_format == "json":
-        document = machine_output.to_json(results, code) if show_verify else {"schema": machine_output.SCHEMA_VERSION, "command": "smoke", "exit_code": code}
-        document["smoke"] = smoke_rows.to_json(runs, label)
-        console.print_json(document)
-        return code
-    if show_verify:
-        console.print_results(results, options.color)
-    for line in smoke_rows.text_lines(runs, label):
-        console.print_line(line)
-    if options.output_format == "github":
-        # verify's annotations too: they say why a model class was not run (not patched, unsupported).
-        console.print_github(machine_output.github_lines(results, code) + smoke_rows.github_lines(runs))
-    return code
+    return results, runs, label
 
 
 def _device_harness(options: Options, device: str, compiled: bool) -> int:

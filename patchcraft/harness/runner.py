@@ -119,6 +119,7 @@ def smoke_tree(
     models: Optional[Sequence[ModelResult]] = None,
     texts: Optional[Mapping[Path, str]] = None,
     check: Callable[[ModelGraph, ModelPlan, dict[str, Program], str], SmokeResult] = smoke_model,
+    on_row: Optional[Callable[[str, int, int], None]] = None,
 ) -> SmokeRun:
     """Smoke-run the patched model classes of ``tree``; one row each.
 
@@ -128,7 +129,9 @@ def smoke_tree(
     or not (a mutation test wants that). ``texts``: file texts to use
     instead of the files on disk, e.g. what apply would write. ``check``:
     what one row runs (:func:`smoke_model`, the five scenarios; or
-    :func:`patchcraft.harness.compiled.compile_model`).
+    :func:`patchcraft.harness.compiled.compile_model`). ``on_row``: called
+    ``(model, rows run, rows to run)`` as each row to run starts (a
+    progress line; the harness never prints).
     """
     graph, planned = _planned(tree.models_dir)
     plans = {p.label: p for p in select(planned, tree, names)}
@@ -143,10 +146,14 @@ def smoke_tree(
             if m.model in plans
         ]
     rows = []
+    to_run, ran = sum(not reason for _, _, reason in verdicts), 0
     for label, path, reason in verdicts:
         if reason:
             rows.append(SmokeResult(label, path, SKIPPED, reason))
             continue
+        if on_row is not None:
+            on_row(label, ran, to_run)
+        ran += 1
         with torch.no_grad():
             rows.append(check(graph, plans[label], programs, path))
     return SmokeRun(tree=tree, version=tree.version, results=tuple(rows))

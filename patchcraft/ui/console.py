@@ -2,7 +2,8 @@
 
 Diffs and JSON go to stdout, plain when piped, so `patchcraft diff >
 fix.patch` works; status lines and tables go to stderr. ``NO_COLOR`` is
-honoured; ``--color always`` forces colour.
+honoured; ``--color always`` forces colour. Long work shows a transient
+progress line on stderr, only on an interactive terminal (:func:`progress`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from patchcraft.engine.records import Mode, RunResult
 from patchcraft.base.status import EditStatus, FileState, ModelStatus, Proof
@@ -48,6 +50,132 @@ def _console(stream: Any, color: bool):
     from rich.console import Console
 
     return Console(file=stream, force_terminal=color, no_color=not color, highlight=False, soft_wrap=True, width=None if color else 200)
+
+
+# --- the progress line of long work (docs/usage.md, "Progress") --------------------------
+
+
+def _progress_console() -> Any:
+    """A rich console on stderr where a live line may be drawn, else None.
+
+    stderr itself must be a terminal: ``FORCE_COLOR`` or ``TTY_COMPATIBLE=1``
+    make rich treat a pipe as a terminal, and a live line's cursor codes must
+    never reach a log. Then rich's own rule decides (``Console.is_interactive``):
+    not under ``TERM=dumb`` or ``TERM=unknown``, nor ``TTY_INTERACTIVE=0``.
+    ``NO_COLOR`` takes the colour away, as rich applies it, not the line.
+    One line at a time: work inside another line's block shows none.
+    rich is imported only here, so a piped run never loads it.
+    """
+    stream = getattr(sys.stderr, "rich_proxied_file", sys.stderr)  # under a live line, the stream beneath
+    if _ACTIVE or not _isatty(stream):
+        return None
+    from rich.console import Console
+
+    # The stream itself, not ``stderr=True``: that would follow ``sys.stderr`` into a
+    # ``redirect_stderr`` of in-process work (tools/sweep.py) and draw the line there.
+    console = Console(file=stream, highlight=False)
+    return console if console.is_interactive else None
+
+
+class ProgressLine:
+    """What long work reports as it goes; it draws nothing unless :func:`progress` gave it a console.
+
+    The line starts on the first report, so work that ends before it reports
+    (a release already in the cache) shows nothing at all.
+    """
+
+    def __init__(self, label: str, total: int | None, console: Any, unit: str = "") -> None:
+        self._label, self._total, self._console, self._unit = label, total, console, unit
+        self._done, self._detail = 0, ""
+        self._live: Any = None
+        self._task: Any = None
+
+    @property
+    def shown(self) -> bool:
+        return self._console is not None
+
+    def advance(self, n: int = 1, detail: str = "") -> None:
+        """``n`` more steps done; ``detail``: what runs now."""
+        self.update(detail, self._done + n)
+
+    def update(self, detail: str = "", done: int | None = None, total: int | None = None) -> None:
+        """What runs now, and (when given) the steps done and the steps in all."""
+        if self._console is None:
+            return
+        self._done = self._done if done is None else done
+        self._total = self._total if total is None else total
+        self._detail = detail
+        if self._live is None:
+            self._start()
+        self._live.update(self._task, description=self._description(), completed=self._done, total=self._total)
+
+    def _description(self) -> str:
+        from rich.markup import escape
+
+        count = f" {self._done}/{self._total}" + (f" {self._unit}" if self._unit else "") if self._total is not None else ""
+        return escape(f"{self._label}{count}" + (f"  {self._detail}" if self._detail else ""))
+
+    def _start(self) -> None:
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        class CountedBar(BarColumn):
+            """A bar only for steps that can be counted: the spinner alone says the rest is going."""
+
+            def render(self, task: Any) -> Any:
+                return super().render(task) if task.total is not None else ""
+
+        self._live = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            CountedBar(bar_width=20),
+            TimeElapsedColumn(),
+            console=self._console,
+            transient=True,
+            # stdout written meanwhile goes above the line when it is the same terminal; a piped
+            # stdout is left alone (rich would send it to the stderr console otherwise).
+            redirect_stdout=_isatty(sys.stdout),
+            redirect_stderr=True,
+        )
+        self._task = self._live.add_task(self._description(), total=self._total)
+        self._live.start()
+
+    def close(self) -> None:
+        """Clear the line (transient: the terminal is left as it would be without it)."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+
+
+#: The line being drawn, if any: rich draws one live display per terminal.
+_ACTIVE: list[ProgressLine] = []
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+@contextmanager
+def progress(label: str, total: int | None = None, shown: bool = True, unit: str = "") -> Iterator[ProgressLine]:
+    """A transient progress line on stderr for the work inside the block.
+
+    ``label``: what the work is; ``total``: its steps (``unit``: what one is), or None (a spinner);
+    ``shown=False`` (``--format json``) draws nothing, whatever stderr is.
+    Nothing is drawn either when stderr is not an interactive terminal
+    (:func:`_progress_console`). The line is cleared when the block ends, so
+    stdout and every other stderr byte are what they are without it.
+    """
+    line = ProgressLine(label, total, _progress_console() if shown else None, unit)
+    if line.shown:
+        _ACTIVE.append(line)
+    try:
+        yield line
+    finally:
+        line.close()
 
 
 def print_diff(text: str, color: str = "auto") -> None:
