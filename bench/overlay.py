@@ -45,7 +45,13 @@ def bootstrap_import_ms(overlay: str, repeat: int, env: dict | None = None) -> f
     """Median cumulative import time of the overlay's sitecustomize, as ``python -X importtime`` reports it."""
     samples = []
     for _ in range(repeat):
-        proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], env=dict(env or os.environ, PYTHONPATH=overlay), capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", "pass"],
+            env=dict(env or os.environ, PYTHONPATH=overlay),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         line = next(l for l in proc.stderr.splitlines() if l.split("|")[-1].strip() == "sitecustomize")
         samples.append(int(line.split("|")[1]) / 1000)
     return statistics.median(samples)
@@ -61,13 +67,23 @@ def bootstrap_rows(overlay: str, work: Path, repeat: int) -> list[tuple[str, str
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | extra
         plain = timed([sys.executable, "-c", "pass"], dict(env, PYTHONPATH=str(work)), repeat * 4)
         with_overlay = timed([sys.executable, "-c", "pass"], dict(env, PYTHONPATH=overlay), repeat * 4)
-        columns.append((plain, with_overlay, bootstrap_import_ms(overlay, repeat * 4, env), bootstrap_import_ms(str(no_pyc), repeat * 4, env)))
+        columns.append(
+            (
+                plain,
+                with_overlay,
+                bootstrap_import_ms(overlay, repeat * 4, env),
+                bootstrap_import_ms(str(no_pyc), repeat * 4, env),
+            )
+        )
         if not extra:
             shutil.rmtree(no_pyc / "__pycache__", ignore_errors=True)  # the default run wrote one: take it away again
     names = (
         ("python -c pass", lambda c: f"{c[0] * 1000:.1f} ms"),
         ("python -c pass, overlay on PYTHONPATH", lambda c: f"{c[1] * 1000:.1f} ms"),
-        ("bootstrap cost per process (wall difference; noisy on a busy machine)", lambda c: f"{(c[1] - c[0]) * 1000:.1f} ms"),
+        (
+            "bootstrap cost per process (wall difference; noisy on a busy machine)",
+            lambda c: f"{(c[1] - c[0]) * 1000:.1f} ms",
+        ),
         ("ratio, overlay / plain", lambda c: f"{c[1] / c[0]:.2f}x"),
         ("bootstrap import time (`-X importtime`, sitecustomize cumulative)", lambda c: f"{c[2]:.2f} ms"),
         ("the same, the overlay's .pyc removed", lambda c: f"{c[3]:.2f} ms"),
@@ -90,13 +106,39 @@ def main(argv: list[str]) -> int:
         def fresh() -> None:
             shutil.rmtree(cache, ignore_errors=True)
 
-        rows = [] if "--bootstrap-only" in argv else [
-            ("verify, cold (the reference)", timed(patchcraft + ["verify", str(package), "--no-smoke"], env, repeat, codes=(0, 1))),
-            ("overlay build --no-smoke, cold", timed(patchcraft + ["overlay", "build", str(package), "--no-smoke"], env, repeat, fresh)),
-            ("overlay build, warm (reused)", timed(patchcraft + ["overlay", "build", str(package), "--no-smoke"], env, repeat)),
-            ("overlay build with the harness proof, cold", timed(patchcraft + ["overlay", "build", str(package)], env, max(1, repeat // 2), fresh)),
-        ]
-        overlay = subprocess.run(patchcraft + ["overlay", "build", str(package), "--no-smoke"], env=env, check=True, capture_output=True, text=True).stdout.strip().split("=", 1)[1]
+        rows = (
+            []
+            if "--bootstrap-only" in argv
+            else [
+                (
+                    "verify, cold (the reference)",
+                    timed(patchcraft + ["verify", str(package), "--no-smoke"], env, repeat, codes=(0, 1)),
+                ),
+                (
+                    "overlay build --no-smoke, cold",
+                    timed(patchcraft + ["overlay", "build", str(package), "--no-smoke"], env, repeat, fresh),
+                ),
+                (
+                    "overlay build, warm (reused)",
+                    timed(patchcraft + ["overlay", "build", str(package), "--no-smoke"], env, repeat),
+                ),
+                (
+                    "overlay build with the harness proof, cold",
+                    timed(patchcraft + ["overlay", "build", str(package)], env, max(1, repeat // 2), fresh),
+                ),
+            ]
+        )
+        overlay = (
+            subprocess.run(
+                patchcraft + ["overlay", "build", str(package), "--no-smoke"],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .split("=", 1)[1]
+        )
         bare = timed([sys.executable, "-S", "-c", "pass"], dict(os.environ), repeat * 4)
         print(f"SGLang {version}, medians of {repeat} (interpreter start: {repeat * 4}), {os.cpu_count()} cores\n")
         print("| measurement | seconds |\n|---|---|")

@@ -52,6 +52,7 @@ COPY_IGNORE = shutil.ignore_patterns("__pycache__")
 
 # -- measuring -------------------------------------------------------------------
 
+
 @dataclass
 class Sample:
     wall: float
@@ -110,6 +111,7 @@ def repeat(times: int, command: Callable[[], Process]) -> tuple[Timing, Process]
 
 # -- in-process probes (goal 1): one fresh interpreter per measurement -----------------
 
+
 def probe_verify(tree_path: str, jobs: int) -> dict:
     """Time ``engine.run(VERIFY)`` once, imports done before the clock starts."""
     from patchcraft.engine.tree_run import run
@@ -149,6 +151,7 @@ def _timed(func: Callable[[], Any]) -> tuple[Sample, Any]:
 
 
 # -- the benchmark -----------------------------------------------------------------
+
 
 @dataclass
 class Row:
@@ -193,7 +196,9 @@ class Bench:
         env = dict(os.environ)
         for name in ("PYTHONDONTWRITEBYTECODE", "PATCHCRAFT_NO_CACHE", "FORCE_COLOR"):
             env.pop(name, None)
-        env.update(PYTHONPYCACHEPREFIX=str(self.work / "pycache"), PATCHCRAFT_CACHE=str(self.work / "cache"), NO_COLOR="1")
+        env.update(
+            PYTHONPYCACHEPREFIX=str(self.work / "pycache"), PATCHCRAFT_CACHE=str(self.work / "cache"), NO_COLOR="1"
+        )
         env.update(extra)
         return env
 
@@ -232,19 +237,60 @@ class Bench:
             parse.add(Sample(*self._probe("parse", "0", *files)["time"]))
             paused.add(Sample(*self._probe("parse", "1", *files)["time"]))
         what = f"cold verify, in process ({len(files)} files to parse, --jobs {self.jobs})"
-        self._ratio("1", what, verify, "libcst.parse_module of those files, in process", parse, "<= 1.3", lambda r: r <= 1.3)
-        self._ratio("1", what, verify, "the same parse with the GC paused (as verify runs)", paused, "<= 1.3", lambda r: r <= 1.3)
+        self._ratio(
+            "1", what, verify, "libcst.parse_module of those files, in process", parse, "<= 1.3", lambda r: r <= 1.3
+        )
+        self._ratio(
+            "1",
+            what,
+            verify,
+            "the same parse with the GC paused (as verify runs)",
+            paused,
+            "<= 1.3",
+            lambda r: r <= 1.3,
+        )
         whole, _ = repeat(self.times, lambda: self.patchcraft("verify", str(self.tree), env=self.cold_env()))
         parse_all = "import libcst, sys\nfor f in sys.argv[1:]:\n    libcst.parse_module(open(f, 'rb').read())"
-        anchor, _ = repeat(self.times, lambda: run_process([sys.executable, "-c", parse_all, *files], self.env, self.work))
-        self._ratio("1", "cold verify, whole process", whole, "python: import libcst + parse those files", anchor, "(reference)", None)
+        anchor, _ = repeat(
+            self.times, lambda: run_process([sys.executable, "-c", parse_all, *files], self.env, self.work)
+        )
+        self._ratio(
+            "1",
+            "cold verify, whole process",
+            whole,
+            "python: import libcst + parse those files",
+            anchor,
+            "(reference)",
+            None,
+        )
         codemod_paths = [str(self.models)] if not self.args.quick else [str(self.models / self.args.files[0])]
-        codemod = [sys.executable, "-m", "libcst.tool", "codemod", "--no-format", "--hide-progress", "noop.NOOPCommand", *codemod_paths]
-        noop, proc = repeat(1 if self.args.quick else self.args.codemod_repeat, lambda: run_process(codemod, self.env, self.work))
+        codemod = [
+            sys.executable,
+            "-m",
+            "libcst.tool",
+            "codemod",
+            "--no-format",
+            "--hide-progress",
+            "noop.NOOPCommand",
+            *codemod_paths,
+        ]
+        noop, proc = repeat(
+            1 if self.args.quick else self.args.codemod_repeat, lambda: run_process(codemod, self.env, self.work)
+        )
         if proc.returncode != 0:
-            self.notes.append(f"libcst.tool codemod exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-300:]}")
+            self.notes.append(
+                f"libcst.tool codemod exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-300:]}"
+            )
         where = "models/" if not self.args.quick else self.args.files[0]
-        self._speedup("1", "cold verify, whole process", whole, f"libcst.tool codemod noop over {where}", noop, ">= 5x faster", 5.0)
+        self._speedup(
+            "1",
+            "cold verify, whole process",
+            whole,
+            f"libcst.tool codemod noop over {where}",
+            noop,
+            ">= 5x faster",
+            5.0,
+        )
 
     def goal_warm(self) -> None:
         cold = self.patchcraft("verify", str(self.tree))  # fills the private cache
@@ -253,7 +299,9 @@ class Bench:
         traced = self.patchcraft("verify", str(self.tree), env=self._env(PYTHONPROFILEIMPORTTIME="1"))
         libcst_loaded = any(_top(line) == "libcst" for line in traced.stderr.decode(errors="replace").splitlines())
         self._limit("2", "warm verify (cache hit), whole process", warm, 0.4)
-        self.notes.append(f"goal 2: the warm run prints what the cold run printed: {'yes' if same else 'NO'}; it imports libcst: {'YES' if libcst_loaded else 'no'}")
+        self.notes.append(
+            f"goal 2: the warm run prints what the cold run printed: {'yes' if same else 'NO'}; it imports libcst: {'YES' if libcst_loaded else 'no'}"
+        )
 
     def goal_single_file(self) -> None:
         for name in self.args.files:
@@ -261,14 +309,34 @@ class Bench:
             if not path.is_file():
                 self.notes.append(f"goal 3: {name} is not in this tree; skipped")
                 continue
-            hook, _ = repeat(self.times, lambda: self.patchcraft("verify", "--color", "never", str(path), env=self.fresh_cache_env()))
+            hook, _ = repeat(
+                self.times, lambda: self.patchcraft("verify", "--color", "never", str(path), env=self.fresh_cache_env())
+            )
             code = "import libcst, sys\nlibcst.parse_module(open(sys.argv[1], 'rb').read())"
-            anchor, _ = repeat(self.times, lambda: run_process([sys.executable, "-c", code, str(path)], self.env, self.work))
+            anchor, _ = repeat(
+                self.times, lambda: run_process([sys.executable, "-c", code, str(path)], self.env, self.work)
+            )
             scope = self._scope(path)
-            self._ratio("3", f"pre-commit verify {name}, {scope} (nothing cached)", hook, f"python: import libcst + parse {name}", anchor, "<= 1.5", lambda r: r <= 1.5)
+            self._ratio(
+                "3",
+                f"pre-commit verify {name}, {scope} (nothing cached)",
+                hook,
+                f"python: import libcst + parse {name}",
+                anchor,
+                "<= 1.5",
+                lambda r: r <= 1.5,
+            )
             self.patchcraft("verify", "--color", "never", str(path))  # the run before: it fills the cache
             warm, _ = repeat(self.times, lambda: self.patchcraft("verify", "--color", "never", str(path)))
-            self._ratio("3", f"pre-commit verify {name} (unchanged since the last run)", warm, f"python: import libcst + parse {name}", anchor, "<= 1.5", lambda r: r <= 1.5)
+            self._ratio(
+                "3",
+                f"pre-commit verify {name} (unchanged since the last run)",
+                warm,
+                f"python: import libcst + parse {name}",
+                anchor,
+                "<= 1.5",
+                lambda r: r <= 1.5,
+            )
 
     def _scope(self, path: Path) -> str:
         """What verifying one file covers: the models whose edit sites meet it, and their files."""
@@ -278,7 +346,9 @@ class Bench:
         except (ValueError, KeyError):
             return "scope unknown"
         files = {f for model in models for f in model.get("files", ())}
-        return f"{len(models)} model{'s' if len(models) != 1 else ''} in {len(files)} file{'s' if len(files) != 1 else ''}"
+        return (
+            f"{len(models)} model{'s' if len(models) != 1 else ''} in {len(files)} file{'s' if len(files) != 1 else ''}"
+        )
 
     def goal_startup(self) -> None:
         helped, _ = repeat(self.times, lambda: self.patchcraft("--help"))
@@ -286,29 +356,72 @@ class Bench:
         self._limit("4", "patchcraft --help, whole process", helped, 0.25)
         self.rows.append(Row("4", "(for scale) python -c pass", bare.wall, "", None, None, "", None, (bare.cpu,)))
         traced = self.patchcraft("--help", env=self._env(PYTHONPROFILEIMPORTTIME="1"))
-        heavy = sorted({_top(line) for line in traced.stderr.decode(errors="replace").splitlines() if _top(line) in ("libcst", "rich", "torch", "transformers")})
-        self.notes.append(f"goal 4: `patchcraft --help` imports {', '.join(heavy) if heavy else 'none of libcst, rich, torch, transformers'}")
+        heavy = sorted(
+            {
+                _top(line)
+                for line in traced.stderr.decode(errors="replace").splitlines()
+                if _top(line) in ("libcst", "rich", "torch", "transformers")
+            }
+        )
+        self.notes.append(
+            f"goal 4: `patchcraft --help` imports {', '.join(heavy) if heavy else 'none of libcst, rich, torch, transformers'}"
+        )
 
     def goal_parallel(self) -> None:
-        one, first = repeat(self.times, lambda: self.patchcraft("verify", "--jobs", "1", str(self.tree), env=self.cold_env()))
-        many, last = repeat(self.times, lambda: self.patchcraft("verify", "--jobs", str(self.jobs), str(self.tree), env=self.cold_env()))
+        one, first = repeat(
+            self.times, lambda: self.patchcraft("verify", "--jobs", "1", str(self.tree), env=self.cold_env())
+        )
+        many, last = repeat(
+            self.times, lambda: self.patchcraft("verify", "--jobs", str(self.jobs), str(self.tree), env=self.cold_env())
+        )
         same = (first.stdout, first.stderr, first.returncode) == (last.stdout, last.stderr, last.returncode)
-        self._speedup("5", f"cold verify --jobs {self.jobs}, whole process", many, "cold verify --jobs 1", one, "faster with more cores", None)
+        self._speedup(
+            "5",
+            f"cold verify --jobs {self.jobs}, whole process",
+            many,
+            "cold verify --jobs 1",
+            one,
+            "faster with more cores",
+            None,
+        )
         self.notes.append(f"goal 5: --jobs {self.jobs} prints exactly what --jobs 1 prints: {'yes' if same else 'NO'}")
 
     # -- rows ----------------------------------------------------------------
-    def _ratio(self, goal: str, what: str, value: Timing, anchor: str, base: Timing, target: str, ok: Callable[[float], bool] | None) -> None:
+    def _ratio(
+        self,
+        goal: str,
+        what: str,
+        value: Timing,
+        anchor: str,
+        base: Timing,
+        target: str,
+        ok: Callable[[float], bool] | None,
+    ) -> None:
         ratio = value.wall / base.wall if base.wall > 0.001 else None  # no anchor to speak of
         met = ok(ratio) if ok is not None and ratio is not None else None
         self.rows.append(Row(goal, what, value.wall, anchor, base.wall, ratio, target, met, (value.cpu, base.cpu)))
 
-    def _speedup(self, goal: str, what: str, value: Timing, anchor: str, base: Timing, target: str, floor: float | None) -> None:
+    def _speedup(
+        self, goal: str, what: str, value: Timing, anchor: str, base: Timing, target: str, floor: float | None
+    ) -> None:
         speedup = base.wall / value.wall if value.wall else None
         met = None if floor is None or speedup is None else speedup >= floor
         self.rows.append(Row(goal, what, value.wall, anchor, base.wall, speedup, target, met, (value.cpu, base.cpu)))
 
     def _limit(self, goal: str, what: str, value: Timing, limit: float) -> None:
-        self.rows.append(Row(goal, what, value.wall, f"{limit:g} s", limit, value.wall / limit, f"<= {limit:g} s", value.wall <= limit, (value.cpu,)))
+        self.rows.append(
+            Row(
+                goal,
+                what,
+                value.wall,
+                f"{limit:g} s",
+                limit,
+                value.wall / limit,
+                f"<= {limit:g} s",
+                value.wall <= limit,
+                (value.cpu,),
+            )
+        )
 
 
 def _top(line: str) -> str:
@@ -327,6 +440,7 @@ def _cores() -> int:
 
 # -- reporting ----------------------------------------------------------------------
 
+
 def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} s"
 
@@ -343,7 +457,9 @@ def table(rows: Sequence[Row]) -> list[str]:
         cpu = " / ".join(f"{c:.3f} s" for c in row.cpu) if row.cpu else "-"
         if len(row.cpu) == 2 and min(row.cpu) > 0.001:
             cpu += f" ({row.cpu[1] / row.cpu[0]:.2f}x)" if speedup else f" ({row.cpu[0] / row.cpu[1]:.2f})"
-        lines.append(f"| {row.goal} | {row.what} | {_s(row.value)} | {row.anchor or '-'} | {_s(row.anchor_value) if row.anchor else '-'} | {ratio} | {row.target or '-'} | {met} | {cpu} |")
+        lines.append(
+            f"| {row.goal} | {row.what} | {_s(row.value)} | {row.anchor or '-'} | {_s(row.anchor_value) if row.anchor else '-'} | {ratio} | {row.target or '-'} | {met} | {cpu} |"
+        )
     return lines
 
 
@@ -362,7 +478,9 @@ def machine(load_before: tuple, load_after: tuple, jobs: int) -> list[str]:
         pass
     memory = "unknown"
     try:
-        kib = int(next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal")).split()[1])
+        kib = int(
+            next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal")).split()[1]
+        )
         memory = f"{kib / 1024 / 1024:.1f} GiB"
     except (OSError, StopIteration, ValueError):
         pass
@@ -379,7 +497,11 @@ def machine(load_before: tuple, load_after: tuple, jobs: int) -> list[str]:
 
 def document(bench: Bench, machine_lines: list[str], elapsed: float) -> str:
     args = bench.args
-    source = f"a copy of `--tree {args.tree}`" if args.tree else f"a full SGLang {args.release} package (`patchcraft fetch {args.release}`, every .py file of the wheel)"
+    source = (
+        f"a copy of `--tree {args.tree}`"
+        if args.tree
+        else f"a full SGLang {args.release} package (`patchcraft fetch {args.release}`, every .py file of the wheel)"
+    )
     parts = [
         "# Performance",
         "",
@@ -503,16 +625,28 @@ the install) 28 ms, the preflight modules 19 ms, the verdict check 26 ms.
 
 # -- entry point --------------------------------------------------------------------
 
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--release", default=DEFAULT_RELEASE, help=f"SGLang release to fetch (default {DEFAULT_RELEASE}).")
+    parser.add_argument(
+        "--release", default=DEFAULT_RELEASE, help=f"SGLang release to fetch (default {DEFAULT_RELEASE})."
+    )
     parser.add_argument("--tree", help="Use this sglang package directory instead of a release (it is copied first).")
     parser.add_argument("--repeat", type=int, default=5, help="Runs per measurement (medians; default 5).")
     parser.add_argument("--codemod-repeat", type=int, default=3, help="Runs of the (slow) codemod anchor (default 3).")
     parser.add_argument("--jobs", type=int, default=0, help="--jobs for patchcraft (default: one per core).")
-    parser.add_argument("--file", dest="files", action="append", help=f"Model file for goal 3, repeatable (default {', '.join(DEFAULT_FILES)}).")
-    parser.add_argument("--quick", action="store_true", help="One run each, the codemod on one file: a smoke test, not a measurement.")
-    parser.add_argument("--output", help=f"Write the report here (default {DOC.relative_to(ROOT)}; --quick writes only with --output).")
+    parser.add_argument(
+        "--file",
+        dest="files",
+        action="append",
+        help=f"Model file for goal 3, repeatable (default {', '.join(DEFAULT_FILES)}).",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="One run each, the codemod on one file: a smoke test, not a measurement."
+    )
+    parser.add_argument(
+        "--output", help=f"Write the report here (default {DOC.relative_to(ROOT)}; --quick writes only with --output)."
+    )
     parser.add_argument("--probe", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.files = args.files or list(DEFAULT_FILES)

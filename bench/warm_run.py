@@ -73,19 +73,39 @@ def main(argv: list[str]) -> int:
         env = dict(os.environ, PATCHCRAFT_CACHE=str(cache))
         env.pop("PATCHCRAFT_NO_CACHE", None)
         server = [
-            sys.executable, "-c", "pass",
-            "--model-path", str(kimi_target(work / "kimi")),
-            "--speculative-algorithm", "EAGLE3",
-            "--speculative-draft-model-path", str(sglang_draft(work / "draft", [-1, 2, 30])),
-            "--tp", "8",
+            sys.executable,
+            "-c",
+            "pass",
+            "--model-path",
+            str(kimi_target(work / "kimi")),
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            str(sglang_draft(work / "draft", [-1, 2, 30])),
+            "--tp",
+            "8",
         ]
-        run = [sys.executable, "-m", "patchcraft", "run", "--target", str(package), "--no-smoke", "--trained-on", "hf:0,3,31", "--"]
+        run = [
+            sys.executable,
+            "-m",
+            "patchcraft",
+            "run",
+            "--target",
+            str(package),
+            "--no-smoke",
+            "--trained-on",
+            "hf:0,3,31",
+            "--",
+        ]
         measure(run + server, env)  # cold: builds the overlay, runs and stores the preflight
         rows = {
             "bare command (reference)": (server, None),
             "patchcraft run --no-preflight, overlay reused": (run[:-1] + ["--no-preflight", "--"] + server, None),
             "patchcraft run, warm (overlay and verdict reused)": (run + server, None),
-            "patchcraft run, verdict cache emptied each run": (run + server, lambda: shutil.rmtree(cache / "preflight", ignore_errors=True)),
+            "patchcraft run, verdict cache emptied each run": (
+                run + server,
+                lambda: shutil.rmtree(cache / "preflight", ignore_errors=True),
+            ),
         }
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
         for _ in range(repeat):
@@ -98,16 +118,23 @@ def main(argv: list[str]) -> int:
 
 
 def report(version: str, repeat: int, samples: dict[str, list[tuple[float, float]]]) -> None:
-    medians = {name: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)) for name, runs in samples.items()}
+    medians = {
+        name: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
+        for name, runs in samples.items()
+    }
     bare_wall, bare_cpu = next(iter(medians.values()))
-    print(f"sglang {version}, medians of {repeat} interleaved runs, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"sglang {version}, medians of {repeat} interleaved runs, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     print(f"| {'measurement':<52} | wall s | over bare | CPU s | over bare |")
     print(f"|{'-' * 54}|--------|-----------|-------|-----------|")
     for name, (wall, cpu) in medians.items():
         print(f"| {name:<52} | {wall:6.2f} | {wall - bare_wall:+9.2f} | {cpu:5.2f} | {cpu - bare_cpu:+9.2f} |")
     warm_wall, warm_cpu = medians["patchcraft run, warm (overlay and verdict reused)"]
     verdict = "met" if warm_cpu - bare_cpu <= GOAL_S else "NOT met"
-    print(f"goal: warm run at most {GOAL_S} s over the bare command, judged on CPU time: {verdict} (CPU {warm_cpu - bare_cpu:+.2f} s, wall {warm_wall - bare_wall:+.2f} s)")
+    print(
+        f"goal: warm run at most {GOAL_S} s over the bare command, judged on CPU time: {verdict} (CPU {warm_cpu - bare_cpu:+.2f} s, wall {warm_wall - bare_wall:+.2f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -30,15 +30,56 @@ _NO_FUSION = "patchcraft.no_fusion_fix"
 
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.argument("targets", nargs=-1, type=click.Path())(func)
-    func = click.option("--model", "models", multiple=True, metavar="NAME", help="Only this model (file stem or class); repeatable.")(func)
-    func = click.option("--format", "output_format", type=REPORT_FORMATS, default="text", show_default=True, help="Report format (github: workflow annotations).")(func)
-    func = click.option("--color", type=COLORS, default="auto", show_default=True, help="Colour; NO_COLOR is honoured.")(func)
-    func = click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache (fetched on first use) instead of TARGET.")(func)
-    func = click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ alone (no CUDA graphs: the runner fix is not needed).")(func)
+    func = click.option(
+        "--model", "models", multiple=True, metavar="NAME", help="Only this model (file stem or class); repeatable."
+    )(func)
+    func = click.option(
+        "--format",
+        "output_format",
+        type=REPORT_FORMATS,
+        default="text",
+        show_default=True,
+        help="Report format (github: workflow annotations).",
+    )(func)
+    func = click.option(
+        "--color", type=COLORS, default="auto", show_default=True, help="Colour; NO_COLOR is honoured."
+    )(func)
+    func = click.option(
+        "--release",
+        metavar="VERSION",
+        help="Use SGLang VERSION from the cache (fetched on first use) instead of TARGET.",
+    )(func)
+    func = click.option(
+        "--no-runner",
+        "no_runner",
+        is_flag=True,
+        help="Leave srt/model_executor/ alone (no CUDA graphs: the runner fix is not needed).",
+    )(func)
     # Not parameters of each command: _options reads them from the context.
-    func = click.option("--no-fusion-fix", "no_fusion_fix", is_flag=True, expose_value=False, callback=_remember_no_fusion, help="Leave srt/layers/communicator.py alone (the allreduce-fusion row: TP 1, or fusion disabled when serving).")(func)
-    func = click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N", expose_value=False, callback=_remember_jobs, help="Patch N files at once (default: one per core).")(func)
-    func = click.option("--strict", is_flag=True, expose_value=False, callback=_remember_strict, help="Unsupported models fail the run (as when named with --model).")(func)
+    func = click.option(
+        "--no-fusion-fix",
+        "no_fusion_fix",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember_no_fusion,
+        help="Leave srt/layers/communicator.py alone (the allreduce-fusion row: TP 1, or fusion disabled when serving).",
+    )(func)
+    func = click.option(
+        "--jobs",
+        "-j",
+        type=click.IntRange(min=1),
+        metavar="N",
+        expose_value=False,
+        callback=_remember_jobs,
+        help="Patch N files at once (default: one per core).",
+    )(func)
+    func = click.option(
+        "--strict",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember_strict,
+        help="Unsupported models fail the run (as when named with --model).",
+    )(func)
     return func
 
 
@@ -88,25 +129,74 @@ def cli() -> None:
 @_common
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if anything would change.")
 @click.option("--diff", "show_diff", is_flag=True, help="Also print the unified diff.")
-@click.option("--exit-non-zero-on-fix", "fail_on_change", is_flag=True, help="Exit 1 when a file was rewritten (as formatters do under pre-commit).")
-@click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on the patched code before writing it.")
-@click.option("--replace-hand-edits", "replace_hand_edits", is_flag=True, help="Patch the pristine text (RECORD + wheel, the cached release's wheel, or git HEAD) of files edited by hand at patchcraft's edit sites only; refuse files with other hand edits.")
-def apply(targets, models, output_format, color, release, no_runner, check, show_diff, fail_on_change, no_smoke, replace_hand_edits) -> None:
+@click.option(
+    "--exit-non-zero-on-fix",
+    "fail_on_change",
+    is_flag=True,
+    help="Exit 1 when a file was rewritten (as formatters do under pre-commit).",
+)
+@click.option(
+    "--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on the patched code before writing it."
+)
+@click.option(
+    "--replace-hand-edits",
+    "replace_hand_edits",
+    is_flag=True,
+    help="Patch the pristine text (RECORD + wheel, the cached release's wheel, or git HEAD) of files edited by hand at patchcraft's edit sites only; refuse files with other hand edits.",
+)
+def apply(
+    targets,
+    models,
+    output_format,
+    color,
+    release,
+    no_runner,
+    check,
+    show_diff,
+    fail_on_change,
+    no_smoke,
+    replace_hand_edits,
+) -> None:
     """Patch the model files in place (idempotent, atomic; proven by the CPU harness first when torch is installed)."""
     from dataclasses import replace
 
     from patchcraft.commands.apply import apply_command
 
-    options = replace(_options(targets, models, output_format, color, show_diff, release, no_runner), fail_on_change=fail_on_change, smoke=not no_smoke, replace_hand_edits=replace_hand_edits)
+    options = replace(
+        _options(targets, models, output_format, color, show_diff, release, no_runner),
+        fail_on_change=fail_on_change,
+        smoke=not no_smoke,
+        replace_hand_edits=replace_hand_edits,
+    )
     sys.exit(apply_command(options, check=check))
 
 
 @cli.command()
 @_common
-@click.option("--smoke", "smoke_run", is_flag=True, help="Also run the patched methods on CPU stand-ins (needs patchcraft[smoke]).")
-@click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on hand-made edits (it runs when torch is installed).")
-@click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="Check the overlay in DIR instead: it matches the install (TARGET) and is fully patched.")
-@click.option("--user", "user", metavar="NAME", help="With --overlay: check that user NAME (the server's) can read it, its parent directories included.")
+@click.option(
+    "--smoke",
+    "smoke_run",
+    is_flag=True,
+    help="Also run the patched methods on CPU stand-ins (needs patchcraft[smoke]).",
+)
+@click.option(
+    "--no-smoke",
+    "no_smoke",
+    is_flag=True,
+    help="Do not run the CPU harness on hand-made edits (it runs when torch is installed).",
+)
+@click.option(
+    "--overlay",
+    "overlay_dir",
+    type=click.Path(file_okay=False),
+    help="Check the overlay in DIR instead: it matches the install (TARGET) and is fully patched.",
+)
+@click.option(
+    "--user",
+    "user",
+    metavar="NAME",
+    help="With --overlay: check that user NAME (the server's) can read it, its parent directories included.",
+)
 def verify(targets, models, output_format, color, release, no_runner, smoke_run, no_smoke, overlay_dir, user) -> None:
     """Check each edit is present and correct; write nothing."""
     from dataclasses import replace
@@ -118,7 +208,9 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
             raise click.UsageError("--overlay checks one install: give at most one TARGET")
         sys.exit(overlay_verify_command(overlay_dir, targets[0] if targets else None, output_format, color, user))
 
-    options = replace(_options(targets, models, output_format, color, release=release, no_runner=no_runner), smoke=not no_smoke)
+    options = replace(
+        _options(targets, models, output_format, color, release=release, no_runner=no_runner), smoke=not no_smoke
+    )
     if smoke_run:
         from patchcraft.commands.smoke import verify_smoke_command
 
@@ -130,19 +222,90 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
 
 @cli.command()
 @_common
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="cpu: the patched methods on stand-ins (needs patchcraft[smoke]); cuda: the GPU smoke test.")
-@click.option("--tp", type=click.IntRange(1, 8), default=None, help="cuda: tensor-parallel size (default: all visible GPUs).")
-@click.option("--model-path", type=click.Path(exists=True, file_okay=False), help="cuda: target checkpoint (default: a tiny random DeepSeek-V3).")
-@click.option("--draft-path", type=click.Path(exists=True, file_okay=False), help="cuda: EAGLE-3 draft (default: a tiny random one).")
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="cpu: the patched methods on stand-ins (needs patchcraft[smoke]); cuda: the GPU smoke test.",
+)
+@click.option(
+    "--tp", type=click.IntRange(1, 8), default=None, help="cuda: tensor-parallel size (default: all visible GPUs)."
+)
+@click.option(
+    "--model-path",
+    type=click.Path(exists=True, file_okay=False),
+    help="cuda: target checkpoint (default: a tiny random DeepSeek-V3).",
+)
+@click.option(
+    "--draft-path",
+    type=click.Path(exists=True, file_okay=False),
+    help="cuda: EAGLE-3 draft (default: a tiny random one).",
+)
 @click.option("--layer-ids", metavar="IDS", help="cuda: aux layer ids for the tiny draft, e.g. -1,1,2.")
-@click.option("--engine", type=click.Choice(["sglang", "harness"]), default="sglang", show_default=True, help="cuda: sglang runs the GPU smoke test; harness runs the CPU harness's scenarios, a CUDA graph replay and torch.compile on the GPU (torch only).")
-@click.option("--compile", "compiled", is_flag=True, help="Compile each patched forward with torch.compile(fullgraph=True) (cpu: instead of the scenarios; --engine harness: as well); fail on a graph break the original does not have.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS", help="cuda (sglang): the time bound per engine (default 200).")
-@click.option("--out", type=click.Path(file_okay=False), help="cuda (sglang): write spec.log, base.log and summary.json to DIR.")
-@click.option("--via-run", "via_run", is_flag=True, help="cuda (sglang): leave the install unpatched; the EAGLE-3 engine gets the patch from an overlay, through patchcraft run.")
-@click.option("--mem-fraction-static", "mem_fraction_static", type=click.FloatRange(0, 1, min_open=True), default=None, metavar="F", help="cuda (sglang): SGLang's mem_fraction_static (default 0.3 for small targets, 0.85 for real ones).")
-@click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="cpu: run the harness on the files of the overlay in DIR (patchcraft overlay build).")
-def smoke(targets, models, output_format, color, release, no_runner, device, tp, model_path, draft_path, layer_ids, engine, compiled, timeout, out, via_run, mem_fraction_static, overlay_dir) -> None:
+@click.option(
+    "--engine",
+    type=click.Choice(["sglang", "harness"]),
+    default="sglang",
+    show_default=True,
+    help="cuda: sglang runs the GPU smoke test; harness runs the CPU harness's scenarios, a CUDA graph replay and torch.compile on the GPU (torch only).",
+)
+@click.option(
+    "--compile",
+    "compiled",
+    is_flag=True,
+    help="Compile each patched forward with torch.compile(fullgraph=True) (cpu: instead of the scenarios; --engine harness: as well); fail on a graph break the original does not have.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="SECONDS",
+    help="cuda (sglang): the time bound per engine (default 200).",
+)
+@click.option(
+    "--out", type=click.Path(file_okay=False), help="cuda (sglang): write spec.log, base.log and summary.json to DIR."
+)
+@click.option(
+    "--via-run",
+    "via_run",
+    is_flag=True,
+    help="cuda (sglang): leave the install unpatched; the EAGLE-3 engine gets the patch from an overlay, through patchcraft run.",
+)
+@click.option(
+    "--mem-fraction-static",
+    "mem_fraction_static",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    metavar="F",
+    help="cuda (sglang): SGLang's mem_fraction_static (default 0.3 for small targets, 0.85 for real ones).",
+)
+@click.option(
+    "--overlay",
+    "overlay_dir",
+    type=click.Path(file_okay=False),
+    help="cpu: run the harness on the files of the overlay in DIR (patchcraft overlay build).",
+)
+def smoke(
+    targets,
+    models,
+    output_format,
+    color,
+    release,
+    no_runner,
+    device,
+    tp,
+    model_path,
+    draft_path,
+    layer_ids,
+    engine,
+    compiled,
+    timeout,
+    out,
+    via_run,
+    mem_fraction_static,
+    overlay_dir,
+) -> None:
     """Run the real patched methods on tiny tensors; check they capture the right states."""
     from patchcraft.commands.smoke import smoke_command
 
@@ -153,7 +316,16 @@ def smoke(targets, models, output_format, color, release, no_runner, device, tp,
 
         targets = (overlay_target(overlay_dir),)
     options = _options(targets, models, output_format, color, release=release, no_runner=no_runner)
-    cuda = dict(tp=tp, model_path=model_path, draft_path=draft_path, layer_ids=layer_ids, timeout=timeout, out=out, via_run=via_run, mem_fraction_static=mem_fraction_static)
+    cuda = dict(
+        tp=tp,
+        model_path=model_path,
+        draft_path=draft_path,
+        layer_ids=layer_ids,
+        timeout=timeout,
+        out=out,
+        via_run=via_run,
+        mem_fraction_static=mem_fraction_static,
+    )
     sys.exit(smoke_command(options, device=device, cuda=cuda, engine=engine, compiled=compiled))
 
 
@@ -197,47 +369,120 @@ def fetch(version, dest) -> None:
 
 @cli.command()
 @click.argument("target", required=False, type=click.Path())
-@click.option("--layer-ids", required=True, metavar="IDS", help="Comma-separated aux layer ids, e.g. -1,2,30 (none: the defaults).")
+@click.option(
+    "--layer-ids",
+    required=True,
+    metavar="IDS",
+    help="Comma-separated aux layer ids, e.g. -1,2,30 (none: the defaults).",
+)
 @click.option("--num-layers", required=True, type=int, help="The target's num_hidden_layers.")
 @click.option("--model", metavar="NAME", help="Model file stem or class, e.g. deepseek_v2.")
 @click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
-@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).")
-@click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="Explain the overlay in DIR: the files `patchcraft run` serves.")
+@click.option(
+    "--tp",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).",
+)
+@click.option(
+    "--overlay",
+    "overlay_dir",
+    type=click.Path(file_okay=False),
+    help="Explain the overlay in DIR: the files `patchcraft run` serves.",
+)
 def explain(target, layer_ids, num_layers, model, release, output_format, tp, overlay_dir) -> None:
     """Show which hidden states these aux layer ids capture on this install."""
     from patchcraft.commands.explain import ExplainOptions, explain_command
 
-    sys.exit(explain_command(ExplainOptions(layer_ids, num_layers, target, release, model, output_format, tp=tp, overlay=overlay_dir)))
+    sys.exit(
+        explain_command(
+            ExplainOptions(layer_ids, num_layers, target, release, model, output_format, tp=tp, overlay=overlay_dir)
+        )
+    )
 
 
 @cli.command(name="check-draft")
 @click.argument("draft_dir", type=click.Path())
 @click.argument("target", required=False, type=click.Path())
-@click.option("--target", "target_model", metavar="DIR", type=click.Path(), help="The target model's directory (its config.json).")
-@click.option("--trained-on", metavar="CONV", help="How the draft was trained: hf:0,3,31 (HF hidden_states indices), specforge, specforge@<SGLang release>, speculators, speculators@0.4 or eagle (docs/layer-ids.md).")
+@click.option(
+    "--target", "target_model", metavar="DIR", type=click.Path(), help="The target model's directory (its config.json)."
+)
+@click.option(
+    "--trained-on",
+    metavar="CONV",
+    help="How the draft was trained: hf:0,3,31 (HF hidden_states indices), specforge, specforge@<SGLang release>, speculators, speculators@0.4 or eagle (docs/layer-ids.md).",
+)
 @click.option("--model", metavar="NAME", help="Model file stem or class (default: the target's architecture).")
 @click.option("--num-layers", type=int, help="The target's num_hidden_layers (default: from --target).")
 @click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
 @click.option("--no-cuda-graph", "no_cuda_graph", is_flag=True, help="The server runs with --disable-cuda-graph.")
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
-@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).")
-@click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="Check against the overlay in DIR: the files `patchcraft run` serves.")
-def check_draft(draft_dir, target, target_model, trained_on, model, num_layers, release, no_cuda_graph, output_format, tp, overlay_dir) -> None:
+@click.option(
+    "--tp",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).",
+)
+@click.option(
+    "--overlay",
+    "overlay_dir",
+    type=click.Path(file_okay=False),
+    help="Check against the overlay in DIR: the files `patchcraft run` serves.",
+)
+def check_draft(
+    draft_dir,
+    target,
+    target_model,
+    trained_on,
+    model,
+    num_layers,
+    release,
+    no_cuda_graph,
+    output_format,
+    tp,
+    overlay_dir,
+) -> None:
     """Check a draft's aux layer ids and fc width against this install and target."""
     from patchcraft.commands.check_draft import CheckDraftOptions, check_draft_command
 
     options = CheckDraftOptions(
-        draft_dir, target_model, target, release, model, num_layers, trained_on, not no_cuda_graph, output_format, tp=tp, overlay=overlay_dir
+        draft_dir,
+        target_model,
+        target,
+        release,
+        model,
+        num_layers,
+        trained_on,
+        not no_cuda_graph,
+        output_format,
+        tp=tp,
+        overlay=overlay_dir,
     )
     sys.exit(check_draft_command(options))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--target", metavar="TARGET", help="The sglang the command imports (default: the installed one).")
-@click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help="Use a prebuilt overlay (patchcraft overlay build --out DIR).")
-@click.option("--no-preflight", "no_preflight", is_flag=True, help="Launch without checking the draft against what this SGLang feeds it.")
-@click.option("--trained-on", metavar="CONV", help="The draft's training convention, as for check-draft (hf:0,3,31, specforge, speculators, eagle, ...).")
+@click.option(
+    "--overlay",
+    "overlay_dir",
+    type=click.Path(file_okay=False),
+    help="Use a prebuilt overlay (patchcraft overlay build --out DIR).",
+)
+@click.option(
+    "--no-preflight",
+    "no_preflight",
+    is_flag=True,
+    help="Launch without checking the draft against what this SGLang feeds it.",
+)
+@click.option(
+    "--trained-on",
+    metavar="CONV",
+    help="The draft's training convention, as for check-draft (hf:0,3,31, specforge, speculators, eagle, ...).",
+)
 @click.option("--no-smoke", "no_smoke", is_flag=True, help="Build the overlay without running the CPU harness on it.")
 @click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ out of the overlay.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -256,7 +501,11 @@ def overlay() -> None:
 
 @overlay.command(name="build")
 @click.argument("target", required=False, type=click.Path())
-@click.option("--out", type=click.Path(file_okay=False), help="Write the overlay to DIR (default: a directory in the cache, keyed by the install).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Write the overlay to DIR (default: a directory in the cache, keyed by the install).",
+)
 @click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on the patched files.")
 @click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ out of the overlay.")
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
@@ -272,7 +521,12 @@ def overlay_build(target, out, no_smoke, no_runner, output_format) -> None:
 @click.argument("target", required=False, type=click.Path())
 @click.option("--format", "output_format", type=REPORT_FORMATS, default="text", show_default=True)
 @click.option("--color", type=COLORS, default="auto", show_default=True)
-@click.option("--user", "user", metavar="NAME", help="Check that user NAME (the server's) can read it, its parent directories included.")
+@click.option(
+    "--user",
+    "user",
+    metavar="NAME",
+    help="Check that user NAME (the server's) can read it, its parent directories included.",
+)
 def overlay_verify(directory, target, output_format, color, user) -> None:
     """Check that an overlay matches the install it was built from and is fully patched."""
     from patchcraft.commands.run import overlay_verify_command

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Generate docs/coverage.md (the logic is tools/coverage.py).
 
-    python scripts/coverage_table.py           # rewrite docs/coverage.md
-    python scripts/coverage_table.py --check   # exit 1 if it is out of date
+python scripts/coverage_table.py           # rewrite docs/coverage.md
+python scripts/coverage_table.py --check   # exit 1 if it is out of date
 """
 
 from __future__ import annotations

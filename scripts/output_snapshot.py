@@ -39,7 +39,10 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(WORK, ignore_errors=True)
     kimi = kimi_target(WORK / "kimi")
-    drafts = {"minus1": sglang_draft(WORK / "draft-minus1", [-1, 2, 30]), "native": sglang_draft(WORK / "draft-native", [2, 30, 58])}
+    drafts = {
+        "minus1": sglang_draft(WORK / "draft-minus1", [-1, 2, 30]),
+        "native": sglang_draft(WORK / "draft-native", [2, 30, 58]),
+    }
     env = dict(os.environ, PATCHCRAFT_NO_CACHE="1", NO_COLOR="1", COLUMNS="120", TERM="dumb")
     for version in versions:
         tree = copy_release(version, WORK / version)
@@ -48,13 +51,22 @@ def main(argv: list[str]) -> int:
             ("verify-unpatched", ["verify", str(tree)]),
             ("diff-unpatched", ["diff", str(tree)]),
             ("check", ["apply", "--check", str(tree)]),
-            ("explain-unpatched", ["explain", str(tree), "--layer-ids", "-1,2,30", "--num-layers", "61", "--model", "deepseek_v2"]),
+            (
+                "explain-unpatched",
+                ["explain", str(tree), "--layer-ids", "-1,2,30", "--num-layers", "61", "--model", "deepseek_v2"],
+            ),
             ("check-draft-unpatched", ["check-draft", str(drafts["native"]), str(tree), "--target", str(kimi)]),
             ("apply", ["apply", "--no-smoke", str(tree)]),
             ("verify-patched", ["verify", str(tree)]),
             ("diff-patched", ["diff", str(tree)]),
-            ("explain-patched", ["explain", str(tree), "--layer-ids", "-1,2,30", "--num-layers", "61", "--model", "deepseek_v2"]),
-            ("check-draft-patched", ["check-draft", str(drafts["minus1"]), str(tree), "--target", str(kimi), "--trained-on", "hf:0,3,31"]),
+            (
+                "explain-patched",
+                ["explain", str(tree), "--layer-ids", "-1,2,30", "--num-layers", "61", "--model", "deepseek_v2"],
+            ),
+            (
+                "check-draft-patched",
+                ["check-draft", str(drafts["minus1"]), str(tree), "--target", str(kimi), "--trained-on", "hf:0,3,31"],
+            ),
             ("revert", ["revert", str(tree)]),
         ]
         for fmt in ("text", "json"):

@@ -31,7 +31,9 @@ def collect(directory: Path, extra: list[str]) -> float:
     """Run the reliability tests, storing their figures in ``directory``; the wall time."""
     env = {**os.environ, FIGURES_ENV: str(directory)}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/reliability", *extra], cwd=ROOT, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/reliability", *extra], cwd=ROOT, env=env
+    )
     if done.returncode != 0:
         sys.exit(f"reliability tests failed (exit {done.returncode}); docs/reliability.md not written")
     wall = time.monotonic() - started
@@ -63,36 +65,103 @@ def summary_rows(f: dict) -> list[list]:
     crash = f.get("crash")
     if crash:
         rerun = f"{crash['distinct_post_kill_states_rerun']} distinct post-kill states re-run: {crash['distinct_post_kill_states_rerun'] - crash['rerun_failures']} completed the job"
-        rows.append(["SIGKILL during `apply` (CLI entry point, forked)", crash["runs"], _counts(crash["outcomes"]) + "; " + rerun, crash["lost"]])
+        rows.append(
+            [
+                "SIGKILL during `apply` (CLI entry point, forked)",
+                crash["runs"],
+                _counts(crash["outcomes"]) + "; " + rerun,
+                crash["lost"],
+            ]
+        )
         console = crash.get("console_script")
         if console:
-            rows.append(["SIGKILL of `python -m patchcraft apply`", console["runs"], _counts(console["outcomes"]) + "; each re-run completed the job", console["lost"]])
+            rows.append(
+                [
+                    "SIGKILL of `python -m patchcraft apply`",
+                    console["runs"],
+                    _counts(console["outcomes"]) + "; each re-run completed the job",
+                    console["lost"],
+                ]
+            )
     self_test = f.get("crash_self_test")
     if self_test:
-        rows.append(["control: the same kills against an in-place (non-atomic) writer", self_test["runs"], f"torn files detected: {self_test['lost']} (the check works)", "n/a (control)"])
+        rows.append(
+            [
+                "control: the same kills against an in-place (non-atomic) writer",
+                self_test["runs"],
+                f"torn files detected: {self_test['lost']} (the check works)",
+                "n/a (control)",
+            ]
+        )
     conc = f.get("concurrency", {})
     shared = conc.get("two applies, different models, shared file")
     if shared:
-        rows.append(["two `apply` at once (`--model qwen2`, `--model qwen3`, shared qwen2.py)", shared["rounds"], f"both exit 0 every round; waits announced: {shared['waits']}; tree = the two runs one after the other", 0])
+        rows.append(
+            [
+                "two `apply` at once (`--model qwen2`, `--model qwen3`, shared qwen2.py)",
+                shared["rounds"],
+                f"both exit 0 every round; waits announced: {shared['waits']}; tree = the two runs one after the other",
+                0,
+            ]
+        )
     both = conc.get("apply and revert at once")
     if both:
-        rows.append(["`apply` and `revert` at once", both["rounds"], "final tree: " + _counts(both["final"]) + "; mixed trees: 0", 0])
+        rows.append(
+            [
+                "`apply` and `revert` at once",
+                both["rounds"],
+                "final tree: " + _counts(both["final"]) + "; mixed trees: 0",
+                0,
+            ]
+        )
     refusals = f.get("refusals", {})
     if refusals:
-        rows.append(["refusals (bad input, faults)", len(refusals), f"exit 2 in all {len(refusals)}; files changed: {sum(r.get('files_changed', 0) for r in refusals.values())}", 0])
+        rows.append(
+            [
+                "refusals (bad input, faults)",
+                len(refusals),
+                f"exit 2 in all {len(refusals)}; files changed: {sum(r.get('files_changed', 0) for r in refusals.values())}",
+                0,
+            ]
+        )
     hand = f.get("hand_edits", {})
-    combos = {k: v for k, v in hand.items() if isinstance(v, dict) and "outcome" in v and " " in k and k.split()[0][0].isdigit()}
+    combos = {
+        k: v
+        for k, v in hand.items()
+        if isinstance(v, dict) and "outcome" in v and " " in k and k.split()[0][0].isdigit()
+    }
     if combos:
-        rows.append(["sed hand fix, every combination of its three edits (0.5.6, 0.5.10)", len(combos), _counts(_tally(v["outcome"] for v in combos.values())) + "; second insertions: 0", 0])
+        rows.append(
+            [
+                "sed hand fix, every combination of its three edits (0.5.6, 0.5.10)",
+                len(combos),
+                _counts(_tally(v["outcome"] for v in combos.values())) + "; second insertions: 0",
+                0,
+            ]
+        )
     fuzz = f.get("fuzz")
     if fuzz:
-        rows.append(["fuzzing: structural mutations of real files", fuzz["cases"], _counts(fuzz["verdicts"]) + f"; violations: {fuzz['violations']}", fuzz["violations"]])
+        rows.append(
+            [
+                "fuzzing: structural mutations of real files",
+                fuzz["cases"],
+                _counts(fuzz["verdicts"]) + f"; violations: {fuzz['violations']}",
+                fuzz["violations"],
+            ]
+        )
     revert = f.get("revert")
     if revert:
         files = sum(r["files"] for r in revert.values())
         patched = sum(r["patched_by_apply"] for r in revert.values())
         bad = sum(r["not_identical_after_revert"] for r in revert.values())
-        rows.append([f"`apply` then `revert`, {len(revert)} releases", f"{files} files", f"{patched} patched and reverted; byte-identical: {files - bad} of {files}", bad])
+        rows.append(
+            [
+                f"`apply` then `revert`, {len(revert)} releases",
+                f"{files} files",
+                f"{patched} patched and reverted; byte-identical: {files - bad} of {files}",
+                bad,
+            ]
+        )
     return rows
 
 
@@ -136,7 +205,9 @@ def _crash(f: dict) -> list[str]:
         f"A reduced copy of a real release (0.5.10: apertus.py, CRLF; qwen2.py and qwen3.py, whose inner model lives in qwen2.py;",
         f"qwen2_classification.py, with a UTF-8 BOM) is patched by `patchcraft apply` {crash['runs']} times, two trees side by side,",
         f"each run killed with SIGKILL. An uninterrupted apply takes {crash['apply_seconds']} s, its write phase {crash['write_phase_seconds']} s",
-        f"(first temporary file to last rename), its rename phase {crash.get('rename_phase_seconds', '?')} s. Kill moments: " + _counts(crash["kill_draws"]) + ";",
+        f"(first temporary file to last rename), its rename phase {crash.get('rename_phase_seconds', '?')} s. Kill moments: "
+        + _counts(crash["kill_draws"])
+        + ";",
         "a write-phase kill comes a random delay after the run's first temporary file appears, a rename-phase kill after its first",
         "file is replaced (the parent watches the directory), so the draws hit the dangerous moments on a loaded machine too.",
         "Runs start from " + _counts(crash["start_states"]) + ".",
@@ -161,10 +232,22 @@ def _concurrency(f: dict) -> list[str]:
     conc = f.get("concurrency")
     if not conc:
         return []
-    out = ["## Concurrency", "", "Every writing command holds `srt/models/.patchcraft.lock` (flock) from its first read to its last write.", ""]
+    out = [
+        "## Concurrency",
+        "",
+        "Every writing command holds `srt/models/.patchcraft.lock` (flock) from its first read to its last write.",
+        "",
+    ]
     waiter = conc.get("waiter")
     if waiter:
-        out += ["The run that waits says so, then re-reads the files and finds the work done (exit 0, nothing rewritten):", "", "```", waiter["message"], "```", ""]
+        out += [
+            "The run that waits says so, then re-reads the files and finds the work done (exit 0, nothing rewritten):",
+            "",
+            "```",
+            waiter["message"],
+            "```",
+            "",
+        ]
     rows = [[name, _fields(value)] for name, value in conc.items() if name != "waiter"]
     return out + table(rows, ["scenario", "figures"])
 
@@ -182,8 +265,17 @@ def _refusals(f: dict) -> list[str]:
     refusals = f.get("refusals")
     if not refusals:
         return []
-    rows = [[name, v["exit"], v.get("files_changed", 0), code(v["message"]) if "message" in v else ""] for name, v in sorted(refusals.items())]
-    return ["## Refusals", "", "Each case: exit 2, one line giving the reason, and every file of the tree byte-identical afterwards.", "See docs/troubleshooting.md for what to do about each.", ""] + table(rows, ["input", "exit", "files changed", "message"])
+    rows = [
+        [name, v["exit"], v.get("files_changed", 0), code(v["message"]) if "message" in v else ""]
+        for name, v in sorted(refusals.items())
+    ]
+    return [
+        "## Refusals",
+        "",
+        "Each case: exit 2, one line giving the reason, and every file of the tree byte-identical afterwards.",
+        "See docs/troubleshooting.md for what to do about each.",
+        "",
+    ] + table(rows, ["input", "exit", "files changed", "message"])
 
 
 def _hand(f: dict) -> list[str]:
@@ -223,7 +315,9 @@ def _properties(f: dict) -> list[str]:
     if not props:
         return []
     rows = [[name.replace("_", " "), _fields(value)] for name, value in sorted(props.items())]
-    return ["## File properties", "", "Kept by apply and revert (revert is byte-identical in each case).", ""] + table(rows, ["property", "checked"])
+    return ["## File properties", "", "Kept by apply and revert (revert is byte-identical in each case).", ""] + table(
+        rows, ["property", "checked"]
+    )
 
 
 def _fuzz(f: dict) -> list[str]:
@@ -246,10 +340,22 @@ def _revert(f: dict) -> list[str]:
     if not revert:
         return []
     order = sorted(revert, key=lambda v: tuple(int(x) for x in v.split(".")))
-    rows = [[v, revert[v]["files"], revert[v]["patched_by_apply"], revert[v]["reverted"], revert[v]["not_identical_after_revert"]] for v in order]
-    return ["## Revert", "", "Every file of each release copy, after `apply` then `revert`, compared byte for byte with the release.", ""] + table(
-        rows, ["release", "files", "patched by apply", "reverted", "not identical"]
-    )
+    rows = [
+        [
+            v,
+            revert[v]["files"],
+            revert[v]["patched_by_apply"],
+            revert[v]["reverted"],
+            revert[v]["not_identical_after_revert"],
+        ]
+        for v in order
+    ]
+    return [
+        "## Revert",
+        "",
+        "Every file of each release copy, after `apply` then `revert`, compared byte for byte with the release.",
+        "",
+    ] + table(rows, ["release", "files", "patched by apply", "reverted", "not identical"])
 
 
 def main() -> None:

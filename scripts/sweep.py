@@ -35,9 +35,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--all", action="store_true", help="every release from 0.4.6 to 0.5.23, posts included")
-    which.add_argument("--newest", action="store_true", help="the newest release on the package index (pip index versions sglang)")
+    which.add_argument(
+        "--newest", action="store_true", help="the newest release on the package index (pip index versions sglang)"
+    )
     parser.add_argument("versions", nargs="*", metavar="VERSION")
-    parser.add_argument("--write-docs", action="store_true", help="write the swept releases' rows into docs/coverage.md")
+    parser.add_argument(
+        "--write-docs", action="store_true", help="write the swept releases' rows into docs/coverage.md"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every release's record as JSON to FILE")
     args = parser.parse_args(argv)
     if sum(bool(x) for x in (args.all, args.newest, args.versions)) != 1:
@@ -63,7 +67,10 @@ def main(argv: list[str]) -> int:
         print(f"sweep: error: {exc}", file=sys.stderr)
         return 2
     failed = [r.version for r in results if not r.ok]
-    print(f"{len(results)} release(s) in {time.perf_counter() - start:.0f} s: " + (f"FAILED: {', '.join(failed)}" if failed else "all pass"))
+    print(
+        f"{len(results)} release(s) in {time.perf_counter() - start:.0f} s: "
+        + (f"FAILED: {', '.join(failed)}" if failed else "all pass")
+    )
     if args.json:
         Path(args.json).write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n", encoding="utf-8")
     if args.write_docs:

@@ -19,7 +19,9 @@ COPIED = PATCHED_PARTS
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-golden", action="store_true", help="Rewrite golden/ from the current transforms (review the diff!).")
+    parser.addoption(
+        "--update-golden", action="store_true", help="Rewrite golden/ from the current transforms (review the diff!)."
+    )
 
 
 @pytest.fixture(scope="session")
@@ -108,6 +110,14 @@ def install_release(version: str, venv: Path, base_python: str = sys.executable)
     assert wheel is not None, f"no wheel for sglang {version} in {cache_dir() / 'wheels'}"
     subprocess.run([base_python, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+    )
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(site.stdout.strip()) / "sglang"

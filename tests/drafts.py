@@ -22,15 +22,24 @@ def write_weights(path: Path, tensors: dict[str, list[int]]) -> None:
     path.write_bytes(struct.pack("<Q", len(data)) + data)
 
 
-def sglang_draft(directory: Path, ids: list[int] | None, fc_in: int | None = FC_IN, target_hidden: int = HIDDEN) -> Path:
+def sglang_draft(
+    directory: Path, ids: list[int] | None, fc_in: int | None = FC_IN, target_hidden: int = HIDDEN
+) -> Path:
     """A SpecForge / SGLang-format EAGLE-3 draft (``eagle_config`` holds the ids)."""
     directory.mkdir(parents=True, exist_ok=True)
-    config: dict = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": HIDDEN, "target_hidden_size": target_hidden, "num_hidden_layers": 1}
+    config: dict = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": HIDDEN,
+        "target_hidden_size": target_hidden,
+        "num_hidden_layers": 1,
+    }
     if ids is not None:
         config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
     (directory / "config.json").write_text(json.dumps(config))
     if fc_in is not None:
-        write_weights(directory / "model.safetensors", {"fc.weight": [HIDDEN, fc_in], "embed_tokens.weight": [163840, HIDDEN]})
+        write_weights(
+            directory / "model.safetensors", {"fc.weight": [HIDDEN, fc_in], "embed_tokens.weight": [163840, HIDDEN]}
+        )
     return directory
 
 
@@ -52,6 +61,9 @@ def speculators_draft(directory: Path, ids: list[int]) -> Path:
 
 def kimi_target(directory: Path, hidden: int = HIDDEN) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": {"num_hidden_layers": LAYERS, "hidden_size": hidden}}
+    config = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "text_config": {"num_hidden_layers": LAYERS, "hidden_size": hidden},
+    }
     (directory / "config.json").write_text(json.dumps(config))
     return directory

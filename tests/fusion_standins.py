@@ -76,7 +76,9 @@ def compile_decision(source: str, world: int, algo):
         "apply_flashinfer_allreduce_fusion": lambda batch_size: world > 1,  # ServerArgs auto-enabled it
         "_use_aiter": False,
         "get_tensor_model_parallel_world_size": lambda: world,
-        "get_global_server_args": lambda: SimpleNamespace(enable_aiter_allreduce_fusion=False, enable_flashinfer_allreduce_fusion=world > 1),
+        "get_global_server_args": lambda: SimpleNamespace(
+            enable_aiter_allreduce_fusion=False, enable_flashinfer_allreduce_fusion=world > 1
+        ),
         "_is_flashinfer_available": True,
         "FUSE_ALLREDUCE_MAX_BATCH_SIZE": 2048,
         "global_server_args_dict": {"speculative_algorithm": algo, "enable_flashinfer_allreduce_fusion": world > 1},
@@ -101,9 +103,11 @@ def compile_decision(source: str, world: int, algo):
 def weights():
     gen = torch.Generator().manual_seed(0)
     return [
-        (torch.randn(H, H, generator=gen, dtype=torch.float64) / H**0.5,
-         torch.randn(H, I, generator=gen, dtype=torch.float64) / H**0.5,
-         torch.randn(I, H, generator=gen, dtype=torch.float64) / I**0.5)
+        (
+            torch.randn(H, H, generator=gen, dtype=torch.float64) / H**0.5,
+            torch.randn(H, I, generator=gen, dtype=torch.float64) / H**0.5,
+            torch.randn(I, H, generator=gen, dtype=torch.float64) / I**0.5,
+        )
         for _ in range(LAYERS)
     ]
 
@@ -115,13 +119,23 @@ def norm(x):
 def communicators(algo, world: int, mark: str):
     """One communicator per layer; ``mark`` (the patched setter's loop, or "") runs on them first."""
     comms = [
-        SimpleNamespace(_speculative_algo=algo, is_last_layer=i == LAYERS - 1, _context=SimpleNamespace(tp_size=world),
-                        layer_scatter_modes=SimpleNamespace(mlp_mode="full"))
+        SimpleNamespace(
+            _speculative_algo=algo,
+            is_last_layer=i == LAYERS - 1,
+            _context=SimpleNamespace(tp_size=world),
+            layer_scatter_modes=SimpleNamespace(mlp_mode="full"),
+        )
         for i in range(LAYERS)
     ]
     if mark:
-        model = SimpleNamespace(layers=[SimpleNamespace(layer_communicator=c) for c in comms], layers_to_capture=list(CAPTURE))
-        exec(compile(textwrap.dedent(mark), "<patched setter: layer marks>", "exec"), {"enumerate": enumerate, "getattr": getattr, "hasattr": hasattr}, {"self": SimpleNamespace(model=model)})
+        model = SimpleNamespace(
+            layers=[SimpleNamespace(layer_communicator=c) for c in comms], layers_to_capture=list(CAPTURE)
+        )
+        exec(
+            compile(textwrap.dedent(mark), "<patched setter: layer marks>", "exec"),
+            {"enumerate": enumerate, "getattr": getattr, "hasattr": hasattr},
+            {"self": SimpleNamespace(model=model)},
+        )
     return comms
 
 

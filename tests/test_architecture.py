@@ -87,7 +87,7 @@ def internal(name: str, known: dict[str, Path]) -> str | None:
         return "__init__"
     if not name.startswith("patchcraft."):
         return None
-    name = name[len("patchcraft."):]
+    name = name[len("patchcraft.") :]
     return name if name in known else None
 
 
@@ -120,7 +120,10 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
     known = modules()
     planted = dict(known)
     bad = tmp_path / "tree_run.py"
-    bad.write_text(known["engine.tree_run"].read_text(encoding="utf-8") + "\nfrom patchcraft.cli import main\nimport rich\n", encoding="utf-8")
+    bad.write_text(
+        known["engine.tree_run"].read_text(encoding="utf-8") + "\nfrom patchcraft.cli import main\nimport rich\n",
+        encoding="utf-8",
+    )
     planted["engine.tree_run"] = bad
     assert violations(planted) == [
         "engine.tree_run (engine) imports cli (commands)",
@@ -230,8 +233,16 @@ def test_tests_mirror_the_source() -> None:
     unmirrored = {
         name
         for name in modules()
-        if "." in name and not name.endswith("__init__") and not name.startswith("transforms.examples") and not mirror_of(name).is_file()
+        if "." in name
+        and not name.endswith("__init__")
+        and not name.startswith("transforms.examples")
+        and not mirror_of(name).is_file()
     }
     assert unmirrored == set(TESTED_ELSEWHERE)
-    missing = [f"{name}: tests/{path}" for name, paths in TESTED_ELSEWHERE.items() for path in paths if not (ROOT / "tests" / path).is_file()]
+    missing = [
+        f"{name}: tests/{path}"
+        for name, paths in TESTED_ELSEWHERE.items()
+        for path in paths
+        if not (ROOT / "tests" / path).is_file()
+    ]
     assert missing == []

@@ -31,7 +31,16 @@ ROOT = Path(__file__).resolve().parent.parent
 SETTER = "set_eagle3_layers_to_capture"
 
 #: Files defining the setter, per release (the issue's 1, 4, 8, 13, 18, 24, 27, 29).
-SETTER_FILES = {"0.4.6": 1, "0.4.10": 4, "0.5.2": 8, "0.5.6": 13, "0.5.10": 18, "0.5.15": 24, "0.5.20": 27, "0.5.23": 29}
+SETTER_FILES = {
+    "0.4.6": 1,
+    "0.4.10": 4,
+    "0.5.2": 8,
+    "0.5.6": 13,
+    "0.5.10": 18,
+    "0.5.15": 24,
+    "0.5.20": 27,
+    "0.5.23": 29,
+}
 
 #: EAGLE and NextN/MTP draft modules: they inherit a target's setter, but their inner model
 #: captures nothing (EAGLE-3 itself does not apply to them).
@@ -42,7 +51,10 @@ _DRAFTS_0_5_6 = _DRAFTS_0_5_2 | {
     "glm4_moe_nextn.Glm4MoeForCausalLMNextN",
     "longcat_flash_nextn.LongcatFlashForCausalLMNextN",
 }
-_DRAFTS_0_5_13 = _DRAFTS_0_5_6 | {"glm4_moe_lite_nextn.Glm4MoeLiteForCausalLMNextN", "mistral_eagle.MistralForCausalLMEagle"}
+_DRAFTS_0_5_13 = _DRAFTS_0_5_6 | {
+    "glm4_moe_lite_nextn.Glm4MoeLiteForCausalLMNextN",
+    "mistral_eagle.MistralForCausalLMEagle",
+}
 _DRAFTS_0_5_18 = _DRAFTS_0_5_13 | {"glm4_moe.GlmMoeDsaForCausalLMNextN"}
 _DRAFTS_0_5_20 = _DRAFTS_0_5_18 | {"glm5_next_nextn.Glm5NextForConditionalGenerationNextN"}
 #: The inner model of MindSporeForCausalLM comes from MindSpore's own registry at run time.
@@ -81,7 +93,9 @@ def setter_classes(version: str) -> dict[str, set[str]]:
             continue
         tree = ast.parse(data.decode("utf-8-sig"))
         for node in tree.body:
-            if isinstance(node, ast.ClassDef) and any(isinstance(f, ast.FunctionDef) and f.name == SETTER for f in node.body):
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(f, ast.FunctionDef) and f.name == SETTER for f in node.body
+            ):
                 found.setdefault(path.stem, set()).add(node.name)
     return found
 
@@ -110,7 +124,9 @@ def test_no_silent_gaps(version: str, session_tmp: Path) -> None:
 def test_unsupported_is_exactly_the_justified_set(version: str, session_tmp: Path) -> None:
     models = applied(version, session_tmp).verify.models
     # not-applicable rows (drafts, NextN heads) are listed here too: neither is patched.
-    unsupported = {m.model: m.message for m in models if m.status in (ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE)}
+    unsupported = {
+        m.model: m.message for m in models if m.status in (ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE)
+    }
     assert set(unsupported) == EXPECTED_UNSUPPORTED[version]
     page = (ROOT / "docs" / "coverage.md").read_text(encoding="utf-8")
     for model, reason in unsupported.items():

@@ -89,8 +89,15 @@ def check_release(state: Applied) -> None:
     """No error; every supported model patched, then verified; nothing left to do."""
     assert not state.errors, state.errors
     statuses = {m.model: m.status for m in state.first.models}
-    assert set(statuses.values()) <= {ModelStatus.PATCHED, ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE}, statuses
-    bad = [(m.model, m.status, m.message) for m in state.verify.models if m.status not in (ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE) and not (m.status == ModelStatus.ALREADY and m.compiles)]
+    assert set(statuses.values()) <= {ModelStatus.PATCHED, ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE}, (
+        statuses
+    )
+    bad = [
+        (m.model, m.status, m.message)
+        for m in state.verify.models
+        if m.status not in (ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE)
+        and not (m.status == ModelStatus.ALREADY and m.compiles)
+    ]
     assert not bad
     assert not state.verify.changes, [c.rel for c in state.verify.changes]
     for stem, reverted in state.reverted.items():
@@ -118,14 +125,18 @@ def test_golden_case(case: str, session_tmp: Path, update_golden: bool) -> None:
     if update_golden:
         pytest.skip("golden files rewritten")
     assert stem in state.diffs, f"{case}: apply no longer changes this file"
-    assert state.diffs[stem] == (GOLDEN / version / f"{stem}.diff").read_bytes().decode("utf-8"), f"{case}: diff differs from golden"
+    assert state.diffs[stem] == (GOLDEN / version / f"{stem}.diff").read_bytes().decode("utf-8"), (
+        f"{case}: diff differs from golden"
+    )
     compile(state.after[stem], f"{case}.py", "exec", dont_inherit=True)
     # Idempotence, T(T(x)) == T(x): the verify run would change nothing in this file.
     assert not [c.rel for c in state.verify.changes if Path(c.rel).stem == stem]
     # Verify: every model whose edits touch this file is verified, and names the file.
     touching = [m for m in state.verify.models if any(Path(f).stem == stem for f in m.files)]
     assert touching, f"{case}: no model owns this file"
-    assert all(m.status == ModelStatus.ALREADY and m.compiles for m in touching), [(m.model, m.status, m.message) for m in touching]
+    assert all(m.status == ModelStatus.ALREADY and m.compiles for m in touching), [
+        (m.model, m.status, m.message) for m in touching
+    ]
     # Revert: byte-identical to the release.
     assert state.reverted[stem] == state.pristine[stem]
 

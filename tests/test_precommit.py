@@ -44,6 +44,7 @@ FIXED_DATE = "2000-01-01T00:00:00+0000"
 
 # -- plumbing ------------------------------------------------------------------
 
+
 def _env() -> dict[str, str]:
     """A clean environment: our PRE_COMMIT_HOME, no inherited git state, no colour."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PRE_COMMIT"))}
@@ -53,7 +54,14 @@ def _env() -> dict[str, str]:
 
 def _git(cwd: Path, *args: str) -> str:
     env = dict(_env(), GIT_AUTHOR_DATE=FIXED_DATE, GIT_COMMITTER_DATE=FIXED_DATE)
-    identity = ("-c", "user.name=patchcraft tests", "-c", "user.email=tests@patchcraft.invalid", "-c", "commit.gpgsign=false")
+    identity = (
+        "-c",
+        "user.name=patchcraft tests",
+        "-c",
+        "user.email=tests@patchcraft.invalid",
+        "-c",
+        "commit.gpgsign=false",
+    )
     result = subprocess.run(["git", *identity, *args], cwd=cwd, env=env, capture_output=True, text=True)
     assert result.returncode == 0, f"git {' '.join(args)}: {result.stderr}"
     return result.stdout
@@ -144,7 +152,9 @@ def hooks(pristine_fork: Path) -> HookRepo:
     """Snapshot the hook repository, write a config for it, build the hook environment."""
     path, rev = _snapshot()
     config = CACHE / "pre-commit-config.yaml"
-    config.write_text(yaml.safe_dump({"repos": [{"repo": str(path), "rev": rev, "hooks": [{"id": h} for h in HOOK_IDS]}]}))
+    config.write_text(
+        yaml.safe_dump({"repos": [{"repo": str(path), "rev": rev, "hooks": [{"id": h} for h in HOOK_IDS]}]})
+    )
     hook_repo = HookRepo(path, rev, config)
     # gc keeps what a known config still names (this one), dropping environments of old snapshots.
     _pre_commit(pristine_fork, "gc")
@@ -166,12 +176,18 @@ def _changed(fork: Path) -> list[str]:
 
 # -- the manifest (no pre-commit run needed) ------------------------------------
 
+
 def _manifest() -> dict[str, dict]:
     return {hook["id"]: hook for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
 
 
 def test_manifest_is_valid_for_pre_commit() -> None:
-    result = subprocess.run([sys.executable, "-m", "pre_commit", "validate-manifest", str(ROOT / ".pre-commit-hooks.yaml")], capture_output=True, text=True, env=_env())
+    result = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "validate-manifest", str(ROOT / ".pre-commit-hooks.yaml")],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(_manifest()) == set(HOOK_IDS)
 
@@ -211,17 +227,27 @@ def test_configs_in_the_docs_are_valid_and_match_the_manifest(tmp_path: Path) ->
     for index, block in enumerate(blocks):
         config = tmp_path / f"config{index}.yaml"
         config.write_text(block)
-        result = subprocess.run([sys.executable, "-m", "pre_commit", "validate-config", str(config)], capture_output=True, text=True, env=_env())
+        result = subprocess.run(
+            [sys.executable, "-m", "pre_commit", "validate-config", str(config)],
+            capture_output=True,
+            text=True,
+            env=_env(),
+        )
         assert result.returncode == 0, (block, result.stdout + result.stderr)
         for repo in yaml.safe_load(block)["repos"]:
             for hook in repo["hooks"]:
                 assert hook["id"] in manifest
                 if repo["repo"] == "local":  # the copy of the manifest's hook must stay a copy
                     ours = manifest[hook["id"]]
-                    assert (hook["entry"], hook["files"], hook["require_serial"]) == (ours["entry"], ours["files"], True)
+                    assert (hook["entry"], hook["files"], hook["require_serial"]) == (
+                        ours["entry"],
+                        ours["files"],
+                        True,
+                    )
 
 
 # -- many filenames, one run (no pre-commit needed) ------------------------------
+
 
 def test_file_targets_of_one_package_become_one_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for package in ("python/sglang", "vendor/sglang"):
@@ -240,6 +266,7 @@ def test_file_targets_of_one_package_become_one_tree(tmp_path: Path, monkeypatch
 
 
 # -- end to end -----------------------------------------------------------------
+
 
 def test_verify_fails_on_an_unpatched_file_with_one_line_per_model(hooks: HookRepo, fork: Path) -> None:
     # Only qwen3.py is given, but its init and capture live in qwen2.py, which
@@ -272,7 +299,9 @@ def test_apply_fixes_fails_once_then_passes(hooks: HookRepo, fork: Path) -> None
 
 def test_a_patched_file_passes(hooks: HookRepo, fork: Path) -> None:
     target = f"{MODELS}/deepseek_v2.py"
-    patched = subprocess.run([sys.executable, "-m", "patchcraft", "apply", target], cwd=fork, capture_output=True, text=True)
+    patched = subprocess.run(
+        [sys.executable, "-m", "patchcraft", "apply", target], cwd=fork, capture_output=True, text=True
+    )
     assert patched.returncode == 0, patched.stderr
     _git(fork, "commit", "-q", "-am", "patch deepseek_v2")
     for hook in HOOK_IDS:
@@ -294,7 +323,9 @@ def test_files_without_eagle3_relevance_pass(hooks: HookRepo, fork: Path) -> Non
 
 def test_many_files_are_one_run_with_each_model_once(hooks: HookRepo, fork: Path) -> None:
     files = [f"{MODELS}/{name}.py" for name in ("qwen2", "qwen3", "qwen2_5_vl", "bert")]
-    result = _pre_commit(fork, "run", "patchcraft-verify", "-c", str(hooks.config), "--color", "never", "--verbose", "--files", *files)
+    result = _pre_commit(
+        fork, "run", "patchcraft-verify", "-c", str(hooks.config), "--color", "never", "--verbose", "--files", *files
+    )
     assert result.returncode == 1, _output(result)
     assert _output(result).count(f"sglang {RELEASE} at ") == 1
     for model in ("qwen3.Qwen3ForCausalLM", "qwen2.Qwen2ForCausalLM"):

@@ -27,7 +27,15 @@ from pathlib import Path
 import pytest
 
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.base.releases import ALL_RELEASES, MATRIX, MINOR_RELEASES, BETWEEN, newest_release, parse_index_versions, version_key
+from patchcraft.base.releases import (
+    ALL_RELEASES,
+    MATRIX,
+    MINOR_RELEASES,
+    BETWEEN,
+    newest_release,
+    parse_index_versions,
+    version_key,
+)
 from tools.sweep import LIMITATIONS, ReleaseResult, history_row, history_rows, sweep_release
 
 from conftest import release_package
@@ -75,10 +83,14 @@ def test_release_smoke(version: str) -> None:
         pytest.skip("torch is not importable: smoke not run")
     counts = result.smoke_counts
     assert counts is not None
-    assert counts["fail"] == 0 and counts["error"] == 0, "\n".join(f"{m}: {s}: {msg}" for m, s, msg in result.smoke_problems)
+    assert counts["fail"] == 0 and counts["error"] == 0, "\n".join(
+        f"{m}: {s}: {msg}" for m, s, msg in result.smoke_problems
+    )
     assert not result.smoke_problems
     # Every patched forward traces under torch.compile(fullgraph=True) with no graph break from the patch.
-    assert result.compiled is not None and result.compiled.code == 0, "\n".join(f"{m}: {s}: {msg}" for m, s, msg in result.compile_problems)
+    assert result.compiled is not None and result.compiled.code == 0, "\n".join(
+        f"{m}: {s}: {msg}" for m, s, msg in result.compile_problems
+    )
 
 
 @pytest.mark.parametrize("version", MINOR_RELEASES)
@@ -88,7 +100,9 @@ def test_history_row_is_current(version: str) -> None:
     if result.smoke is None:
         pytest.skip("torch is not importable: the docs rows carry smoke counts")
     rows = history_rows(PAGE.read_text(encoding="utf-8"))
-    assert rows.get(version) == history_row(result), f"docs/coverage.md row of {version} is stale: run python scripts/sweep.py {version} --write-docs"
+    assert rows.get(version) == history_row(result), (
+        f"docs/coverage.md row of {version} is stale: run python scripts/sweep.py {version} --write-docs"
+    )
 
 
 def test_history_lists_every_release() -> None:
@@ -107,7 +121,9 @@ def stale_limitations(limitations) -> list[str]:
         if not covered or not limitation.reason:
             stale.append(f"{limitation.model}: names no minor release, or no reason")
         elif not any(limitation.model in (m for m, _ in swept(v).smoke_limited) for v in covered):
-            stale.append(f"{limitation.model} is no longer a smoke error in {', '.join(covered)}: remove the limitation")
+            stale.append(
+                f"{limitation.model} is no longer a smoke error in {', '.join(covered)}: remove the limitation"
+            )
     return stale
 
 
@@ -120,8 +136,12 @@ def test_a_limitation_that_limits_nothing_is_named() -> None:
     from tools.sweep import Limitation
 
     planted = Limitation("llama.LlamaForCausalLM", "0.5.10", "0.5.10", "does not run under the stand-ins", "why")
-    assert stale_limitations([planted]) == ["llama.LlamaForCausalLM is no longer a smoke error in 0.5.10: remove the limitation"]
-    assert stale_limitations([Limitation("m.M", "0.3.0", "0.3.0", "x", "why")]) == ["m.M: names no minor release, or no reason"]
+    assert stale_limitations([planted]) == [
+        "llama.LlamaForCausalLM is no longer a smoke error in 0.5.10: remove the limitation"
+    ]
+    assert stale_limitations([Limitation("m.M", "0.3.0", "0.3.0", "x", "why")]) == [
+        "m.M: names no minor release, or no reason"
+    ]
 
 
 # -- each check fails on a broken release ---------------------------------------------------
@@ -193,10 +213,15 @@ def test_a_smoke_error_fails_the_release() -> None:
         text = path.read_text(encoding="utf-8")
         anchor = "        aux_hidden_states = []\n"
         assert text.count(anchor) == 1
-        path.write_text(text.replace(anchor, anchor + '        raise RuntimeError("broken on purpose")\n'), encoding="utf-8")
+        path.write_text(
+            text.replace(anchor, anchor + '        raise RuntimeError("broken on purpose")\n'), encoding="utf-8"
+        )
 
     result = sweep_release(SMALL, pristine=release_package(SMALL), after={"verify": breaks})
-    assert any(model == "llama.LlamaForCausalLM" and "broken on purpose" in message for model, _, message in result.smoke_problems), result.smoke_problems
+    assert any(
+        model == "llama.LlamaForCausalLM" and "broken on purpose" in message
+        for model, _, message in result.smoke_problems
+    ), result.smoke_problems
     assert not result.ok and any(line.startswith("smoke: llama.LlamaForCausalLM: error") for line in result.problems())
     # the same row under a named limitation is counted as limited, not as a problem
     from tools import sweep
@@ -232,6 +257,7 @@ def test_a_limitation_covers_only_its_error() -> None:
 
 # -- the release lists and the index -------------------------------------------------------
 
+
 def test_release_lists() -> None:
     assert len(ALL_RELEASES) == 62 and len(set(ALL_RELEASES)) == 62
     assert list(ALL_RELEASES) == sorted(ALL_RELEASES, key=version_key)
@@ -258,15 +284,23 @@ def test_parse_index_versions() -> None:
 
 def _fake_pip(tmp_path: Path, stdout: str, code: int = 0) -> tuple[str, ...]:
     script = tmp_path / "pip.py"
-    script.write_text(f"import sys\nsys.stdout.write({stdout!r})\nsys.stderr.write('ERROR: no index\\n')\nsys.exit({code})\n")
+    script.write_text(
+        f"import sys\nsys.stdout.write({stdout!r})\nsys.stderr.write('ERROR: no index\\n')\nsys.exit({code})\n"
+    )
     return (sys.executable, str(script))
 
 
 def test_newest_release_parses_pip(tmp_path: Path) -> None:
-    assert newest_release(pip=_fake_pip(tmp_path, "sglang (0.5.30)\nAvailable versions: 0.5.29, 0.5.30, 0.5.30.post1\n")) == "0.5.30.post1"
+    assert (
+        newest_release(pip=_fake_pip(tmp_path, "sglang (0.5.30)\nAvailable versions: 0.5.29, 0.5.30, 0.5.30.post1\n"))
+        == "0.5.30.post1"
+    )
 
 
-@pytest.mark.parametrize(("stdout", "code", "needle"), [("", 1, r"\(exit 1\): ERROR: no index"), ("no versions here\n", 0, "no release version")])
+@pytest.mark.parametrize(
+    ("stdout", "code", "needle"),
+    [("", 1, r"\(exit 1\): ERROR: no index"), ("no versions here\n", 0, "no release version")],
+)
 def test_newest_release_fails_cleanly(tmp_path: Path, stdout: str, code: int, needle: str) -> None:
     with pytest.raises(PatchcraftError, match=needle):
         newest_release(pip=_fake_pip(tmp_path, stdout, code))

@@ -47,6 +47,7 @@ from conftest import GOLDEN, release_package
 
 FIXED = ("0.4.10", "0.5.2", "0.5.6", "0.5.10")
 from patchcraft.base.releases import MATRIX  # noqa: E402  (the one list: patchcraft/base/releases.py)
+
 UNAFFECTED = tuple(v for v in MATRIX if v not in FIXED)
 RUNNER_FILES = ("model_runner", "cuda_graph_runner")
 SETTER = "set_eagle3_layers_to_capture"
@@ -56,11 +57,16 @@ IDS = [-1, 2, 30]
 
 # -- trees ------------------------------------------------------------------------
 
+
 def runner_tree(version: str, dest: Path) -> Path:
     """A light copy of a release: ``srt/model_executor`` and the version files (no models)."""
     source = release_package(version)
     package = dest / "sglang"
-    shutil.copytree(source / "srt" / "model_executor", package / "srt" / "model_executor", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        source / "srt" / "model_executor",
+        package / "srt" / "model_executor",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     (package / "srt" / "models").mkdir(parents=True)
     for name in ("version.py", "_version.py", "__init__.py"):
         if (source / name).is_file():
@@ -101,7 +107,9 @@ def patched(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Patched
             state.second = run(tree, Mode.APPLY, ("runner",))
             state.verify = run(tree, Mode.VERIFY, ("runner",))
             for change in state.first.changes:
-                state.reverted[Path(change.rel).stem] = revert_text(change.source.path.read_text(encoding="utf-8"), change.source.path)
+                state.reverted[Path(change.rel).stem] = revert_text(
+                    change.source.path.read_text(encoding="utf-8"), change.source.path
+                )
             _STATE[version] = state
         return _STATE[version]
 
@@ -114,6 +122,7 @@ def row(result) -> Any:
 
 
 # -- golden diffs, idempotence, revert ----------------------------------------------
+
 
 @pytest.mark.parametrize("case", [f"{v}/{f}" for v in FIXED for f in RUNNER_FILES])
 def test_golden_runner_file(case: str, patched, update_golden: bool) -> None:
@@ -176,6 +185,7 @@ def test_not_needed_where_the_defect_is_absent(version: str, patched) -> None:
 
 
 # -- the static proof ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Event:
@@ -278,7 +288,9 @@ class _Walker(ast.NodeVisitor):
         where = f"{self.cls}:{node.lineno}"
         if isinstance(func, ast.Attribute) and func.attr == SETTER:
             self.visit(func.value)
-            arg = ast.unparse(node.args[0]) if node.args else ast.unparse(node.keywords[0].value) if node.keywords else ""
+            arg = (
+                ast.unparse(node.args[0]) if node.args else ast.unparse(node.keywords[0].value) if node.keywords else ""
+            )
             self.events.append(Event("setter", where, arg, self.cls.endswith("GraphRunner")))
             return
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
@@ -350,7 +362,11 @@ def static_proof(directory: Path) -> list[str]:
             if event.graph_runner and not _reads_runner_ids(event.arg or ""):
                 problems.append(f"{name}: {event.where}: the graph runner does not pass the runner's configured ids")
     if any(e.kind == "capture" for e in startup):
-        configured = [e for e in before_capture(startup) if (e.kind == "assign" and e.arg == KEY) or (e.kind == "setter" and KEY in (e.arg or ""))]
+        configured = [
+            e
+            for e in before_capture(startup)
+            if (e.kind == "assign" and e.arg == KEY) or (e.kind == "setter" and KEY in (e.arg or ""))
+        ]
         if not configured:
             problems.append("start-up: the configured ids reach no graph capture (none is set before the first one)")
     return sorted(set(problems))
@@ -363,7 +379,13 @@ def test_static_proof_after_apply(version: str, patched) -> None:
     directory = state.package / "srt" / "model_executor"
     assert static_proof(directory) == []
     program = Program(directory)
-    setters = [e for f in program.classes["ModelRunner"].body if isinstance(f, ast.FunctionDef) for e in program.events("ModelRunner", f) if e.kind == "setter"]
+    setters = [
+        e
+        for f in program.classes["ModelRunner"].body
+        if isinstance(f, ast.FunctionDef)
+        for e in program.events("ModelRunner", f)
+        if e.kind == "setter"
+    ]
     if version == "0.4.6":
         assert all(e.arg == "" for e in setters)  # the legacy setter: no ids exist to lose
         assert row(state.first).status == ModelStatus.NOT_NEEDED
@@ -554,7 +576,14 @@ def run_on_standins(directory: Path, recapture: bool) -> Observed:
 
     namespace["CudaGraphRunner"] = CudaGraphRunner
     methods: dict[str, Any] = {}
-    for name in ("__init__", "initialize", "init_device_graphs", "init_cuda_graphs", "_dummy_run", "update_weights_from_disk"):
+    for name in (
+        "__init__",
+        "initialize",
+        "init_device_graphs",
+        "init_cuda_graphs",
+        "_dummy_run",
+        "update_weights_from_disk",
+    ):
         found = program.method("ModelRunner", name)
         if found:
             methods[name if name != "__init__" else "real_init"] = sliced_function(found[1], namespace)
@@ -587,7 +616,7 @@ def test_patched_graph_capture_uses_the_configured_ids_on_standins(version: str,
     # Warm-up (from 0.5.6), graph runner and the explicit call: all pass the draft's ids.
     assert observed.setter_ids and all(ids == IDS for ids in observed.setter_ids), observed.log
     if recapture:  # 0.5.6, 0.5.10: update_weights_from_disk(recapture_cuda_graph=True)
-        after = observed.log[observed.log.index(("update_weights", None)):]
+        after = observed.log[observed.log.index(("update_weights", None)) :]
         assert ("capture", IDS) in after, observed.log
     if version in ("0.5.6", "0.5.10"):
         first_capture = observed.log.index(("capture", IDS))
@@ -606,9 +635,12 @@ def test_unpatched_graph_capture_uses_the_defaults_on_standins(version: str, tmp
 
 # -- the pipeline and the CLI -----------------------------------------------------------
 
+
 def patchcraft(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "patchcraft", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "patchcraft", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_cli_row_json_and_no_runner(tmp_path: Path) -> None:
@@ -637,8 +669,13 @@ def test_model_names_bring_the_runner_and_single_files_leave_it_out(tmp_path: Pa
     model = package / "srt" / "models" / "deepseek_v2.py"
     shutil.copy2(release_package("0.5.10") / "srt" / "models" / "deepseek_v2.py", model)
     tree = resolve_target(str(package))
-    assert [m.model for m in run(tree, Mode.CHECK, ("deepseek_v2",)).models] == ["deepseek_v2.DeepseekV2ForCausalLM", "runner"]
-    assert [m.model for m in run(tree, Mode.CHECK, ("deepseek_v2",), runner=False).models] == ["deepseek_v2.DeepseekV2ForCausalLM"]
+    assert [m.model for m in run(tree, Mode.CHECK, ("deepseek_v2",)).models] == [
+        "deepseek_v2.DeepseekV2ForCausalLM",
+        "runner",
+    ]
+    assert [m.model for m in run(tree, Mode.CHECK, ("deepseek_v2",), runner=False).models] == [
+        "deepseek_v2.DeepseekV2ForCausalLM"
+    ]
     assert [m.model for m in run(tree, Mode.CHECK, ("runner",)).models] == ["runner"]
     assert "runner" not in [m.model for m in run(resolve_target(str(model)), Mode.CHECK).models]
 
@@ -654,7 +691,12 @@ def test_a_hand_changed_call_is_refused_and_nothing_is_written(tmp_path: Path) -
     package = runner_tree("0.5.6", tmp_path)
     tree = resolve_target(str(package))
     write_changes(run(tree, Mode.APPLY, ("runner",)).changes)
-    _edit(package, "cuda_graph_runner.py", 'getattr(self.model_runner, "eagle_aux_hidden_state_layer_ids", None)', "[2, 30, 58]")
+    _edit(
+        package,
+        "cuda_graph_runner.py",
+        'getattr(self.model_runner, "eagle_aux_hidden_state_layer_ids", None)',
+        "[2, 30, 58]",
+    )
     before = executor_texts(package)
     result = patchcraft("apply", str(package))
     assert result.returncode == 2, result.stderr
@@ -664,7 +706,9 @@ def test_a_hand_changed_call_is_refused_and_nothing_is_written(tmp_path: Path) -
 
 def test_unusual_spacing_is_refused_not_reverted_wrongly(tmp_path: Path) -> None:
     package = runner_tree("0.5.10", tmp_path)
-    _edit(package, "cuda_graph_runner.py", f"self.model_runner.model.{SETTER}()", f"self.model_runner.model.{SETTER}( )")
+    _edit(
+        package, "cuda_graph_runner.py", f"self.model_runner.model.{SETTER}()", f"self.model_runner.model.{SETTER}( )"
+    )
     before = executor_texts(package)
     result = run(resolve_target(str(package)), Mode.APPLY, ("runner",))
     assert row(result).status == ModelStatus.ERROR and "nothing between its parentheses" in row(result).message

@@ -25,10 +25,22 @@ from patchcraft.transforms._slices import ClassSlices
 
 PATH = Path("m.py")
 INIT = EditSite(kind="init", path=PATH, module="m", cls="LlamaModel", method="__init__")
-FORWARD = EditSite(kind="forward", path=PATH, module="m", cls="LlamaModel", method="forward",
-                   params=ForwardParams(gate="self.pp_group.is_first_rank"))
-SETTER = EditSite(kind="setter", path=PATH, module="m", cls="LlamaForCausalLM", method="set_eagle3_layers_to_capture",
-                  params=SetterParams(target="self.model", param="layer_ids", pp=""))
+FORWARD = EditSite(
+    kind="forward",
+    path=PATH,
+    module="m",
+    cls="LlamaModel",
+    method="forward",
+    params=ForwardParams(gate="self.pp_group.is_first_rank"),
+)
+SETTER = EditSite(
+    kind="setter",
+    path=PATH,
+    module="m",
+    cls="LlamaForCausalLM",
+    method="set_eagle3_layers_to_capture",
+    params=SetterParams(target="self.model", param="layer_ids", pp=""),
+)
 SITES = (INIT, FORWARD, SETTER)
 
 #: The forward transform's own first example, as a method of a class of ours.
@@ -38,7 +50,8 @@ FORWARD_METHOD = forward_examples.EXAMPLES[0].before.split("\n", 1)[1]
 #: the first method, comments between methods, a form feed, a backslash
 #: continuation, and the edited setter as the last thing in the file with no
 #: trailing newline.
-SHAPE = '''\
+SHAPE = (
+    '''\
 import torch
 
 
@@ -68,7 +81,9 @@ class LlamaModel(
     def helper(self):
         return self.width
 \x0c
-''' + FORWARD_METHOD + '''\
+'''
+    + FORWARD_METHOD
+    + """\
     # the class's trailing comment
 
 
@@ -84,7 +99,8 @@ class LlamaForCausalLM(nn.Module):
         if layer_ids is None:
             self.model.layers_to_capture = [2, 30, 58]
         else:
-            self.model.layers_to_capture = [val + 1 for val in layer_ids]'''
+            self.model.layers_to_capture = [val + 1 for val in layer_ids]"""
+)
 
 
 def _tabs(text: str) -> str:
@@ -112,7 +128,9 @@ def _whole_module(text: str, sites) -> str:
 
 
 def _keys(text: str, sites) -> set:
-    slices = ClassSlices.of_methods(text, [(s.cls, s.method) for s in sites], lambda code, first: cst.parse_module(code))
+    slices = ClassSlices.of_methods(
+        text, [(s.cls, s.method) for s in sites], lambda code, first: cst.parse_module(code)
+    )
     assert slices is not None
     return set(slices.modules)
 
@@ -138,7 +156,9 @@ def test_method_slices_match_a_whole_module_edit(variant: str) -> None:
 
 
 def test_each_slice_holds_its_class_header_and_one_method_at_the_files_lines() -> None:
-    slices = ClassSlices.of_methods(SHAPE, [(s.cls, s.method) for s in SITES], lambda code, first: cst.parse_module(code))
+    slices = ClassSlices.of_methods(
+        SHAPE, [(s.cls, s.method) for s in SITES], lambda code, first: cst.parse_module(code)
+    )
     assert slices is not None
     code = slices.modules[("LlamaModel", "forward")].code
     file_lines, slice_lines = SHAPE.split("\n"), code.split("\n")
@@ -188,7 +208,9 @@ def test_missing_method_and_missing_class_keep_their_messages() -> None:
     gone = SHAPE.replace("def forward(self, input_ids,", "def other(self, input_ids,")
     [error] = patch_text(gone, PATH, [FORWARD]).errors.values()
     assert "expected one method forward() in class LlamaModel, found none" in error
-    [error] = patch_text(SHAPE, PATH, [EditSite(kind="init", path=PATH, module="m", cls="Nope", method="__init__")]).errors.values()
+    [error] = patch_text(
+        SHAPE, PATH, [EditSite(kind="init", path=PATH, module="m", cls="Nope", method="__init__")]
+    ).errors.values()
     assert "expected exactly one top-level class Nope, found no" in error
 
 
@@ -203,7 +225,11 @@ def test_messages_name_the_files_own_line(newline: str) -> None:
     """A hand-changed block is named by its line in the file, whatever was cut away around it."""
     after = _apply_checked(SHAPE, SITES)
     lines = after.split("\n")
-    flag = next(i for i, line in enumerate(lines) if line.endswith("self.capture_embedding_for_eagle3 = False") and "model" not in line)
+    flag = next(
+        i
+        for i, line in enumerate(lines)
+        if line.endswith("self.capture_embedding_for_eagle3 = False") and "model" not in line
+    )
     block = next(i for i, line in enumerate(lines) if "-1 in layer_ids" in line)
     lines[flag] = lines[flag].replace("= False", "= True")
     lines[block] = lines[block].replace("-1 in layer_ids", "-1 in list(layer_ids)")
@@ -216,6 +242,9 @@ def test_messages_name_the_files_own_line(newline: str) -> None:
 
 def test_a_form_feed_does_not_shift_the_line_named() -> None:
     """str.splitlines() breaks at form feeds, ast does not: 'line N' counts as ast does."""
-    text = SHAPE.replace("        super().__init__()\n", "        super().__init__()\n\x0c\n        self.capture_embedding_for_eagle3 = 1\n")
+    text = SHAPE.replace(
+        "        super().__init__()\n",
+        "        super().__init__()\n\x0c\n        self.capture_embedding_for_eagle3 = 1\n",
+    )
     line = text.split("\n").index("        self.capture_embedding_for_eagle3 = 1") + 1
     assert patch_text(text, PATH, [INIT]).outcomes[INIT.key].detail.startswith(f"line {line}:")

@@ -24,7 +24,9 @@ TESTS = Path(__file__).resolve().parent / "transforms"
 def test_every_transform_has_one_examples_module_and_one_test_file() -> None:
     assert sorted(EXAMPLES) == sorted(t.NAME for t in ALL)
     assert all(EXAMPLES[t.NAME].TRANSFORM is t for t in ALL)
-    assert sorted(p.stem for p in TESTS.glob("test_*.py") if p.stem != "test_definite_assignment") == sorted(f"test_{t.NAME}" for t in ALL)
+    assert sorted(p.stem for p in TESTS.glob("test_*.py") if p.stem != "test_definite_assignment") == sorted(
+        f"test_{t.NAME}" for t in ALL
+    )
 
 
 @pytest.mark.parametrize("transform", ALL, ids=lambda t: t.NAME)
@@ -34,13 +36,13 @@ def test_every_transform_is_documented(transform) -> None:
     assert any(ex.before != ex.after for ex in examples)
 
 
-TRY_STAR = '''\
+TRY_STAR = """\
 def __init__(self):
     try:
         pass
     except* ValueError:
         self.layers_to_capture = []
-'''
+"""
 
 
 def test_an_except_star_body_is_walked_like_an_except_body() -> None:

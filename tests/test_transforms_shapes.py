@@ -45,10 +45,13 @@ try:
 except ImportError:  # only the forwards below need it: the graph, setter and slice tests run without
     torch = None
 #: The tests that run a patched forward (torch on CPU).
-needs_torch = pytest.mark.skipif(torch is None, reason="runs a patched forward: needs torch (pip install 'patchcraft[smoke]')")
+needs_torch = pytest.mark.skipif(
+    torch is None, reason="runs a patched forward: needs torch (pip install 'patchcraft[smoke]')"
+)
 
 
 # -- tiny model trees -------------------------------------------------------------
+
 
 def make_tree(tmp_path: Path, files: dict[str, str]) -> Path:
     models = tmp_path / "sglang" / "srt" / "models"
@@ -66,7 +69,7 @@ def sites_of(plan) -> list[tuple[str, str, str]]:
     return sorted((s.kind, s.module, s.cls) for s in plan.sites)
 
 
-INNER = '''
+INNER = """
 class {name}(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -82,9 +85,9 @@ class {name}(nn.Module):
                 aux_hidden_states.append(hidden_states + residual)
             hidden_states, residual = self.layers[i](hidden_states, residual)
         return hidden_states, aux_hidden_states
-'''
+"""
 
-SETTER = '''
+SETTER = """
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         if not self.pp_group.is_last_rank:
             return
@@ -92,27 +95,34 @@ SETTER = '''
             self.model.layers_to_capture = [2, 4, 6]
         else:
             self.model.layers_to_capture = [val + 1 for val in layer_ids]
-'''
+"""
 
 
 def outer(name: str, inner: str, extra: str = "") -> str:
-    return f'''
+    return f"""
 class {name}(nn.Module):
     def __init__(self, config):
         self.pp_group = get_pp_group()
         self.model = {inner}(config)
-{extra}{SETTER}'''
+{extra}{SETTER}"""
 
 
 def test_init_and_forward_in_another_file(tmp_path: Path) -> None:
     """qwen3 -> qwen2: the inner model's file has no setter of its own and is patched for it."""
-    package = make_tree(tmp_path, {
-        "base": INNER.format(name="BaseModel"),
-        "child": "from sglang.srt.models.base import BaseModel\n" + outer("ChildForCausalLM", "BaseModel"),
-    })
+    package = make_tree(
+        tmp_path,
+        {
+            "base": INNER.format(name="BaseModel"),
+            "child": "from sglang.srt.models.base import BaseModel\n" + outer("ChildForCausalLM", "BaseModel"),
+        },
+    )
     [plan] = plans_of(package).values()
     assert plan.label == "child.ChildForCausalLM"
-    assert sites_of(plan) == [("forward", "base", "BaseModel"), ("init", "base", "BaseModel"), ("setter", "child", "ChildForCausalLM")]
+    assert sites_of(plan) == [
+        ("forward", "base", "BaseModel"),
+        ("init", "base", "BaseModel"),
+        ("setter", "child", "ChildForCausalLM"),
+    ]
     result = run(resolve_target(str(package)), Mode.APPLY, runner=False)
     [model] = result.models
     assert model.status == ModelStatus.PATCHED and sorted(Path(f).name for f in model.files) == ["base.py", "child.py"]
@@ -120,31 +130,43 @@ def test_init_and_forward_in_another_file(tmp_path: Path) -> None:
 
 def test_subclass_with_its_own_forward_is_its_own_model(tmp_path: Path) -> None:
     """Llama4: inherits the setter, builds an inner model whose forward is its own."""
-    package = make_tree(tmp_path, {
-        "llama": INNER.format(name="LlamaModel") + outer("LlamaForCausalLM", "LlamaModel"),
-        "llama4": "from sglang.srt.models.llama import LlamaForCausalLM, LlamaModel\n"
-        + INNER.format(name="Llama4Model").replace("(nn.Module)", "(LlamaModel)")
-        + "\nclass Llama4ForCausalLM(LlamaForCausalLM):\n    def __init__(self, config):\n        self.model = Llama4Model(config)\n",
-    })
+    package = make_tree(
+        tmp_path,
+        {
+            "llama": INNER.format(name="LlamaModel") + outer("LlamaForCausalLM", "LlamaModel"),
+            "llama4": "from sglang.srt.models.llama import LlamaForCausalLM, LlamaModel\n"
+            + INNER.format(name="Llama4Model").replace("(nn.Module)", "(LlamaModel)")
+            + "\nclass Llama4ForCausalLM(LlamaForCausalLM):\n    def __init__(self, config):\n        self.model = Llama4Model(config)\n",
+        },
+    )
     plans = plans_of(package)
     assert set(plans) == {"llama.LlamaForCausalLM", "llama4.Llama4ForCausalLM"}
     assert sites_of(plans["llama4.Llama4ForCausalLM"]) == [
-        ("forward", "llama4", "Llama4Model"), ("init", "llama4", "Llama4Model"), ("setter", "llama", "LlamaForCausalLM")
+        ("forward", "llama4", "Llama4Model"),
+        ("init", "llama4", "Llama4Model"),
+        ("setter", "llama", "LlamaForCausalLM"),
     ]
 
 
 def test_subclass_that_changes_nothing_is_no_model_of_its_own(tmp_path: Path) -> None:
-    package = make_tree(tmp_path, {
-        "llama": INNER.format(name="LlamaModel") + outer("LlamaForCausalLM", "LlamaModel") + "\nclass Phi(LlamaForCausalLM):\n    pass\n",
-    })
+    package = make_tree(
+        tmp_path,
+        {
+            "llama": INNER.format(name="LlamaModel")
+            + outer("LlamaForCausalLM", "LlamaModel")
+            + "\nclass Phi(LlamaForCausalLM):\n    pass\n",
+        },
+    )
     assert set(plans_of(package)) == {"llama.LlamaForCausalLM"}
 
 
 def test_delegation_patches_the_delegate(tmp_path: Path) -> None:
     """mllama4/kimi_k25: the setter hands the ids to language_model, imported inside __init__."""
-    package = make_tree(tmp_path, {
-        "text": INNER.format(name="TextModel") + outer("TextForCausalLM", "TextModel"),
-        "vision": '''
+    package = make_tree(
+        tmp_path,
+        {
+            "text": INNER.format(name="TextModel") + outer("TextForCausalLM", "TextModel"),
+            "vision": """
         class VisionForConditionalGeneration(nn.Module):
             def __init__(self, config):
                 from sglang.srt.models.text import TextForCausalLM
@@ -154,8 +176,9 @@ def test_delegation_patches_the_delegate(tmp_path: Path) -> None:
             def set_eagle3_layers_to_capture(self, layer_ids=None):
                 if hasattr(self.language_model, "set_eagle3_layers_to_capture"):
                     self.language_model.set_eagle3_layers_to_capture(layer_ids)
-        ''',
-    })
+        """,
+        },
+    )
     plan = plans_of(package)["vision.VisionForConditionalGeneration"]
     assert plan.delegate == "text.TextForCausalLM" and "setter: delegation" in plan.notes
     assert sites_of(plan) == sites_of(plans_of(package)["text.TextForCausalLM"])
@@ -163,19 +186,26 @@ def test_delegation_patches_the_delegate(tmp_path: Path) -> None:
 
 def test_constructor_parameter_default_of_the_most_derived_class(tmp_path: Path) -> None:
     """qwen3_vl_moe passes its own ``language_model_cls`` default to Qwen3VL's __init__."""
-    package = make_tree(tmp_path, {
-        "vl": INNER.format(name="TextModel") + INNER.format(name="MoeTextModel") + '''
+    package = make_tree(
+        tmp_path,
+        {
+            "vl": INNER.format(name="TextModel")
+            + INNER.format(name="MoeTextModel")
+            + """
 class VLForConditionalGeneration(nn.Module):
     def __init__(self, config, language_model_cls=TextModel):
         self.pp_group = get_pp_group()
         self.model = language_model_cls(config)
-''' + SETTER + '''
+"""
+            + SETTER
+            + """
 
 class VLMoeForConditionalGeneration(VLForConditionalGeneration):
     def __init__(self, config, language_model_cls=MoeTextModel):
         super().__init__(config, language_model_cls)
-''',
-    })
+""",
+        },
+    )
     plans = plans_of(package)
     assert ("forward", "vl", "TextModel") in sites_of(plans["vl.VLForConditionalGeneration"])
     assert ("forward", "vl", "MoeTextModel") in sites_of(plans["vl.VLMoeForConditionalGeneration"])
@@ -193,14 +223,20 @@ def test_class_attribute_constructor_through_a_module_import(tmp_path: Path) -> 
     ) + SETTER
     package = make_tree(tmp_path, {"body": INNER.format(name="Body"), "text": text})
     plan = plans_of(package)["text.TextForCausalLM"]
-    assert sites_of(plan) == [("forward", "body", "Body"), ("init", "body", "Body"), ("setter", "text", "TextForCausalLM")]
+    assert sites_of(plan) == [
+        ("forward", "body", "Body"),
+        ("init", "body", "Body"),
+        ("setter", "text", "TextForCausalLM"),
+    ]
 
 
 def test_wrapper_forward_calling_super_is_followed(tmp_path: Path) -> None:
     """An EAGLE draft's model feeds fused inputs to ``super().forward``: the parent's forward captures."""
-    package = make_tree(tmp_path, {
-        "base": INNER.format(name="BaseModel") + outer("BaseForCausalLM", "BaseModel"),
-        "draft": '''
+    package = make_tree(
+        tmp_path,
+        {
+            "base": INNER.format(name="BaseModel") + outer("BaseForCausalLM", "BaseModel"),
+            "draft": """
         from sglang.srt.models.base import BaseForCausalLM, BaseModel
 
 
@@ -217,15 +253,21 @@ def test_wrapper_forward_calling_super_is_followed(tmp_path: Path) -> None:
             def __init__(self, config):
                 super().__init__(config)
                 self.model = DraftModel(config)
-        ''',
-    })
+        """,
+        },
+    )
     plan = plans_of(package)["draft.DraftForCausalLM"]
     # BaseModel's own __init__ comes along: every class running the patched forward sets the flag.
-    assert sites_of(plan) == [("forward", "base", "BaseModel"), ("init", "base", "BaseModel"), ("init", "draft", "DraftModel"), ("setter", "base", "BaseForCausalLM")]
+    assert sites_of(plan) == [
+        ("forward", "base", "BaseModel"),
+        ("init", "base", "BaseModel"),
+        ("init", "draft", "DraftModel"),
+        ("setter", "base", "BaseForCausalLM"),
+    ]
 
 
 #: 0.5.13-0.5.20 Qwen3.5 under the Qwen3-VL setter: the forward captures flagged layers only.
-FLAG_GATED_VL = '''
+FLAG_GATED_VL = """
 class Body(nn.Module):
     def __init__(self, config):
         self.layers_to_capture = []
@@ -246,14 +288,15 @@ class Body(nn.Module):
                 captured_last_layer_outputs=aux_hidden_states if getattr(layer, "_is_layer_to_capture", False) else None,
             )
         return hidden_states, aux_hidden_states
-''' + outer("VLForConditionalGeneration", "Body")
+""" + outer("VLForConditionalGeneration", "Body")
 
 
 @pytest.mark.parametrize(
     "files,reason",
     [
         pytest.param(
-            {"ext": '''
+            {
+                "ext": """
             class ExtForCausalLM(nn.Module):
                 def __init__(self, config):
                     arch = self.get_arch(config)
@@ -261,12 +304,16 @@ class Body(nn.Module):
 
                 def set_eagle3_layers_to_capture(self, layer_ids=None):
                     self.model.set_eagle3_layers_to_capture(layer_ids)
-            '''},
+            """
+            },
             "built by `self.model = arch(...)` in ext.ExtForCausalLM.__init__: a class chosen at run time",
             id="inner-model-chosen-at-run-time",
         ),
         pytest.param(
-            {"nextn": INNER.format(name="BaseModel") + outer("BaseForCausalLM", "BaseModel") + '''
+            {
+                "nextn": INNER.format(name="BaseModel")
+                + outer("BaseForCausalLM", "BaseModel")
+                + """
 class NextNModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         return self.layer(self.embed_tokens(input_ids))
@@ -275,7 +322,8 @@ class NextNModel(nn.Module):
 class NextNForCausalLM(BaseForCausalLM):
     def __init__(self, config):
         self.model = NextNModel(config)
-'''},
+"""
+            },
             "nextn.NextNModel has no aux hidden-state capture at all",
             id="inner-model-without-capture",
         ),
@@ -285,22 +333,26 @@ class NextNForCausalLM(BaseForCausalLM):
             id="flag-gated-forward-never-flagged",
         ),
         pytest.param(
-            {"old": '''
+            {
+                "old": """
             class OldForCausalLM(nn.Module):
                 def set_eagle3_layers_to_capture(self):
                     self.model.layers_to_capture = [2, 4, 6]
-            '''},
+            """
+            },
             "takes no layer_ids parameter (legacy setter)",
             id="legacy-setter",
         ),
         pytest.param(
-            {"helper": '''
+            {
+                "helper": """
             class HelperModel(nn.Module):
                 def set_eagle3_layers_to_capture(self, layers_to_capture):
                     self.layers_to_capture = layers_to_capture
                     for layer_id in self.layers_to_capture:
                         setattr(self.layers[layer_id], "_is_layer_to_capture", True)
-            '''},
+            """
+            },
             "inner-model helper only:",
             id="helper-nothing-calls",
         ),
@@ -319,14 +371,20 @@ NO_TARGET = ("nextn.NextNModel has no aux hidden-state capture at all", "inner-m
 
 def test_inner_helper_called_by_an_outer_setter_is_no_model_row(tmp_path: Path) -> None:
     """qwen2_moe: the inner model's own setter marks layers; only the outer model is a row."""
-    inner = INNER.format(name="MoeModel").replace(
-        "        self.layers_to_capture = []\n",
-        "        self.layers_to_capture = []\n",
-    ) + '''
+    inner = (
+        INNER.format(name="MoeModel").replace(
+            "        self.layers_to_capture = []\n",
+            "        self.layers_to_capture = []\n",
+        )
+        + """
     def set_eagle3_layers_to_capture(self, layers_to_capture):
         self.layers_to_capture = layers_to_capture
-'''
-    setter = SETTER.replace("self.model.layers_to_capture = [val + 1 for val in layer_ids]", "self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])")
+"""
+    )
+    setter = SETTER.replace(
+        "self.model.layers_to_capture = [val + 1 for val in layer_ids]",
+        "self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])",
+    )
     package = make_tree(tmp_path, {"moe": inner + outer("MoeForCausalLM", "MoeModel").replace(SETTER, setter)})
     plans = plans_of(package)
     assert set(plans) == {"moe.MoeForCausalLM"} and "setter: inner-helper" in plans["moe.MoeForCausalLM"].notes
@@ -344,15 +402,20 @@ def test_flag_gated_forward_is_patched_when_the_setter_flags_through_the_helper(
 
 
 def test_setter_guards_the_pipeline_group_it_uses(tmp_path: Path) -> None:
-    package = make_tree(tmp_path, {
-        "a": INNER.format(name="AModel") + outer("AForCausalLM", "AModel").replace("self.pp_group.is_last_rank", "get_pp_group().is_last_rank"),
-    })
+    package = make_tree(
+        tmp_path,
+        {
+            "a": INNER.format(name="AModel")
+            + outer("AForCausalLM", "AModel").replace("self.pp_group.is_last_rank", "get_pp_group().is_last_rank"),
+        },
+    )
     [plan] = plans_of(package).values()
     [setter] = [s for s in plan.sites if s.kind == "setter"]
     assert setter.params_as(SetterParams).pp == "get_pp_group()"
 
 
 # -- the patched setter, executed ------------------------------------------------------
+
 
 def setter_of(code: str, cls: str):
     """The ``set_eagle3_layers_to_capture`` of ``cls`` in ``code``, as a plain function."""
@@ -375,15 +438,15 @@ def fake_model(num_layers: int = 8, stages: int = 1, patched_inner: bool = True)
 
 
 SETTER_VARIANTS = {
-    "plain +1": '''
+    "plain +1": """
         if not self.pp_group.is_last_rank:
             return
         if layer_ids is None:
             self.model.layers_to_capture = [2, 4, 5]
         else:
             self.model.layers_to_capture = [val + 1 for val in layer_ids]
-    ''',
-    "first-id heuristic": '''
+    """,
+    "first-id heuristic": """
         if not self.pp_group.is_last_rank:
             return
         if layer_ids is None:
@@ -393,8 +456,8 @@ SETTER_VARIANTS = {
                 self.model.layers_to_capture = [val + 1 for val in layer_ids]
             else:
                 self.model.layers_to_capture = list(layer_ids)
-    ''',
-    "max heuristic": '''
+    """,
+    "max heuristic": """
         num_layers = self.config.num_hidden_layers
         if layer_ids is None:
             self.model.layers_to_capture = [2, 4, 5]
@@ -403,29 +466,49 @@ SETTER_VARIANTS = {
                 self.model.layers_to_capture = list(layer_ids)
             else:
                 self.model.layers_to_capture = [val + 1 for val in layer_ids]
-    ''',
-    "inner helper": '''
+    """,
+    "inner helper": """
         if layer_ids is None:
             self.model.set_eagle3_layers_to_capture([2, 4, 5])
         else:
             self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])
-    ''',
+    """,
 }
 
 #: ids asked for -> (flag, layers_to_capture) after the patched setter, per variant.
 EXPECTED = {
     "plain +1": {(-1, 2, 5): (True, [3, 6]), (2, 5): (False, [3, 6]), (-1,): (True, [])},
     # -1 means the +1 convention for the rest, whatever the release's test would choose (one meaning per config).
-    "first-id heuristic": {(-1, 1, 5): (True, [2, 6]), (1, 5): (False, [2, 6]), (-1, 2, 5): (True, [3, 6]), (2, 5): (False, [2, 5])},
-    "max heuristic": {(-1, 2, 8): (True, [3, 9]), (-1, 2, 5): (True, [3, 6]), (2, 5): (False, [3, 6]), (2, 8): (False, [2, 8])},
+    "first-id heuristic": {
+        (-1, 1, 5): (True, [2, 6]),
+        (1, 5): (False, [2, 6]),
+        (-1, 2, 5): (True, [3, 6]),
+        (2, 5): (False, [2, 5]),
+    },
+    "max heuristic": {
+        (-1, 2, 8): (True, [3, 9]),
+        (-1, 2, 5): (True, [3, 6]),
+        (2, 5): (False, [3, 6]),
+        (2, 8): (False, [2, 8]),
+    },
     "inner helper": {(-1, 2, 5): (True, [3, 6]), (2, 5): (False, [3, 6])},
 }
 
 
 def patched_setter(body: str):
-    code = "class M:\n    def set_eagle3_layers_to_capture(self, layer_ids=None):\n" + textwrap.indent(textwrap.dedent(body).strip("\n"), "        ") + "\n"
-    site = EditSite(kind="setter", path=Path("m.py"), module="m", cls="M", method="set_eagle3_layers_to_capture",
-                    params=SetterParams(target="self.model", param="layer_ids", pp="self.pp_group"))
+    code = (
+        "class M:\n    def set_eagle3_layers_to_capture(self, layer_ids=None):\n"
+        + textwrap.indent(textwrap.dedent(body).strip("\n"), "        ")
+        + "\n"
+    )
+    site = EditSite(
+        kind="setter",
+        path=Path("m.py"),
+        module="m",
+        cls="M",
+        method="set_eagle3_layers_to_capture",
+        params=SetterParams(target="self.model", param="layer_ids", pp="self.pp_group"),
+    )
     after = accept_embedding_layer_id.apply(cst.parse_module(code), site)[0].code
     return setter_of(after, "M"), setter_of(code, "M")
 
@@ -493,6 +576,7 @@ def test_real_patched_setters(version: str, stem: str, cls: str) -> None:
 
 # -- the patched forward, executed ------------------------------------------------------
 
+
 def aux_module(version: str):
     """The release's own ``sglang/srt/layers/aux_hidden_states.py`` (plain torch)."""
     path = release_package(version) / "srt" / "layers" / "aux_hidden_states.py"
@@ -518,7 +602,7 @@ class Layer:
         return torch.full_like(residual, float(self.index + 1)), residual
 
 
-PACKER_FORWARD = '''
+PACKER_FORWARD = """
 class Model:
     def forward(self, embedding):
         hidden_states = embedding
@@ -531,11 +615,13 @@ class Model:
                 captured_last_layer_outputs=aux_hidden_states if i in self.layers_to_capture else None,
             )
         return aux_hidden_states.finalize()
-'''
+"""
 
 
 def patched_forward(code: str) -> str:
-    site = EditSite(kind="forward", path=Path("m.py"), module="m", cls="Model", method="forward", params=ForwardParams(gate=""))
+    site = EditSite(
+        kind="forward", path=Path("m.py"), module="m", cls="Model", method="forward", params=ForwardParams(gate="")
+    )
     return capture_embedding_output.apply(cst.parse_module(code), site)[0].code
 
 
@@ -558,13 +644,17 @@ def run_forward(code: str, ids: list, flag: bool, namespace: dict):
 def test_packer_counts_the_embedding(version: str) -> None:
     """AuxHiddenStatePacker.finalize() raises unless the count includes the embedding."""
     aux = aux_module(version)
-    packed, after = run_forward(PACKER_FORWARD, [1, 3], True, {"AuxHiddenStatePacker": aux.AuxHiddenStatePacker, "torch": torch})
+    packed, after = run_forward(
+        PACKER_FORWARD, [1, 3], True, {"AuxHiddenStatePacker": aux.AuxHiddenStatePacker, "torch": torch}
+    )
     # hs[0] (the embedding, zeros), then the inputs of layers 1 and 3, each [2, 3]
     assert packed.shape == (2, 9)
     assert torch.equal(packed[:, :3], torch.zeros(2, 3))
     assert torch.equal(packed[:, 3:6], torch.full((2, 3), 1.0))
     # Without -1 the count is the release's own.
-    packed, _ = run_forward(PACKER_FORWARD, [1, 3], False, {"AuxHiddenStatePacker": aux.AuxHiddenStatePacker, "torch": torch})
+    packed, _ = run_forward(
+        PACKER_FORWARD, [1, 3], False, {"AuxHiddenStatePacker": aux.AuxHiddenStatePacker, "torch": torch}
+    )
     assert packed.shape == (2, 6)
     # Revert gives back the release's call exactly.
     assert revert_text(after, Path("m.py")) == PACKER_FORWARD
@@ -579,7 +669,7 @@ def test_without_the_widened_count_the_packer_fails() -> None:
         call_forward(broken, [1, 3], True, {"AuxHiddenStatePacker": aux.AuxHiddenStatePacker, "torch": torch})
 
 
-BOUNDARY_FORWARD = '''
+BOUNDARY_FORWARD = """
 class Model:
     def forward(self, embedding):
         hidden_states = embedding
@@ -591,7 +681,7 @@ class Model:
                 capture_output=aux_hidden_states.capture if i in self.layers_to_capture else None,
             )
         return aux_hidden_states
-'''
+"""
 
 
 class Stream:
@@ -623,7 +713,10 @@ def test_layer_boundary_capture_uses_the_release_primitive() -> None:
     stream = Stream()
     after = patched_forward(BOUNDARY_FORWARD)
     assert "aux_hidden_states.capture(hidden_states)" in after and "residual is None" not in after
-    exec(compile(after, "m.py", "exec"), namespace := {"AuxHiddenStateList": aux.AuxHiddenStateList, "residual_batch": stream})
+    exec(
+        compile(after, "m.py", "exec"),
+        namespace := {"AuxHiddenStateList": aux.AuxHiddenStateList, "residual_batch": stream},
+    )
     model = namespace["Model"]()
     model.layers = [stream.layer(i) for i in range(4)]
     model.layers_to_capture = [1, 2]
@@ -669,15 +762,24 @@ def test_class_slices_splice_back_byte_for_byte() -> None:
     text = SLICED.removeprefix("\ufeff")
     slices = ClassSlices.of(text, {"LlamaModel", "LlamaForCausalLM"}, lambda segment, first: cst.parse_module(segment))
     assert slices is not None and slices.text() == text
-    assert ClassSlices.of(text + "\nclass LlamaModel:\n    pass\n", {"LlamaModel"}, lambda s, f: cst.parse_module(s)) is None
+    assert (
+        ClassSlices.of(text + "\nclass LlamaModel:\n    pass\n", {"LlamaModel"}, lambda s, f: cst.parse_module(s))
+        is None
+    )
 
 
 def test_patch_and_revert_through_slices_match_a_whole_module_edit() -> None:
     text = SLICED.removeprefix("\ufeff")
     sites = [
         EditSite(kind="init", path=Path("m.py"), module="m", cls="LlamaModel", method="__init__"),
-        EditSite(kind="setter", path=Path("m.py"), module="m", cls="LlamaForCausalLM", method="set_eagle3_layers_to_capture",
-                 params=SetterParams(target="self.model", param="layer_ids", pp="")),
+        EditSite(
+            kind="setter",
+            path=Path("m.py"),
+            module="m",
+            cls="LlamaForCausalLM",
+            method="set_eagle3_layers_to_capture",
+            params=SetterParams(target="self.model", param="layer_ids", pp=""),
+        ),
     ]
     after = patch_text(text, Path("m.py"), sites).after
     whole = cst.parse_module(text)
@@ -691,8 +793,14 @@ def test_patch_and_revert_through_slices_match_a_whole_module_edit() -> None:
 
 def test_messages_name_the_line_in_the_file_not_in_the_class() -> None:
     """Only the edited classes are parsed, padded to their place: 'line N' is the file's line."""
-    site = EditSite(kind="setter", path=Path("m.py"), module="m", cls="LlamaForCausalLM", method="set_eagle3_layers_to_capture",
-                    params=SetterParams(target="self.model", param="layer_ids", pp=""))
+    site = EditSite(
+        kind="setter",
+        path=Path("m.py"),
+        module="m",
+        cls="LlamaForCausalLM",
+        method="set_eagle3_layers_to_capture",
+        params=SetterParams(target="self.model", param="layer_ids", pp=""),
+    )
     text = "import torch\r\n\r\n\r\nclass Other:\r\n    pass\r\n\r\n\r\n" + (
         "class LlamaForCausalLM(nn.Module):\r\n"
         "    def set_eagle3_layers_to_capture(self, layer_ids=None):\r\n"

@@ -12,6 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_mypy_is_clean() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "patchcraft", "transforms"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, f"mypy reports errors:\n{proc.stdout}{proc.stderr}"

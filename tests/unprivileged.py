@@ -48,7 +48,12 @@ def require_root_tools() -> None:
 @functools.lru_cache(maxsize=None)
 def _can_mount() -> bool:
     probe = "mount -t tmpfs patchcraft-probe /mnt 2>/dev/null || mount -t tmpfs patchcraft-probe /tmp"
-    return subprocess.run(["unshare", "-m", "sh", "-c", f"mount --make-rprivate / && ({probe})"], capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["unshare", "-m", "sh", "-c", f"mount --make-rprivate / && ({probe})"], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def run_as(uid: int, argv: Sequence[str], env: Mapping[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
@@ -64,7 +69,7 @@ def run_as(uid: int, argv: Sequence[str], env: Mapping[str, str], timeout: float
         [
             "set -e",
             "mount --make-rprivate /",
-            'view=$(mktemp -d)',
+            "view=$(mktemp -d)",
             f'mount --bind {shlex.quote(str(prefix))} "$view"',
             f"mount -t tmpfs -o mode=755 patchcraft-test {shlex.quote(str(closed))}",
             f"mkdir -p {shlex.quote(str(prefix))}",
@@ -73,7 +78,13 @@ def run_as(uid: int, argv: Sequence[str], env: Mapping[str, str], timeout: float
             'exec "$@"',
         ]
     )
-    return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *switch], capture_output=True, text=True, env=dict(env), timeout=timeout)
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", *switch],
+        capture_output=True,
+        text=True,
+        env=dict(env),
+        timeout=timeout,
+    )
 
 
 def open_directory() -> Path:

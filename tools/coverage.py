@@ -251,7 +251,12 @@ def render_release(cov: ReleaseCoverage, note: str = "") -> str:
     if unsupported:
         lines.append("\nUnsupported or not applicable (the reason `patchcraft` gives):\n\n")
         lines.extend(f"- `{r.model}`: {r.reason}\n" for r in unsupported)
-    shapes = Counter(s for r in cov.rows for s in ([f"setter: {r.setter}"] if r.setter != "—" else []) + [f"forward: {f}" for f in r.forward.split("; ") if f != "—"])
+    shapes = Counter(
+        s
+        for r in cov.rows
+        for s in ([f"setter: {r.setter}"] if r.setter != "—" else [])
+        + [f"forward: {f}" for f in r.forward.split("; ") if f != "—"]
+    )
     if shapes:
         lines.append("\nShapes met: " + "; ".join(f"{_cell(k)} (×{v})" for k, v in sorted(shapes.items())) + ".\n")
     return "".join(lines)
@@ -267,10 +272,14 @@ def history(page: Path = OUT) -> str:
     return section or ""
 
 
-def render(matrix: Sequence[ReleaseCoverage], between: Sequence[ReleaseCoverage] = (), history_section: str | None = None) -> str:
+def render(
+    matrix: Sequence[ReleaseCoverage], between: Sequence[ReleaseCoverage] = (), history_section: str | None = None
+) -> str:
     """The page; ``history_section`` (default: the one in docs/coverage.md now) is kept at its end."""
     parts = [HEADER, SHAPES]
-    parts.append("\n## Summary\n\n| release | models | patched | already patched at verify | unsupported | not applicable | errors |\n|---|---|---|---|---|---|---|\n")
+    parts.append(
+        "\n## Summary\n\n| release | models | patched | already patched at verify | unsupported | not applicable | errors |\n|---|---|---|---|---|---|---|\n"
+    )
     for cov in [*matrix, *between]:
         label = cov.version + (" (between)" if cov in between else "")
         parts.append(

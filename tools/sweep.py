@@ -143,7 +143,11 @@ class ReleaseResult:
         """(model, message) of every ``error`` row of apply, verify, check or revert."""
         rows = []
         for command in (self.apply, self.verify, self.check, self.revert):
-            rows += [(f"{command.name}: {m['model']}", m.get("message", "")) for m in command.models if m["status"] == ModelStatus.ERROR]
+            rows += [
+                (f"{command.name}: {m['model']}", m.get("message", ""))
+                for m in command.models
+                if m["status"] == ModelStatus.ERROR
+            ]
         return rows
 
     @property
@@ -157,7 +161,9 @@ class ReleaseResult:
                 if row is None or row["status"] != ModelStatus.ALREADY:
                     found.append(f"{model['model']} (verify: {row['status'] if row else 'no row'})")
         for row in self.verify.models:
-            if row["status"] == ModelStatus.ALREADY and (row.get("compiles") is False or row.get("idempotent") is False):
+            if row["status"] == ModelStatus.ALREADY and (
+                row.get("compiles") is False or row.get("idempotent") is False
+            ):
                 found.append(f"{row['model']} (compiles={row.get('compiles')}, idempotent={row.get('idempotent')})")
         return found
 
@@ -191,9 +197,7 @@ class ReleaseResult:
     def smoke_limited(self) -> list[tuple[str, str]]:
         """(model, reason) of each smoke row a named limitation covers."""
         return [
-            (row["model"], lim.reason)
-            for row in self.smoke_rows
-            if (lim := limitation(self.version, row)) is not None
+            (row["model"], lim.reason) for row in self.smoke_rows if (lim := limitation(self.version, row)) is not None
         ]
 
     @property
@@ -215,9 +219,13 @@ class ReleaseResult:
         found += [f"verify: not verified: {what}" for what in self.unverified]
         if not self.check_clean:
             would = [m["model"] for m in self.check.models if m["status"] == ModelStatus.WOULD]
-            found.append(f"apply --check after apply: exit {self.check.code}, would change {', '.join(would) or 'files'}")
+            found.append(
+                f"apply --check after apply: exit {self.check.code}, would change {', '.join(would) or 'files'}"
+            )
         if not self.revert_identical:
-            shown = ", ".join(self.revert_differs[:5]) + (f" and {len(self.revert_differs) - 5} more" if len(self.revert_differs) > 5 else "")
+            shown = ", ".join(self.revert_differs[:5]) + (
+                f" and {len(self.revert_differs) - 5} more" if len(self.revert_differs) > 5 else ""
+            )
             found.append(f"revert: exit {self.revert.code}, not byte-identical: {shown or 'no file listed'}")
         found += [f"smoke: {model}: {status}: {message}" for model, status, message in self.smoke_problems]
         found += [f"compile: {model}: {status}: {message}" for model, status, message in self.compile_problems]
@@ -229,7 +237,9 @@ class ReleaseResult:
         if self.compiled is None:
             return []
         rows = list(((self.compiled.document or {}).get("smoke") or {}).get("models") or [])
-        return [(row["model"], row["status"], row.get("message", "")) for row in rows if row["status"] in ("fail", "error")]
+        return [
+            (row["model"], row["status"], row.get("message", "")) for row in rows if row["status"] in ("fail", "error")
+        ]
 
     @property
     def ok(self) -> bool:
@@ -254,6 +264,7 @@ class ReleaseResult:
 
 
 # -- running the CLI ------------------------------------------------------------
+
 
 def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
@@ -288,7 +299,9 @@ def cli(*argv: str) -> Command:
         document = json.loads(out.getvalue())
     except ValueError:
         document = None
-    return Command(tuple(argv), code, document if isinstance(document, dict) else None, err.getvalue(), time.perf_counter() - start)
+    return Command(
+        tuple(argv), code, document if isinstance(document, dict) else None, err.getvalue(), time.perf_counter() - start
+    )
 
 
 def differing_files(pristine: Path, copy: Path) -> list[str]:
@@ -323,7 +336,11 @@ def sweep_release(
 
     if pristine is None:
         said = on_step
-        pristine = fetch(version, cache_dir() / "test-releases" / version, on_step=None if said is None else lambda detail: said(f"{version}: {detail}"))
+        pristine = fetch(
+            version,
+            cache_dir() / "test-releases" / version,
+            on_step=None if said is None else lambda detail: said(f"{version}: {detail}"),
+        )
     run_smoke = torch_available() if smoke is None else smoke
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"sweep-{version}-") as tmp:
@@ -356,7 +373,9 @@ def sweep_release(
     return ReleaseResult(version, apply, verify, smoked, check, revert, differs, time.perf_counter() - start, compiled)
 
 
-def sweep(versions: Iterable[str], report: Optional[Callable[[ReleaseResult], None]] = None, **options: Any) -> list[ReleaseResult]:
+def sweep(
+    versions: Iterable[str], report: Optional[Callable[[ReleaseResult], None]] = None, **options: Any
+) -> list[ReleaseResult]:
     """:func:`sweep_release` on each version in turn, with a progress line on an interactive stderr (releases done of all)."""
     from patchcraft.ui import console
 
@@ -373,6 +392,7 @@ def sweep(versions: Iterable[str], report: Optional[Callable[[ReleaseResult], No
 
 
 # -- one row per release -----------------------------------------------------------
+
 
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {status}" for status, n in counts.items() if n) or "none"
@@ -438,7 +458,9 @@ def text_row(result: ReleaseResult) -> str:
 
 # -- the release-history section of docs/coverage.md ----------------------------------
 
-START = "<!-- release-history:start (generated by scripts/sweep.py --write-docs; scripts/coverage_table.py keeps it) -->"
+START = (
+    "<!-- release-history:start (generated by scripts/sweep.py --write-docs; scripts/coverage_table.py keeps it) -->"
+)
 END = "<!-- release-history:end -->"
 
 HISTORY_INTRO = """## Every release: the sweep

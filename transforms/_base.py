@@ -40,9 +40,7 @@ class AnchorError(PatchcraftError):
     """An anchor is missing or ambiguous: name the file, class, method and expectation."""
 
     def __init__(self, site: EditSite, expected: str) -> None:
-        super().__init__(
-            f"{site.path}: {site.cls}.{site.method}: expected {expected}; file left untouched"
-        )
+        super().__init__(f"{site.path}: {site.cls}.{site.method}: expected {expected}; file left untouched")
         self.site = site
 
 
@@ -69,7 +67,9 @@ class Example:
         return cls(title=title, before=text, after=text, site=site)
 
 
-def example_site(kind: str, cls: str, method: str, params: SiteParams | None = None, path: str = "example.py") -> EditSite:
+def example_site(
+    kind: str, cls: str, method: str, params: SiteParams | None = None, path: str = "example.py"
+) -> EditSite:
     """Where a transform's example edits: ``cls.method`` in a file of its own."""
     file = Path(path)
     return EditSite(kind=kind, path=file, module=file.stem, cls=cls, method=method, params=params)
@@ -210,8 +210,22 @@ def find_statements(func: cst.FunctionDef, predicate: Callable[[cst.BaseStatemen
 
 
 _STATEMENT_NODES = (
-    cst.Module, cst.ClassDef, cst.FunctionDef, cst.IndentedBlock, cst.If, cst.Else, cst.For, cst.While,
-    cst.With, cst.Try, cst.TryStar, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.Match, cst.MatchCase,
+    cst.Module,
+    cst.ClassDef,
+    cst.FunctionDef,
+    cst.IndentedBlock,
+    cst.If,
+    cst.Else,
+    cst.For,
+    cst.While,
+    cst.With,
+    cst.Try,
+    cst.TryStar,
+    cst.ExceptHandler,
+    cst.ExceptStarHandler,
+    cst.Finally,
+    cst.Match,
+    cst.MatchCase,
 )
 
 
@@ -286,9 +300,7 @@ def is_flag_count(node: cst.CSTNode, current_only: bool = False) -> bool:
     (or an earlier patchcraft's form of it, unless ``current_only``)."""
     forms = (FLAG_COUNT,) if current_only else (FLAG_COUNT, *LEGACY_FLAG_COUNTS)
     return (
-        isinstance(node, cst.BinaryOperation)
-        and isinstance(node.operator, cst.Add)
-        and plain_code(node.right) in forms
+        isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add) and plain_code(node.right) in forms
     )
 
 

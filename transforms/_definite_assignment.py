@@ -54,8 +54,10 @@ def binds(stmt: cst.CSTNode, name: str) -> bool:
     if isinstance(stmt, cst.SimpleStatementLine):
         return any(_targets_name(small, name) for small in stmt.body)
     if isinstance(stmt, cst.If):
-        return _block_binds(stmt.body, name) and stmt.orelse is not None and (
-            binds(stmt.orelse, name) if isinstance(stmt.orelse, cst.If) else _block_binds(stmt.orelse.body, name)
+        return (
+            _block_binds(stmt.body, name)
+            and stmt.orelse is not None
+            and (binds(stmt.orelse, name) if isinstance(stmt.orelse, cst.If) else _block_binds(stmt.orelse.body, name))
         )
     if isinstance(stmt, cst.With):
         return _block_binds(stmt.body, name)
@@ -69,7 +71,9 @@ def binds(stmt: cst.CSTNode, name: str) -> bool:
 def _block_binds(block_node: cst.BaseSuite, name: str) -> bool:
     if isinstance(block_node, cst.IndentedBlock):
         return any(binds(stmt, name) for stmt in block_node.body)
-    return isinstance(block_node, cst.SimpleStatementSuite) and any(_targets_name(small, name) for small in block_node.body)
+    return isinstance(block_node, cst.SimpleStatementSuite) and any(
+        _targets_name(small, name) for small in block_node.body
+    )
 
 
 def _targets_name(small: cst.BaseSmallStatement, name: str) -> bool:

@@ -121,7 +121,7 @@ class ClassSlices:
             prefix = self.prefixes[key]
             code = code_with_ending(self.modules[key], "".join(self.lines[end - 1 : end]))
             assert code.startswith(prefix), "the padding or class header put before a slice came back changed"
-            parts.append(code[len(prefix):])
+            parts.append(code[len(prefix) :])
             at = end
         parts.extend(self.lines[at:])
         return "".join(parts)

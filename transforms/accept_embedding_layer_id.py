@@ -51,9 +51,9 @@ def block(site: EditSite) -> str:
     return (
         "# patchcraft: layer id -1 = embedding output (hs[0]); drop it before the ids are converted\n"
         f"if {param} is not None and -1 in {param}:\n"
-        f"    if not hasattr({target}, \"{FLAG}\"):\n"
+        f'    if not hasattr({target}, "{FLAG}"):\n'
         "        raise ValueError(\n"
-        f"            f\"EAGLE-3 layer id -1 is not supported by {{type({target}).__name__}}: \"\n"
+        f'            f"EAGLE-3 layer id -1 is not supported by {{type({target}).__name__}}: "\n'
         '            "its forward does not capture the embedding (run `patchcraft apply`)"\n'
         "        )\n"
         f"{guard}"
@@ -109,7 +109,9 @@ def heuristics(func: cst.FunctionDef, param: str) -> list[tuple[cst.If, Sequence
     return found
 
 
-def plus_one_block(module: cst.Module, site: EditSite, test: cst.If, branch: Sequence[cst.BaseStatement]) -> cst.BaseStatement:
+def plus_one_block(
+    module: cst.Module, site: EditSite, test: cst.If, branch: Sequence[cst.BaseStatement]
+) -> cst.BaseStatement:
     """After a convention test: with -1 given, the ids are layer outputs (+1), whatever it chose.
 
     Id -1 exists only in the +1 convention (-1 + 1 = 0, the embedding), so a
@@ -118,7 +120,10 @@ def plus_one_block(module: cst.Module, site: EditSite, test: cst.If, branch: Seq
     False and the release's own choice stands, byte for byte.
     """
     if not all(_plain_assignment(s) for s in branch):
-        raise AnchorError(site, f"a +1 branch of the id-convention test at line {line_of(module, test)} that only assigns (it is run again for -1)")
+        raise AnchorError(
+            site,
+            f"a +1 branch of the id-convention test at line {line_of(module, test)} that only assigns (it is run again for -1)",
+        )
     target = site.params_as(SetterParams).target
     body = "".join("    " + code_of(module, s.with_changes(leading_lines=())).strip() + "\n" for s in branch)  # type: ignore[attr-defined]
     return marked_statement(
@@ -134,9 +139,15 @@ _PURE_CALLS = frozenset({"list", "len", "max", "min", "sorted", "range", "int", 
 
 def _plain_assignment(stmt: cst.BaseStatement) -> bool:
     """Assignments only, calling nothing but pure builtins: running it twice equals running it once."""
-    if not isinstance(stmt, cst.SimpleStatementLine) or not all(isinstance(s, (cst.Assign, cst.AnnAssign)) for s in stmt.body):
+    if not isinstance(stmt, cst.SimpleStatementLine) or not all(
+        isinstance(s, (cst.Assign, cst.AnnAssign)) for s in stmt.body
+    ):
         return False
-    return all(isinstance(n.func, cst.Name) and n.func.value in _PURE_CALLS for n in iter_nodes(stmt) if isinstance(n, cst.Call))
+    return all(
+        isinstance(n.func, cst.Name) and n.func.value in _PURE_CALLS
+        for n in iter_nodes(stmt)
+        if isinstance(n, cst.Call)
+    )
 
 
 def _filters_ids(node: cst.CSTNode) -> bool:
@@ -153,7 +164,9 @@ def _converts(stmt: cst.BaseStatement, param: str) -> bool:
     return param in names and (_sets_ids(stmt) or calls)
 
 
-def judge_hand_fix(module: cst.Module, func: cst.FunctionDef, site: EditSite, flagged: Sequence[cst.BaseStatement]) -> Optional[str]:
+def judge_hand_fix(
+    module: cst.Module, func: cst.FunctionDef, site: EditSite, flagged: Sequence[cst.BaseStatement]
+) -> Optional[str]:
     """Why a hand-made -1 in the setter does not do what patchcraft's block does, or None.
 
     -1 must set the flag before the ids are converted, every conversion must
@@ -209,7 +222,9 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
     if marked:
         stmt = marked[0]
         if strip_marker_lines(module, stmt) != strip_marker_lines(module, canonical):
-            return func, Outcome(EditStatus.MODIFIED, f"line {line_of(module, stmt)}: the inserted -1 block was changed by hand")
+            return func, Outcome(
+                EditStatus.MODIFIED, f"line {line_of(module, stmt)}: the inserted -1 block was changed by hand"
+            )
         func, added = _follow_heuristics(module, func, site)
         return func, Outcome(EditStatus.APPLIED if added else EditStatus.PRESENT)
     flagged = find_statements(func, _sets_flag)
@@ -238,7 +253,10 @@ def _follow_heuristics(module: cst.Module, func: cst.FunctionDef, site: EditSite
         following = _next_statement(func, test)
         if following is not None and is_marked(following):
             if strip_marker_lines(module, following) != strip_marker_lines(module, wanted):
-                raise AnchorError(site, f"patchcraft's +1 block after line {line_of(module, test)} as patchcraft wrote it (it was changed by hand)")
+                raise AnchorError(
+                    site,
+                    f"patchcraft's +1 block after line {line_of(module, test)} as patchcraft wrote it (it was changed by hand)",
+                )
             continue
         func = insert_at(func, test, wanted, after=True)
         added = True

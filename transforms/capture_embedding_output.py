@@ -233,7 +233,18 @@ def analyse(func: cst.FunctionDef, site: EditSite) -> Capture:
         expression = COPIED_SEED_EXPRESSION if with_residual else COPIED_NO_RESIDUAL_EXPRESSION
     else:
         expression = SEED_EXPRESSION if with_residual else NO_RESIDUAL_EXPRESSION
-    return Capture(name, collector_stmt, statements[index], method, expression, _count_arg(value), statements, index, chain, collector_chain)
+    return Capture(
+        name,
+        collector_stmt,
+        statements[index],
+        method,
+        expression,
+        _count_arg(value),
+        statements,
+        index,
+        chain,
+        collector_chain,
+    )
 
 
 def _captures_into(stmt: cst.BaseStatement, name: str) -> bool:
@@ -268,7 +279,9 @@ class _WidenCount(cst.CSTTransformer):
 
     def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
         target = updated.targets[0].target if len(updated.targets) == 1 else None
-        if not (isinstance(target, cst.Name) and target.value == self.collector and isinstance(updated.value, cst.Call)):
+        if not (
+            isinstance(target, cst.Name) and target.value == self.collector and isinstance(updated.value, cst.Call)
+        ):
             return updated
         count = _count_arg(updated.value)
         if count is None or is_flag_count(count.value, current_only=True):
@@ -296,7 +309,10 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
         elif found in _legacy_blocks(module, site, capture):
             func = replace_statement(func, marked[0], canonical)  # an earlier patchcraft's block: brought up to date
         else:
-            return func, Outcome(EditStatus.MODIFIED, f"line {line_of(module, marked[0])}: the inserted capture block was changed by hand")
+            return func, Outcome(
+                EditStatus.MODIFIED,
+                f"line {line_of(module, marked[0])}: the inserted capture block was changed by hand",
+            )
     else:
         hand = find_statements(func, lambda s: isinstance(s, cst.If) and FLAG in _idents(s.test))
         if hand:
@@ -304,7 +320,10 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
             if problem:
                 return func, Outcome(EditStatus.MODIFIED, problem)
             if needs_count:
-                return func, Outcome(EditStatus.MODIFIED, "a hand-made embedding capture, but the collector's capture count does not include it")
+                return func, Outcome(
+                    EditStatus.MODIFIED,
+                    "a hand-made embedding capture, but the collector's capture count does not include it",
+                )
             return func, Outcome(EditStatus.HAND_APPLIED)
         func = insert_at(func, capture.anchor, canonical, after=False)
     if needs_count:
@@ -316,7 +335,9 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
 def _legacy_blocks(module: cst.Module, site: EditSite, capture: Capture) -> set[str]:
     """The blocks an earlier patchcraft inserted here (``apply`` brings them up to date)."""
     return {
-        strip_marker_lines(module, marked_statement(module, block(site, capture.collector, capture.expression, capture.method, flag)))
+        strip_marker_lines(
+            module, marked_statement(module, block(site, capture.collector, capture.expression, capture.method, flag))
+        )
         for flag in LEGACY_FLAG_READS
     }
 
@@ -336,7 +357,9 @@ def judge_hand_fix(module: cst.Module, capture: Capture, hand: Sequence[cst.If])
     stmt = hand[0]
     where = f"line {line_of(module, stmt)}"
     position = next((i for i, s in enumerate(capture.statements) if s is stmt), None)
-    anchor = f"right before the capture loop (line {line_of(module, capture.anchor)}), after `{capture.collector} = ...`"
+    anchor = (
+        f"right before the capture loop (line {line_of(module, capture.anchor)}), after `{capture.collector} = ...`"
+    )
     if position is None or position >= capture.index or not capture.precedes(position):
         return f"{where}: the hand-made embedding capture is misplaced: it captures another tensor; it belongs {anchor}"
     between = capture.statements[position + 1 : capture.index]

@@ -40,6 +40,7 @@ import libcst as cst
 
 from patchcraft import MARKER
 from patchcraft.reading.class_graph import SETTER, EditSite
+
 # KIND and ROW are the planner's (one definition each); this module gives them to the engine and the docs.
 from patchcraft.planning.runner_edits import ATTR, BEFORE_CAPTURE, KIND, ROW, PassIds, RememberIds  # noqa: F401
 from patchcraft.transforms._base import AnchorError, Outcome, edit_method, insert_at, is_marked, line_of, plain_code
@@ -57,6 +58,7 @@ REMEMBER_COMMENT = f"{MARKER} read the draft's EAGLE-3 aux layer ids before any 
 
 # -- applying (libcst) ---------------------------------------------------------
 
+
 def is_marked_call(call: cst.Call) -> bool:
     """A call whose arguments patchcraft wrote: the marker sits inside its parentheses."""
     space = call.whitespace_before_args
@@ -72,7 +74,7 @@ def _is_setter(call: cst.Call) -> bool:
 
 def canonical_call(module: cst.Module, edit: PassIds) -> cst.Call:
     """The patched call: the runner's configured ids, behind the marker comment."""
-    code = f"_.{SETTER}(\n    {PASS_COMMENT}\n    getattr({edit.runner}, \"{edit.attr}\", None)\n)\n"
+    code = f'_.{SETTER}(\n    {PASS_COMMENT}\n    getattr({edit.runner}, "{edit.attr}", None)\n)\n'
     stmt = cst.parse_statement(code, config=module.config_for_parsing)
     assert isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr)
     call = stmt.body[0].value
@@ -105,14 +107,21 @@ class _PassIds(cst.CSTTransformer):
             self.odd = original
             return updated
         self.statuses.append("applied")
-        return updated.with_changes(args=self.canonical.args, whitespace_before_args=self.canonical.whitespace_before_args)
+        return updated.with_changes(
+            args=self.canonical.args, whitespace_before_args=self.canonical.whitespace_before_args
+        )
 
 
-def _pass_ids(module: cst.Module, func: cst.FunctionDef, site: EditSite, edit: PassIds) -> tuple[cst.FunctionDef, Outcome]:
+def _pass_ids(
+    module: cst.Module, func: cst.FunctionDef, site: EditSite, edit: PassIds
+) -> tuple[cst.FunctionDef, Outcome]:
     editor = _PassIds(module, edit)
     new = func.visit(editor)
     if editor.odd is not None:
-        raise AnchorError(site, f"`{editor.receiver}.{SETTER}()` with nothing between its parentheses (found `{plain_code(editor.odd)}`)")
+        raise AnchorError(
+            site,
+            f"`{editor.receiver}.{SETTER}()` with nothing between its parentheses (found `{plain_code(editor.odd)}`)",
+        )
     statuses = editor.statuses
     if "modified" in statuses:
         return func, Outcome("modified", f"the ids passed to {SETTER} were changed by hand")
@@ -160,7 +169,9 @@ class _SwapSetterCall(cst.CSTTransformer):
         super().__init__()
         self.module, self.name, self.attr, self.count = module, name, attr, 0
 
-    def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine) -> cst.BaseStatement:
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement:
         if not _is_configuring_line(updated, self.name):
             return updated
         self.count += 1
@@ -228,7 +239,9 @@ def remember_line(module: cst.Module, edit: RememberIds) -> cst.BaseStatement:
     return cst.parse_statement(code, config=module.config_for_parsing)
 
 
-def _remember_ids(module: cst.Module, func: cst.FunctionDef, site: EditSite, edit: RememberIds) -> tuple[cst.FunctionDef, Outcome]:
+def _remember_ids(
+    module: cst.Module, func: cst.FunctionDef, site: EditSite, edit: RememberIds
+) -> tuple[cst.FunctionDef, Outcome]:
     name, attr = edit.name, edit.attr
     body = list(func.body.body) if isinstance(func.body, cst.IndentedBlock) else []
     holders = [s for s in body if not is_marked(s) and _configuring_lines(s, name)]
@@ -239,10 +252,14 @@ def _remember_ids(module: cst.Module, func: cst.FunctionDef, site: EditSite, edi
     canonical = remember_block(module, block, edit) if before else remember_line(module, edit)
     existing = _marked_remembers(func, attr)
     if existing:
-        same = plain_code(existing[0].with_changes(leading_lines=())) == plain_code(canonical.with_changes(leading_lines=()))  # type: ignore[call-arg]
+        same = plain_code(existing[0].with_changes(leading_lines=())) == plain_code(
+            canonical.with_changes(leading_lines=())
+        )  # type: ignore[call-arg]
         if same:
             return func, Outcome("present")
-        return func, Outcome("modified", f"line {line_of(module, existing[0])}: the block that keeps the ids was changed by hand")
+        return func, Outcome(
+            "modified", f"line {line_of(module, existing[0])}: the block that keeps the ids was changed by hand"
+        )
     if not before:
         return insert_at(func, _configuring_lines(block, name)[0], canonical, after=True), Outcome("applied")
     capture = next((s for s in body if _captures(s, edit.anchors)), None)

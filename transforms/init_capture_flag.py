@@ -46,7 +46,9 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
         same = strip_marker_lines(module, stmt) == strip_marker_lines(module, canonical)
         if same:
             return func, Outcome(EditStatus.PRESENT if is_marked(stmt) else EditStatus.HAND_APPLIED)
-        return func, Outcome(EditStatus.MODIFIED, f"line {line_of(module, stmt)}: `{strip_marker_lines(module, stmt).strip()}`")
+        return func, Outcome(
+            EditStatus.MODIFIED, f"line {line_of(module, stmt)}: `{strip_marker_lines(module, stmt).strip()}`"
+        )
     anchors = find_statements(func, _assigns("layers_to_capture"))
     if not anchors:
         raise AnchorError(site, "`self.layers_to_capture = []` in __init__")

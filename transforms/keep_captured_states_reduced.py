@@ -47,7 +47,16 @@ from patchcraft.reading.fusion_reading import MARK, FusionCapture, Override
 from patchcraft.reading.class_graph import ClassNode, EditSite, FusionParams, ModelGraph, words_of
 from patchcraft.base.sources import read_source
 from patchcraft.base.status import EditStatus
-from patchcraft.transforms._base import AnchorError, Outcome, edit_method, insert_at, is_marked, line_of, plain_code, replace_statement
+from patchcraft.transforms._base import (
+    AnchorError,
+    Outcome,
+    edit_method,
+    insert_at,
+    is_marked,
+    line_of,
+    plain_code,
+    replace_statement,
+)
 
 NAME = "keep_captured_states_reduced"
 KIND = "fusion"
@@ -63,7 +72,9 @@ DESCRIPTION = (
 COMMUNICATOR = Path("srt") / "layers" / "communicator.py"
 CLASS = "LayerCommunicator"
 METHOD = "should_fuse_mlp_allreduce_with_next_layer"
-COMMENT = f"{MARKER} all-reduce fusion: EAGLE-3 captures this layer's output before the next norm reduces it: keep it reduced"
+COMMENT = (
+    f"{MARKER} all-reduce fusion: EAGLE-3 captures this layer's output before the next norm reduces it: keep it reduced"
+)
 #: The guard an earlier patchcraft wrote (every layer of every EAGLE-3 target): replaced by the marked-layer guard.
 OLD_COMMENT = f"{MARKER} EAGLE-3 captures hidden_states + residual at the top of a layer: keep it reduced at TP > 1"
 #: The user-facing line of explain and check-draft.
@@ -86,6 +97,7 @@ class FusionPlan:
 
 
 # -- planning (ast) ------------------------------------------------------------
+
 
 def communicator_path(package: Path) -> Path:
     return package / COMMUNICATOR
@@ -110,13 +122,23 @@ def _decision(module: ast.Module) -> Optional[ast.FunctionDef]:
 
 def _eagle_receiver(test: ast.expr, method: str = "is_eagle") -> Optional[ast.expr]:
     for node in ast.walk(test):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method and not node.args:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == method
+            and not node.args
+        ):
             return node.func.value
     return None
 
 
 def _returns_false(body: list) -> bool:
-    return len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Constant) and body[0].value.value is False
+    return (
+        len(body) == 1
+        and isinstance(body[0], ast.Return)
+        and isinstance(body[0].value, ast.Constant)
+        and body[0].value.value is False
+    )
 
 
 def plan(package: Path, models_dir: Optional[Path] = None) -> FusionPlan:
@@ -132,17 +154,27 @@ def plan(package: Path, models_dir: Optional[Path] = None) -> FusionPlan:
         return FusionPlan(not_needed=f"not needed: no {CLASS}.{METHOD} (no deferred all-reduce to turn off)", path=path)
     models = models_dir if models_dir is not None else package / "srt" / "models"
     affected = affected_models(package, models)
-    overrides = tuple(_judge_override(o, affected, package) for o in fusion_reading.overrides(package / "srt" / "layers", models))
+    overrides = tuple(
+        _judge_override(o, affected, package) for o in fusion_reading.overrides(package / "srt" / "layers", models)
+    )
     if not affected:
         return FusionPlan(not_needed=NOT_NEEDED, path=path, overrides=overrides)
     bypassed = [o for o in overrides if o.startswith(BYPASSED)]
     if bypassed:
         return FusionPlan(unsupported=bypassed[0], path=path, affected=affected, overrides=overrides)
-    guards = [s for s in func.body if isinstance(s, ast.If) and _eagle_receiver(s.test) is not None and _returns_false(s.body)]
+    guards = [
+        s for s in func.body if isinstance(s, ast.If) and _eagle_receiver(s.test) is not None and _returns_false(s.body)
+    ]
     if len(guards) != 1:
-        return FusionPlan(unsupported=f"{path.name}: {CLASS}.{METHOD}: expected one `if ... .is_eagle(): return False` guard, found {len(guards)}", path=path, affected=affected)
+        return FusionPlan(
+            unsupported=f"{path.name}: {CLASS}.{METHOD}: expected one `if ... .is_eagle(): return False` guard, found {len(guards)}",
+            path=path,
+            affected=affected,
+        )
     receiver = ast.unparse(_eagle_receiver(guards[0].test))  # type: ignore[arg-type]
-    site = EditSite(kind=KIND, path=path, module=path.stem, cls=CLASS, method=METHOD, params=FusionParams(algo=receiver))
+    site = EditSite(
+        kind=KIND, path=path, module=path.stem, cls=CLASS, method=METHOD, params=FusionParams(algo=receiver)
+    )
     return FusionPlan(site=site, path=path, affected=affected, overrides=overrides)
 
 
@@ -156,7 +188,9 @@ def _judge_override(found: Override, affected: tuple[FusionCapture, ...], packag
     where = f"{found.path.relative_to(package)}: {found.cls}.{METHOD} returns at line {found.line}, before the guard in {CLASS}"
     hit = sorted({c.model for c in affected if c.forward_path.stem in found.users or c.path.stem in found.users})
     if hit:
-        return f"{BYPASSED} {where}, and {', '.join(hit)} capture(s) a deferred sum through it; serve with {ENFORCE_FLAG}"
+        return (
+            f"{BYPASSED} {where}, and {', '.join(hit)} capture(s) a deferred sum through it; serve with {ENFORCE_FLAG}"
+        )
     users = ", ".join(found.users) or "no model file"
     return f"{where}; harmless: its users ({users}) capture reduced states"
 
@@ -214,12 +248,15 @@ def _setter_marks(graph: ModelGraph, cls: ClassNode) -> bool:
     capture = fusion_reading.read_capture(graph, cls)
     if capture is None:
         return False
-    owner = next((c for c in graph.classes.values() if c.name == capture.setter_cls and c.path == capture.setter_path), None)
+    owner = next(
+        (c for c in graph.classes.values() if c.name == capture.setter_cls and c.path == capture.setter_path), None
+    )
     setter = owner.methods.get(fusion_reading.SETTER) if owner is not None else None
     return setter is not None and MARK in words_of(setter)
 
 
 # -- applying (libcst) ---------------------------------------------------------
+
 
 def canonical(module: cst.Module, site: EditSite) -> cst.BaseStatement:
     algo = site.params_as(FusionParams).algo
@@ -251,12 +288,16 @@ def _edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cs
     ours = [s for s in body if is_marked(s)]
     if ours and _is_old_guard(module, ours[0], site):
         # An earlier patchcraft's guard (every layer of every EAGLE-3 target): narrow it to the marked layers.
-        return replace_statement(func, ours[0], new), Outcome(EditStatus.APPLIED, "replaced the all-layer EAGLE-3 guard")
+        return replace_statement(func, ours[0], new), Outcome(
+            EditStatus.APPLIED, "replaced the all-layer EAGLE-3 guard"
+        )
     if ours:
         same = plain_code(ours[0].with_changes(leading_lines=())) == plain_code(new.with_changes(leading_lines=()))  # type: ignore[call-arg]
         if same:
             return func, Outcome(EditStatus.PRESENT)
-        return func, Outcome(EditStatus.MODIFIED, f"line {line_of(module, ours[0])}: the EAGLE-3 guard was changed by hand")
+        return func, Outcome(
+            EditStatus.MODIFIED, f"line {line_of(module, ours[0])}: the EAGLE-3 guard was changed by hand"
+        )
     if any(isinstance(s, cst.If) and _calls(s.test, "is_eagle3") and _returns_false_cst(s) for s in body):
         return func, Outcome(EditStatus.HAND_APPLIED)
     guards = [s for s in body if isinstance(s, cst.If) and _calls(s.test, "is_eagle") and _returns_false_cst(s)]
@@ -267,9 +308,13 @@ def _edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cs
 
 def _is_old_guard(module: cst.Module, stmt: cst.BaseStatement, site: EditSite) -> bool:
     algo = site.params_as(FusionParams).algo
-    old = cst.parse_statement(f"{OLD_COMMENT}\nif {algo} is not None and {algo}.is_eagle3():\n    return False\n", config=module.config_for_parsing)
+    old = cst.parse_statement(
+        f"{OLD_COMMENT}\nif {algo} is not None and {algo}.is_eagle3():\n    return False\n",
+        config=module.config_for_parsing,
+    )
     return plain_code(stmt.with_changes(leading_lines=())) == plain_code(old.with_changes(leading_lines=())) and any(  # type: ignore[call-arg]
-        line.comment is not None and line.comment.value == OLD_COMMENT for line in stmt.leading_lines  # type: ignore[attr-defined]
+        line.comment is not None and line.comment.value == OLD_COMMENT
+        for line in stmt.leading_lines  # type: ignore[attr-defined]
     )
 
 

@@ -77,7 +77,9 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
     if ours:
         if strip_marker_lines(module, ours[0]) == strip_marker_lines(module, canonical):
             return func, Outcome(EditStatus.PRESENT)
-        return func, Outcome(EditStatus.MODIFIED, f"line {line_of(module, ours[0])}: the layer marking loop was changed by hand")
+        return func, Outcome(
+            EditStatus.MODIFIED, f"line {line_of(module, ours[0])}: the layer marking loop was changed by hand"
+        )
     if f".{MARK}" in plain_code(func):
         return func, Outcome(EditStatus.HAND_APPLIED)
     if not body:

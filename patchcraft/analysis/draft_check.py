@@ -31,6 +31,7 @@ _MAX_HEADER = 100 * 1024 * 1024
 
 # -- reading ------------------------------------------------------------------
 
+
 def _load_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -93,7 +94,9 @@ def read_draft(directory: Path) -> DraftConfig:
     eagle = config.get("eagle_config")
     if eagle is not None and not isinstance(eagle, dict):
         raise PatchcraftError(f"{path}: eagle_config: expected an object")
-    layer_ids = _ids((eagle or {}).get("eagle_aux_hidden_state_layer_ids"), f"{path}: eagle_config.eagle_aux_hidden_state_layer_ids")
+    layer_ids = _ids(
+        (eagle or {}).get("eagle_aux_hidden_state_layer_ids"), f"{path}: eagle_config.eagle_aux_hidden_state_layer_ids"
+    )
     is_speculators = "speculators_model_type" in config or "speculators_config" in config
     top_level_ids = _ids(config.get("eagle_aux_hidden_state_layer_ids"), f"{path}: eagle_aux_hidden_state_layer_ids")
     speculators_ids = top_level_ids if is_speculators else None
@@ -187,6 +190,7 @@ def read_target(path: Path) -> TargetConfig:
 
 # -- the check ------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -226,7 +230,9 @@ def check_draft(
     explanation = explain(model, draft.layer_ids, num_layers, tp=tp)
     hidden = (target.hidden_size if target else None) or draft.target_hidden_size or draft.hidden_size
     fc_states = draft.fc_in // hidden if draft.fc_in and hidden and draft.fc_in % hidden == 0 else None
-    expected = expected_states(training, draft, fc_states, num_layers, setter_modules(explanation), draft.is_speculators)
+    expected = expected_states(
+        training, draft, fc_states, num_layers, setter_modules(explanation), draft.is_speculators
+    )
     checks = [
         _check_ids(draft, explanation),
         _check_hidden(draft, target),
@@ -242,10 +248,15 @@ def check_draft(
     failed = [c for c in checks if c.ok is False]
     found, suggestion_text = _suggest(model, expected, explanation, num_layers, bool(failed))
     suggestion = Suggestion(found[0].ids, found[0].after_apply) if found else None
-    verdict = failed[0].message if failed else "ok: SGLang will feed the draft " + (
-        "the states it was trained on" if expected and not expected.problem else "states of the expected shape"
+    verdict = (
+        failed[0].message
+        if failed
+        else "ok: SGLang will feed the draft "
+        + ("the states it was trained on" if expected and not expected.problem else "states of the expected shape")
     )
-    return DraftReport(draft, target, explanation, hidden, expected, tuple(checks), verdict, suggestion, suggestion_text, found)
+    return DraftReport(
+        draft, target, explanation, hidden, expected, tuple(checks), verdict, suggestion, suggestion_text, found
+    )
 
 
 def _check_run(explanation: Explanation) -> Check:
@@ -259,7 +270,9 @@ def _check_run(explanation: Explanation) -> Check:
         return Check("run", None, "static reading: the code was not run (install torch to run it on the CPU harness)")
     if explanation.outcome is not None and not explanation.outcome.all_copies:
         return Check("run", False, explanation.findings("embedding")[0].message)
-    return Check("run", True, f"ran this install's setter and forward on the CPU harness: fed {states_text(explanation.served)}")
+    return Check(
+        "run", True, f"ran this install's setter and forward on the CPU harness: fed {states_text(explanation.served)}"
+    )
 
 
 def _check_fusion(explanation: Explanation, tp: int) -> Check:
@@ -273,7 +286,11 @@ def _check_ids(draft: DraftConfig, explanation: Explanation) -> Check:
     if draft.layer_ids is not None:
         return Check("ids", True, f"SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids {list(draft.layer_ids)}")
     where = " (the speculators-format ids are not read by SGLang)" if draft.speculators_ids else ""
-    return Check("ids", None, f"no eagle_config.eagle_aux_hidden_state_layer_ids{where}: SGLang captures its default layers {states_text(explanation.served)}")
+    return Check(
+        "ids",
+        None,
+        f"no eagle_config.eagle_aux_hidden_state_layer_ids{where}: SGLang captures its default layers {states_text(explanation.served)}",
+    )
 
 
 def _check_hidden(draft: DraftConfig, target: TargetConfig | None) -> Check:
@@ -283,7 +300,11 @@ def _check_hidden(draft: DraftConfig, target: TargetConfig | None) -> Check:
     if width is None:
         name, width = ("hidden_size (no target_hidden_size: SGLang takes the draft's own)", draft.hidden_size)
     if target is None or target.hidden_size is None or width is None:
-        return Check("hidden-size", None, "target hidden size not compared (needs --target, and target_hidden_size or hidden_size)")
+        return Check(
+            "hidden-size",
+            None,
+            "target hidden size not compared (needs --target, and target_hidden_size or hidden_size)",
+        )
     if width == target.hidden_size:
         return Check("hidden-size", True, f"{name} {width} matches the target")
     return Check(
@@ -301,7 +322,9 @@ def _check_fc(draft: DraftConfig, explanation: Explanation, hidden: int | None) 
     fed = len(explanation.served)
     if draft.fc_in == hidden * fed:
         return Check("fc-width", True, f"fc input width {draft.fc_in} = {fed} x {hidden}")
-    wanted = f"{draft.fc_in // hidden} states" if draft.fc_in % hidden == 0 else f"a width that is no multiple of {hidden}"
+    wanted = (
+        f"{draft.fc_in // hidden} states" if draft.fc_in % hidden == 0 else f"a width that is no multiple of {hidden}"
+    )
     return Check(
         "fc-width",
         False,
@@ -322,12 +345,18 @@ def _check_embedding(draft: DraftConfig, explanation: Explanation, model: Model)
         return Check("embedding", True, "id -1 not used")
     if model.patched:
         return Check("embedding", True, "id -1 on a patched install: hs[0] is captured (cloned) first")
-    return Check("embedding", False, f"the draft config asks for id -1 (the embedding) but the install is {model.patch_detail}")
+    return Check(
+        "embedding", False, f"the draft config asks for id -1 (the embedding) but the install is {model.patch_detail}"
+    )
 
 
 def _check_convention(expected: Expected | None, explanation: Explanation) -> Check:
     if expected is None:
-        return Check("convention", None, "training convention not checked (pass --trained-on hf:I,J,K, specforge, speculators or eagle)")
+        return Check(
+            "convention",
+            None,
+            "training convention not checked (pass --trained-on hf:I,J,K, specforge, speculators or eagle)",
+        )
     if expected.problem:
         return Check("convention", False, expected.problem)
     served, wanted = explanation.served, expected.states
@@ -351,18 +380,24 @@ def _check_cuda_graph(explanation: Explanation, expected: Expected | None, cuda_
     if not explanation.graph_reset:
         return Check("cuda-graph", True, "the configured ids reach CUDA-graph capture")
     if not cuda_graph:
-        return Check("cuda-graph", None, "CUDA graphs disabled (--no-cuda-graph): the reset before graph capture does not apply")
+        return Check(
+            "cuda-graph", None, "CUDA graphs disabled (--no-cuda-graph): the reset before graph capture does not apply"
+        )
     wanted = expected.states if expected and not expected.problem else explanation.served
     if explanation.default_served == wanted:
         return Check("cuda-graph", True, "the ids are reset before graph capture, but the defaults are the same states")
     found = explanation.findings("cuda-graph")
-    message = found[0].message if found else (
-        f"CUDA-graph decode will capture the default layers ({states_text(explanation.default_served)})"
+    message = (
+        found[0].message
+        if found
+        else (f"CUDA-graph decode will capture the default layers ({states_text(explanation.default_served)})")
     )
     return Check("cuda-graph", False, message)
 
 
-def _suggest(model: Model, expected: Expected | None, explanation: Explanation, num_layers: int, failed: bool) -> tuple[tuple[Fix, ...], str]:
+def _suggest(
+    model: Model, expected: Expected | None, explanation: Explanation, num_layers: int, failed: bool
+) -> tuple[tuple[Fix, ...], str]:
     if not failed or expected is None or expected.problem or not expected.states:
         if failed and -1 in (explanation.layer_ids or ()) and not model.patched and apply_helps(model):
             return (), "run `patchcraft apply` first, so that id -1 captures the embedding"

@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import SETTER, ClassNode, EditSite, ModelGraph, ModelPlan, classes_assigned_to, read_setter
+from patchcraft.reading.class_graph import (
+    SETTER,
+    ClassNode,
+    EditSite,
+    ModelGraph,
+    ModelPlan,
+    classes_assigned_to,
+    read_setter,
+)
 from patchcraft.engine.file_patch import patch_text
 from patchcraft.planning.model_plans import plan_model, plan_models, scan
 from patchcraft.planning.runner_edits import setter_calls
@@ -63,6 +71,7 @@ def states_text(states: Iterable[int]) -> str:
 
 
 # -- the model and its install ---------------------------------------------------
+
 
 @dataclass
 class Model:
@@ -165,7 +174,11 @@ def _patch_state(plan: ModelPlan) -> tuple[bool, str, dict[Path, str]]:
         text = read_source(path).text
         patch = patch_text(text, path, sites)
         if patch.errors:
-            return False, f"not patched for -1, and `patchcraft apply` cannot patch it: {next(iter(patch.errors.values()))}", {}
+            return (
+                False,
+                f"not patched for -1, and `patchcraft apply` cannot patch it: {next(iter(patch.errors.values()))}",
+                {},
+            )
         statuses += [patch.outcomes[s.key].status for s in sites]
         if patch.after != text:
             texts[path] = patch.after
@@ -177,6 +190,7 @@ def _patch_state(plan: ModelPlan) -> tuple[bool, str, dict[Path, str]]:
 
 
 # -- what the forward can capture ------------------------------------------------
+
 
 def reachable(graph: ModelGraph, holder: ClassNode | None, num_layers: int, marks: bool = True) -> frozenset[int]:
     """The ``layers_to_capture`` values the inner model's forward ever captures.
@@ -258,6 +272,7 @@ def _boundaries(expr: ast.expr, loop_vars: set[str], num_layers: int) -> set[int
 
 # -- the CUDA-graph reset ----------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RunnerReset:
     """A ``set_eagle3_layers_to_capture()`` call with no ids in the model runner."""
@@ -294,6 +309,7 @@ def runner_resets(tree: SglangTree) -> tuple[RunnerReset, ...]:
 
 
 # -- one explanation ---------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class IdRow:
@@ -398,7 +414,9 @@ def _static_unknown(graph: ModelGraph, run: SetterRun, reach: frozenset[int]) ->
             "crashes there, aliases the embedding or copies it is not read statically"
         )
     if any(v not in reach for v in values) and "AuxHiddenStatePacker" in _forward_text(graph, run.holder):
-        return "the forward's AuxHiddenStatePacker is sized for every id, and fewer are captured: its finalize() may raise"
+        return (
+            "the forward's AuxHiddenStatePacker is sized for every id, and fewer are captured: its finalize() may raise"
+        )
     if values and _captures_without_residual(graph, run.holder):
         return (
             "the forward appends hidden_states without the residual it carries beside it: "
@@ -414,7 +432,8 @@ def _captures_without_residual(graph: ModelGraph, holder: ClassNode | None) -> b
         return False
     forward = found[1]
     carries = any(
-        isinstance(node, ast.Name) and node.id == "residual" and isinstance(node.ctx, ast.Store) for node in ast.walk(forward)
+        isinstance(node, ast.Name) and node.id == "residual" and isinstance(node.ctx, ast.Store)
+        for node in ast.walk(forward)
     )
     if not carries:
         return False
@@ -422,14 +441,20 @@ def _captures_without_residual(graph: ModelGraph, holder: ClassNode | None) -> b
         if isinstance(node, ast.If) and "layers_to_capture" in ast.dump(node.test):
             for call in ast.walk(node):
                 if (
-                    isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append"
-                    and len(call.args) == 1 and isinstance(call.args[0], ast.Name) and call.args[0].id == "hidden_states"
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute)
+                    and call.func.attr == "append"
+                    and len(call.args) == 1
+                    and isinstance(call.args[0], ast.Name)
+                    and call.args[0].id == "hidden_states"
                 ):
                     return True
     return False
 
 
-def run_served(model: Model, layer_ids: Sequence[int] | None, num_layers: int, after_apply: bool = False) -> "RunOutcome | None":
+def run_served(
+    model: Model, layer_ids: Sequence[int] | None, num_layers: int, after_apply: bool = False
+) -> "RunOutcome | None":
     """Run the setter and forward on the CPU harness (None without torch).
 
     What runs is what the server would import: the files of ``model``'s
@@ -446,7 +471,9 @@ def run_served(model: Model, layer_ids: Sequence[int] | None, num_layers: int, a
     return run_ids(model.tree.package, model.graph, model.plan, layer_ids, num_layers, texts)
 
 
-def explain(model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp: int = 1, run_code: bool = True) -> Explanation:
+def explain(
+    model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp: int = 1, run_code: bool = True
+) -> Explanation:
     """Explain what ``layer_ids`` capture on ``model``'s install (served at tensor parallelism ``tp``).
 
     With torch (and ``run_code``), the served states are those the real
@@ -465,7 +492,9 @@ def explain(model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp: 
     run = static.run
     default = serve(model, None, num_layers)
     default_run = run_served(model, None, num_layers) if outcome is not None and runner_resets(model.tree) else None
-    default_states = default_run.states if default_run is not None and default_run.ran and not default_run.crash else default.states
+    default_states = (
+        default_run.states if default_run is not None and default_run.ran and not default_run.crash else default.states
+    )
     served = outcome.states if outcome is not None else static.states
     variant, test = _variant(run)
     facts = _Facts(
@@ -569,7 +598,9 @@ def _row(layer_id: int, value: int | None, reach: frozenset[int], outcome: "RunO
 def _layer_zero_row(layer_id: int, outcome: "RunOutcome | None") -> IdRow:
     """``layers_to_capture`` 0: the run says whether the release crashes, aliases or copies there."""
     if outcome is None:
-        return IdRow(layer_id, 0, 0, "embedding output if the capture at layer 0 survives residual None (unknown statically)")
+        return IdRow(
+            layer_id, 0, 0, "embedding output if the capture at layer 0 survives residual None (unknown statically)"
+        )
     if outcome.crash:
         return IdRow(layer_id, 0, None, f"crash: {outcome.crash}")
     first = outcome.fed[0] if outcome.fed else None
@@ -626,11 +657,13 @@ def _judge(facts: _Facts) -> tuple[list[Finding], list[str]]:
         message = _no_apply_advice(_real_names(run.error, facts), facts.model)
         warnings.append(Finding("startup", f"SGLang will fail at start-up: the setter raises {message}"))
     if not run.takes_ids and ids is not None:
-        warnings.append(Finding(
-            "legacy",
-            "this release's setter takes no ids: SGLang captures the default layers whatever the draft config says"
-            " (`patchcraft apply` cannot change that: it patches only setters that take ids)",
-        ))
+        warnings.append(
+            Finding(
+                "legacy",
+                "this release's setter takes no ids: SGLang captures the default layers whatever the draft config says"
+                " (`patchcraft apply` cannot change that: it patches only setters that take ids)",
+            )
+        )
     if ids is not None and run.takes_ids and not run.error:
         warnings += _range_warnings(facts)
     if facts.variant.endswith("heuristic") and ids is not None and run.layers_to_capture is not None:
@@ -639,8 +672,13 @@ def _judge(facts: _Facts) -> tuple[list[Finding], list[str]]:
         warnings += _run_findings(facts, outcome)
     elif facts.served.unknown:
         hint = _install_hint()
-        warnings.append(Finding("unknown", f"the static reading cannot tell what is served: {facts.served.unknown}; "
-                                f"install torch to run the code ({hint})"))
+        warnings.append(
+            Finding(
+                "unknown",
+                f"the static reading cannot tell what is served: {facts.served.unknown}; "
+                f"install torch to run the code ({hint})",
+            )
+        )
     if ids is not None and -1 in ids and not facts.model.patched:
         warnings.append(_unpatched_embedding(facts))
         after_note = _after_apply_note(facts)
@@ -667,12 +705,22 @@ def _run_findings(facts: _Facts, outcome: "RunOutcome") -> list[Finding]:
         kind = "startup" if outcome.stage == "setter" else "crash"
         return [Finding(kind, f"SGLang will crash {when} {_no_apply_advice(outcome.crash, facts.model)}")]
     if outcome.nothing:
-        return [Finding("nothing", "nothing is captured: the setter and forward ran and no hidden state reached the collector, "
-                                   "so the draft is fed nothing (EAGLE-3 cannot run on these ids here)")]
+        return [
+            Finding(
+                "nothing",
+                "nothing is captured: the setter and forward ran and no hidden state reached the collector, "
+                "so the draft is fed nothing (EAGLE-3 cannot run on these ids here)",
+            )
+        ]
     found = []
     if not outcome.all_copies:
-        found.append(Finding("embedding", "hs[0] reaches the collector as the embedding tensor itself, not a copy: "
-                                          "layer 0's in-place residual add overwrites it before the draft reads it"))
+        found.append(
+            Finding(
+                "embedding",
+                "hs[0] reaches the collector as the embedding tensor itself, not a copy: "
+                "layer 0's in-place residual add overwrites it before the draft reads it",
+            )
+        )
     unknown = [f.what for f in outcome.fed if f.state is None]
     if unknown:
         found.append(Finding("range", f"the collector got {unknown[0]}, which is no hidden state of the target"))
@@ -733,21 +781,27 @@ def _range_warnings(facts: _Facts) -> list[Finding]:
     for row in facts.rows:
         if row.state is None and row.value not in reach:  # a crash there is the run's finding, not a range
             span = f"captures {min(reach)}..{max(reach)}" if reach else "captures nothing"
-            warnings.append(Finding(
-                "range",
-                f"id {row.layer_id} is out of range: layers_to_capture {row.value} is never captured "
-                f"(this forward {span} for {n} layers), so the draft gets fewer states than ids",
-            ))
+            warnings.append(
+                Finding(
+                    "range",
+                    f"id {row.layer_id} is out of range: layers_to_capture {row.value} is never captured "
+                    f"(this forward {span} for {n} layers), so the draft gets fewer states than ids",
+                )
+            )
     if not facts.rows:
-        warnings += [Finding("range", f"id {i} is out of range for {n} layers") for i in facts.ids or () if i < -1 or i > n]
+        warnings += [
+            Finding("range", f"id {i} is out of range for {n} layers") for i in facts.ids or () if i < -1 or i > n
+        ]
     values = [v for v in facts.run.layers_to_capture or () if v in reach]
     repeated = sorted({v for v in values if values.count(v) > 1})
     if repeated:
-        warnings.append(Finding(
-            "range",
-            f"several ids become layers_to_capture {', '.join(map(str, repeated))}: each layer is captured once, "
-            "so the draft gets fewer states than ids",
-        ))
+        warnings.append(
+            Finding(
+                "range",
+                f"several ids become layers_to_capture {', '.join(map(str, repeated))}: each layer is captured once, "
+                "so the draft gets fewer states than ids",
+            )
+        )
     return warnings
 
 
@@ -756,11 +810,13 @@ def _heuristic_message(facts: _Facts, warnings: list[Finding], notes: list[str])
     kept = [i for i in facts.ids or () if not (facts.run.embedding and i == -1)]
     if facts.rule.startswith("ids kept raw") and kept:
         example = kept[0]
-        warnings.append(Finding(
-            "heuristic",
-            f"heuristic {condition} keeps these ids raw: id {example} means {hs(example)}, not {hs(example + 1)} "
-            "as under the +1 rule; the other ids in the list decide the meaning of every id",
-        ))
+        warnings.append(
+            Finding(
+                "heuristic",
+                f"heuristic {condition} keeps these ids raw: id {example} means {hs(example)}, not {hs(example + 1)} "
+                "as under the +1 rule; the other ids in the list decide the meaning of every id",
+            )
+        )
     elif facts.rule.startswith("+1 rule") and facts.run.embedding:
         notes.append(
             f"-1 is given, so the other ids are layer outputs (+1) whatever heuristic {condition} would choose: "
@@ -790,12 +846,14 @@ def _runner_message(facts: _Facts, warnings: list[Finding], notes: list[str]) ->
         return
     where = ", ".join(r.where for r in facts.resets)
     if facts.run.takes_ids and facts.ids is not None and facts.states != facts.default_states:
-        warnings.append(Finding(
-            "cuda-graph",
-            f"CUDA-graph decode will capture the default layers ({states_text(facts.default_states)}), not these: "
-            f"this release resets the ids before graph capture ({where}); "
-            "run `patchcraft apply` (its runner edit passes the configured ids), or serve with --disable-cuda-graph",
-        ))
+        warnings.append(
+            Finding(
+                "cuda-graph",
+                f"CUDA-graph decode will capture the default layers ({states_text(facts.default_states)}), not these: "
+                f"this release resets the ids before graph capture ({where}); "
+                "run `patchcraft apply` (its runner edit passes the configured ids), or serve with --disable-cuda-graph",
+            )
+        )
     else:
         notes.append(f"this release resets the ids before CUDA-graph capture ({where})")
 
@@ -809,6 +867,7 @@ def fusion_defect(model: Model) -> str | None:
 
 
 # -- the inverse: ids that capture given states --------------------------------------
+
 
 @dataclass(frozen=True)
 class Suggestion:

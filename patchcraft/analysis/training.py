@@ -84,8 +84,11 @@ def parse_training(text: str) -> Training:
     value = text.strip().lower()
     if value in DEPRECATED:
         new = DEPRECATED[value]
-        return Training(new, deprecation=f"--trained-on {value} is deprecated: it means `{new}` (id j = hs[j]); "
-                        "data from speculators' v0.4 worker is `speculators@0.4`")
+        return Training(
+            new,
+            deprecation=f"--trained-on {value} is deprecated: it means `{new}` (id j = hs[j]); "
+            "data from speculators' v0.4 worker is `speculators@0.4`",
+        )
     if value in ("specforge", "speculators", "speculators@0.4", "eagle"):
         return Training(value)
     found = re.fullmatch(r"specforge@(\d+)\.(\d+)\.(\d+)(?:\.post\d+)?", value)
@@ -143,21 +146,29 @@ def expected_states(
         return _specforge(training, draft.layer_ids, num_layers, setter_modules)
     if training.kind == "eagle":
         n = num_layers
-        return Expected((2, n // 2, n - 3), f"eagle: EAGLE's eagle3 training takes the inputs of layers 2, {n // 2}, {n - 3}")
+        return Expected(
+            (2, n // 2, n - 3), f"eagle: EAGLE's eagle3 training takes the inputs of layers 2, {n // 2}, {n - 3}"
+        )
     return _speculators(training.kind, draft.top_level_ids or draft.layer_ids, fc_states, num_layers)
 
 
 def _hf(training: Training, num_layers: int) -> Expected:
     how = f"--trained-on {training.label}"
     if num_layers in training.states:
-        return Expected(training.states, how, (
-            f"hs[{num_layers}] of Hugging Face's hidden_states is after the final norm; "
-            f"SGLang captures layer outputs before it, so no id feeds it"
-        ))
+        return Expected(
+            training.states,
+            how,
+            (
+                f"hs[{num_layers}] of Hugging Face's hidden_states is after the final norm; "
+                f"SGLang captures layer outputs before it, so no id feeds it"
+            ),
+        )
     return Expected(training.states, how)
 
 
-def _specforge(training: Training, ids: tuple[int, ...] | None, num_layers: int, setter_modules: Sequence[str]) -> Expected:
+def _specforge(
+    training: Training, ids: tuple[int, ...] | None, num_layers: int, setter_modules: Sequence[str]
+) -> Expected:
     label, n = training.label, num_layers
     if not ids:
         ids, source = (1, n // 2 - 1, n - 4), f"{label} defaults [1, n//2-1, n-4] for {n} layers"
@@ -169,11 +180,17 @@ def _specforge(training: Training, ids: tuple[int, ...] | None, num_layers: int,
         why = "SpecForge rejects negative ids" if current else "only -1 (the embedding) is a negative id"
         return Expected(tuple(i + 1 for i in ids), source, f"id {negative[0]} has no meaning under {label}: {why}")
     if current and len(ids) != 3:
-        return Expected(tuple(i + 1 for i in ids), source, f"{label} captures exactly three layers, not {len(ids)}: SpecForge rejects this list")
+        return Expected(
+            tuple(i + 1 for i in ids),
+            source,
+            f"{label} captures exactly three layers, not {len(ids)}: SpecForge rejects this list",
+        )
     raw = training.sglang >= _HEURISTIC_FROM and ids[0] != 1 and bool(FIRST_ID_RAW & set(setter_modules))
     if raw:
         release = ".".join(map(str, training.sglang))
-        return Expected(tuple(ids), f"{source}: SGLang {release}'s setter keeps them raw (first id is not 1), id i = hs[i]")
+        return Expected(
+            tuple(ids), f"{source}: SGLang {release}'s setter keeps them raw (first id is not 1), id i = hs[i]"
+        )
     return Expected(tuple(i + 1 for i in ids), f"{source}: output of layer i = hs[i+1]")
 
 
@@ -189,5 +206,7 @@ def _speculators(kind: str, ids: tuple[int, ...] | None, fc_states: int | None, 
         states, how = states[:-1], how + "; the last entry is the verifier's state, not a draft input"
     bad = [i for i in ids if i < 0]
     if bad:
-        return Expected(states, how, f"id {bad[0]} has no meaning under {kind} ({'no embedding' if old else '0 is the embedding'})")
+        return Expected(
+            states, how, f"id {bad[0]} has no meaning under {kind} ({'no embedding' if old else '0 is the embedding'})"
+        )
     return Expected(states, how)

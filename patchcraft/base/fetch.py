@@ -39,7 +39,18 @@ def download_wheel(version: str, wheels: Path) -> Path:
     if found:
         return found
     ensure_directory(wheels)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(wheels), f"sglang=={version}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-q",
+        "-d",
+        str(wheels),
+        f"sglang=={version}",
+    ]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -94,7 +105,14 @@ def fetch(version: str, dest: Path | None = None, on_step: Optional[Callable[[st
 
 
 #: The parts of an SGLang package patchcraft reads and patches (never the whole package: it is big).
-PATCHED_PARTS = ("srt/models", "srt/model_executor", "srt/layers/aux_hidden_states.py", "version.py", "_version.py", "__init__.py")
+PATCHED_PARTS = (
+    "srt/models",
+    "srt/model_executor",
+    "srt/layers/aux_hidden_states.py",
+    "version.py",
+    "_version.py",
+    "__init__.py",
+)
 
 
 def copy_parts(source: Path, package: Path, parts: tuple[str, ...] = PATCHED_PARTS) -> Path:

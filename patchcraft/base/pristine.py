@@ -135,7 +135,9 @@ class PristineSource:
         except (OSError, zipfile.BadZipFile) as exc:
             raise PatchcraftError(f"{wheel}: cannot read the wheel ({exc})") from None
         if expected is not None and record_digest(data) != expected:
-            raise PatchcraftError(f"{wheel.name}: {member} does not match {self._record}; the install is not that wheel's")
+            raise PatchcraftError(
+                f"{wheel.name}: {member} does not match {self._record}; the install is not that wheel's"
+            )
         return Pristine(decode(path, data).text, origin.format(wheel.name))
 
     def _wheel_path(self) -> Path:
@@ -192,7 +194,10 @@ def _inside(path: Path, base: Path) -> str | None:
     written: a model file that is a symlink to a file elsewhere keeps its
     place in the tree (the engine refuses that file itself, naming it).
     """
-    for candidate, root in ((path.resolve(), base.resolve()), (Path(os.path.abspath(path)), Path(os.path.abspath(base)))):
+    for candidate, root in (
+        (path.resolve(), base.resolve()),
+        (Path(os.path.abspath(path)), Path(os.path.abspath(base))),
+    ):
         try:
             return candidate.relative_to(root).as_posix()
         except ValueError:

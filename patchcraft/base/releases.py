@@ -88,7 +88,9 @@ def parse_index_versions(text: str) -> list[str]:
     return []
 
 
-def newest_release(package: str = "sglang", pip: Sequence[str] = (sys.executable, "-m", "pip"), timeout: float = 120) -> str:
+def newest_release(
+    package: str = "sglang", pip: Sequence[str] = (sys.executable, "-m", "pip"), timeout: float = 120
+) -> str:
     """The newest final release of ``package`` on the configured package index.
 
     Runs ``pip index versions PACKAGE``; any failure (no network, no such
@@ -105,5 +107,7 @@ def newest_release(package: str = "sglang", pip: Sequence[str] = (sys.executable
         raise PatchcraftError(f"pip index versions {package} failed (exit {proc.returncode}): {last.strip()}")
     versions = parse_index_versions(proc.stdout)
     if not versions:
-        raise PatchcraftError(f"pip index versions {package}: no release version in its output ({proc.stdout.strip()[:200]!r})")
+        raise PatchcraftError(
+            f"pip index versions {package}: no release version in its output ({proc.stdout.strip()[:200]!r})"
+        )
     return versions[0]

@@ -74,7 +74,7 @@ def decode(path: Path, data: bytes) -> Source:
     if b"\x00" in data:
         raise PatchcraftError(f"{path}: binary file (contains NUL bytes); refusing to touch it")
     bom = data.startswith(codecs.BOM_UTF8)
-    body = data[len(codecs.BOM_UTF8):] if bom else data
+    body = data[len(codecs.BOM_UTF8) :] if bom else data
     encoding = declared_encoding(body)
     try:
         codecs.lookup(encoding)
@@ -86,9 +86,7 @@ def decode(path: Path, data: bytes) -> Source:
     try:
         text = body.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise PatchcraftError(
-            f"{path}: not valid {encoding} text (byte {exc.start}); refusing to touch it"
-        ) from None
+        raise PatchcraftError(f"{path}: not valid {encoding} text (byte {exc.start}); refusing to touch it") from None
     return Source(path=path, text=text, encoding=encoding, bom=bom, raw=data)
 
 
@@ -139,6 +137,7 @@ def check_writable(path: Path) -> None:
 
 # -- writing -----------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Pending:
     """A new version of one file, complete on disk next to it but not yet in place."""
@@ -153,8 +152,7 @@ def prepare(source: Source, text: str) -> Pending:
     check_compiles(source, text)
     if source.raw is not None and source.encode(source.text) != source.raw:
         raise PatchcraftError(
-            f"{source.path}: its {source.encoding} bytes would not survive a rewrite unchanged; "
-            "refusing to touch it"
+            f"{source.path}: its {source.encoding} bytes would not survive a rewrite unchanged; refusing to touch it"
         )
     # Write through a symlink: the link stays a link, its target gets the new text.
     target = Path(os.path.realpath(source.path))
@@ -225,14 +223,16 @@ def write_all(items: Sequence[tuple[Source, str]]) -> None:
             commit(item)
             done.append(item)
     except BaseException as exc:
-        for item in pending[len(done):]:
+        for item in pending[len(done) :]:
             discard(item)
         restored = _restore(done)
         if not isinstance(exc, (OSError, PatchcraftError)):
             raise
         if isinstance(exc, PatchcraftError):
             raise PatchcraftError(f"{exc}; {restored}") from None
-        raise PatchcraftError(f"{pending[len(done)].source.path}: cannot write ({exc.strerror or exc}); {restored}") from None
+        raise PatchcraftError(
+            f"{pending[len(done)].source.path}: cannot write ({exc.strerror or exc}); {restored}"
+        ) from None
 
 
 def _restore(done: Sequence[Pending]) -> str:
@@ -247,7 +247,11 @@ def _restore(done: Sequence[Pending]) -> str:
             lost.append(str(item.source.path))
     if lost:
         return f"these files were written and could not be restored: {', '.join(lost)}"
-    return "nothing was changed" if not done else f"the {len(done)} file(s) already written were restored; nothing was changed"
+    return (
+        "nothing was changed"
+        if not done
+        else f"the {len(done)} file(s) already written were restored; nothing was changed"
+    )
 
 
 def _keep_owner(fd: int, info: os.stat_result) -> None:
@@ -274,6 +278,7 @@ def _sync_directory(directory: Path) -> None:
 
 
 # -- clean-up ----------------------------------------------------------------
+
 
 def drop_stale_bytecode(path: Path) -> None:
     """Remove the cached bytecode of ``path`` so stale bytecode never runs.

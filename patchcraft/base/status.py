@@ -4,6 +4,7 @@ Both are ``str`` enums, so they compare equal to, and serialise (JSON, text) as,
 the strings of the JSON schema: ``EditStatus.APPLIED == "applied"``. Code
 compares with the members; "done" is defined once per kind, here.
 """
+
 from __future__ import annotations
 
 import enum

@@ -137,9 +137,7 @@ def resolve_target(target: str | None) -> SglangTree:
             if path.parent.name == "models" and _looks_like_sglang(path.parent):
                 # A loose models directory (e.g. a vendored copy): still a tree.
                 return SglangTree(package=path.parent.parent.parent, root=path.parent, only_files=(path,))
-            raise PatchcraftError(
-                f"{target}: not inside an SGLang tree (expected .../sglang/srt/models/<file>.py)"
-            )
+            raise PatchcraftError(f"{target}: not inside an SGLang tree (expected .../sglang/srt/models/<file>.py)")
         return SglangTree(package=package, root=_root_of_package(package), only_files=(path.resolve(),))
     for candidate in (path, path / "python" / "sglang", path / "sglang"):
         if _is_package(candidate):
@@ -149,9 +147,7 @@ def resolve_target(target: str | None) -> SglangTree:
     if path.name == "models" and path.parent.name == "srt":
         package = _sglang_or_refuse(target, path.parent.parent.resolve())
         return SglangTree(package=package, root=_root_of_package(package))
-    raise PatchcraftError(
-        f"{target}: not an SGLang tree (no srt/models, python/sglang or sglang/ inside)"
-    )
+    raise PatchcraftError(f"{target}: not an SGLang tree (no srt/models, python/sglang or sglang/ inside)")
 
 
 def _installed() -> SglangTree:
@@ -164,6 +160,4 @@ def _installed() -> SglangTree:
         package = Path(location)
         if _is_package(package):
             return SglangTree(package=package.resolve(), root=package.resolve().parent)
-    raise PatchcraftError(
-        "no installed sglang found; pass a TARGET, or run `patchcraft fetch VERSION` first"
-    )
+    raise PatchcraftError("no installed sglang found; pass a TARGET, or run `patchcraft fetch VERSION` first")

@@ -131,7 +131,9 @@ class TreeLock:
 
 
 @contextlib.contextmanager
-def hold(directories: Sequence[Path], on_wait: Callable[[str], None], timeout: float | None = None) -> Iterator[list[TreeLock]]:
+def hold(
+    directories: Sequence[Path], on_wait: Callable[[str], None], timeout: float | None = None
+) -> Iterator[list[TreeLock]]:
     """Hold the locks of ``directories`` (deduplicated, in a fixed order: no deadlock)."""
     wait = timeout_from_env() if timeout is None else timeout
     unique = sorted({Path(os.path.realpath(d)) for d in directories})

@@ -82,7 +82,9 @@ def replacements(result: RunResult, reports: Mapping[str, FileReport]) -> dict[P
         )
     unknown = sorted(rel for rel in _hand_files(result) if rel in reports and reports[rel].state == FileState.UNKNOWN)
     if unknown:
-        raise PatchcraftError(f"{unknown[0]}: cannot replace its hand edits: {reports[unknown[0]].origin}; nothing was changed")
+        raise PatchcraftError(
+            f"{unknown[0]}: cannot replace its hand edits: {reports[unknown[0]].origin}; nothing was changed"
+        )
     return {r.path: r.pristine for r in reports.values() if r.replaceable and r.pristine is not None}
 
 
@@ -115,6 +117,8 @@ def _advised(result: RunResult, model: ModelResult, reports: Mapping[str, FileRe
     return replace(model, message=f"{model.message}; {hand_advice.advice(result.tree, model, what, reports)}")
 
 
-def replaced_files(reports: Sequence[Mapping[str, FileReport]], bases: Sequence[Mapping[Path, str]]) -> list[FileReport]:
+def replaced_files(
+    reports: Sequence[Mapping[str, FileReport]], bases: Sequence[Mapping[Path, str]]
+) -> list[FileReport]:
     """The reports of the files restored to pristine before patching."""
     return [r for rep, base in zip(reports, bases) for r in rep.values() if r.path in base]

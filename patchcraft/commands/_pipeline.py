@@ -112,7 +112,10 @@ def _run_and_write(
         if replace_hand_edits and mode in (Mode.APPLY, Mode.CHECK):
             bases = [_hand_edits.replacements(r, rep) for r, rep in zip(results, reports)]
             # The restored files are patched afresh from their pristine text (never from the result_cache).
-            results = [run(r.tree, mode, models, runner=runner, jobs=jobs, fusion=fusion, base_texts=base) if base else r for r, base in zip(results, bases)]
+            results = [
+                run(r.tree, mode, models, runner=runner, jobs=jobs, fusion=fusion, base_texts=base) if base else r
+                for r, base in zip(results, bases)
+            ]
         if proof is not None:
             results = [proof(result) for result in results]
         results = [_hand_edits.advise(r, rep) for r, rep in zip(results, reports)]
@@ -124,9 +127,18 @@ def _run_and_write(
     return results, HandEdits(tuple(reports), tuple(_hand_edits.replaced_files(reports, bases)))
 
 
-def _run(tree: SglangTree, mode: Mode, models: Sequence[str], runner: bool, jobs: int, fusion: bool = True) -> RunResult:
+def _run(
+    tree: SglangTree, mode: Mode, models: Sequence[str], runner: bool, jobs: int, fusion: bool = True
+) -> RunResult:
     """One tree's run; a read-only one comes from the result cache when nothing it reads changed."""
-    return result_cache.cached_run(tree, mode, models, runner, lambda: run(tree, mode, models, runner=runner, jobs=jobs, fusion=fusion), fusion=fusion)
+    return result_cache.cached_run(
+        tree,
+        mode,
+        models,
+        runner,
+        lambda: run(tree, mode, models, runner=runner, jobs=jobs, fusion=fusion),
+        fusion=fusion,
+    )
 
 
 def warn_unserved(results: Sequence[RunResult], options: Options, mode: Mode) -> None:
@@ -147,7 +159,16 @@ def run_pipeline(options: Options, mode: Mode) -> int:
     trees = resolve_targets(options.targets)
     jobs = options.jobs if options.jobs is not None else default_jobs()
     proof = _proof.gate(mode.value, options.smoke, quiet=options.output_format == "json")
-    results, hand = _run_and_write(trees, mode, options.models, options.runner, jobs, proof, fusion=options.fusion, replace_hand_edits=options.replace_hand_edits)
+    results, hand = _run_and_write(
+        trees,
+        mode,
+        options.models,
+        options.runner,
+        jobs,
+        proof,
+        fusion=options.fusion,
+        replace_hand_edits=options.replace_hand_edits,
+    )
     code = machine_output.exit_code(results, options.models, options.strict)
     if options.fail_on_change and mode is Mode.APPLY and code == machine_output.OK and any(r.changes for r in results):
         code = machine_output.CHANGED
@@ -163,7 +184,9 @@ def run_pipeline(options: Options, mode: Mode) -> int:
             document["diff"] = diff_text()
         console.print_json(document)
         return code
-    console.print_hand_edits(hand.reports, hand.replaced, show_diff=options.show_diff or mode is Mode.VERIFY, color=options.color)
+    console.print_hand_edits(
+        hand.reports, hand.replaced, show_diff=options.show_diff or mode is Mode.VERIFY, color=options.color
+    )
     if options.show_diff or mode is Mode.DIFF:
         console.print_diff(diff_text(), options.color)
     console.print_results(results, options.color)

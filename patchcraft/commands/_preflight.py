@@ -106,12 +106,16 @@ def prepare(server: ServerArgs, package: Path, trained_on: str | None) -> Prepar
         )
         return CHANGED
     if not server.model_path:
-        raise PatchcraftError(f"preflight not checked: the command has no --model-path, so the draft was not checked against a target; {WAY_OUT}")
+        raise PatchcraftError(
+            f"preflight not checked: the command has no --model-path, so the draft was not checked against a target; {WAY_OUT}"
+        )
     target = _local_model(server.model_path, server.revision, "--model-path", inputs, notes)
     inputs.append(Dependency("file", target / "config.json"))
     from patchcraft.commands.check_draft import CheckDraftOptions
 
-    options = CheckDraftOptions(str(draft_dir), target_model=str(target), target=str(package), trained_on=trained_on, tp=server.tp)
+    options = CheckDraftOptions(
+        str(draft_dir), target_model=str(target), target=str(package), trained_on=trained_on, tp=server.tp
+    )
     return Prepared(options, tuple(inputs), tuple(notes))
 
 
@@ -123,7 +127,9 @@ def check(prepared: Prepared) -> int:
         console.print_line(PREFIX + note)
     code = check_draft_command(prepared.options)
     if code != OK:
-        console.print_line(f"{PREFIX}refused to launch: the draft would be fed other hidden states than it was trained on (above); {WAY_OUT}")
+        console.print_line(
+            f"{PREFIX}refused to launch: the draft would be fed other hidden states than it was trained on (above); {WAY_OUT}"
+        )
     return code
 
 
@@ -134,7 +140,9 @@ def _local_model(value: str, revision: str | None, flag: str, inputs: list[Depen
         return path
     if not looks_like_repo_id(value):
         role = "draft model" if "draft" in flag else "target model"
-        raise PatchcraftError(f"{path}: the {role} directory does not exist (only a local or cached model can be checked; {WAY_OUT})")
+        raise PatchcraftError(
+            f"{path}: the {role} directory does not exist (only a local or cached model can be checked; {WAY_OUT})"
+        )
     snapshot = find_snapshot(value, revision)
     inputs.append(Dependency("file", snapshot.ref))
     if snapshot.path is None:

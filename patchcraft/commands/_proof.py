@@ -31,7 +31,9 @@ def hand_made(model: ModelResult) -> bool:
     """A model with a hand-made edit, done or with patchcraft's edits still to add: the harness runs
     what the model would be (the hand edits plus the missing ones), as apply would write it."""
     hand = any(e.status == EditStatus.HAND_APPLIED for e in model.edits)
-    return _model_class(model) and hand and model.status in (ModelStatus.ALREADY, ModelStatus.WOULD, ModelStatus.PATCHED)
+    return (
+        _model_class(model) and hand and model.status in (ModelStatus.ALREADY, ModelStatus.WOULD, ModelStatus.PATCHED)
+    )
 
 
 def _written(model: ModelResult) -> bool:
@@ -91,7 +93,9 @@ def prove(result: RunResult, chosen: Callable[[ModelResult], bool], shown: bool 
         status.update("importing torch")
         from patchcraft.harness.runner import smoke_tree
 
-        run = smoke_tree(result.tree, (), models=[as_written(m) for m in models], texts=texts_of(result), on_row=status.update)
+        run = smoke_tree(
+            result.tree, (), models=[as_written(m) for m in models], texts=texts_of(result), on_row=status.update
+        )
     return record(result, run)
 
 
@@ -105,7 +109,9 @@ def as_written(model: ModelResult) -> ModelResult:
     (the hand edits plus the missing ones, as apply would write them), so that it is run, not skipped."""
     from dataclasses import replace
 
-    return replace(model, status=ModelStatus.PATCHED) if model.status == ModelStatus.WOULD and hand_made(model) else model
+    return (
+        replace(model, status=ModelStatus.PATCHED) if model.status == ModelStatus.WOULD and hand_made(model) else model
+    )
 
 
 def record(result: RunResult, run: Any, only: Callable[[ModelResult], bool] | None = None) -> RunResult:
@@ -133,4 +139,3 @@ def _changes_compile(result: RunResult) -> bool:
         except (SyntaxError, ValueError):
             return False
     return True
-

@@ -48,7 +48,9 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     model = load_model(tree, name)
     report = check_draft(model, draft, target, training, num_layers, cuda_graph=options.cuda_graph, tp=options.tp)
     code = OK if report.ok else CHANGED
-    return console.print_report(options.output_format, code, lambda: report_json(report, code), lambda: report_text(report))
+    return console.print_report(
+        options.output_format, code, lambda: report_json(report, code), lambda: report_text(report)
+    )
 
 
 def report_text(report: DraftReport) -> str:
@@ -62,7 +64,9 @@ def report_text(report: DraftReport) -> str:
         lines.append(f"         {speculators_note(draft)}")
     if report.target is not None:
         arch = report.target.architectures[0] if report.target.architectures else "?"
-        lines.append(f"target   {report.target.path}: {arch}, {report.target.num_layers} layers, hidden {report.target.hidden_size}")
+        lines.append(
+            f"target   {report.target.path}: {arch}, {report.target.num_layers} layers, hidden {report.target.hidden_size}"
+        )
     lines += [
         f"sglang   {result.version}: {result.model} ({result.rule}); {result.patch_detail}",
         f"serves   {fed_line(result)} ({source_line(result)})",
@@ -96,7 +100,11 @@ def report_json(report: DraftReport, code: int) -> dict[str, Any]:
         },
         "target": None
         if report.target is None
-        else {"config": str(report.target.path), "num_layers": report.target.num_layers, "hidden_size": report.target.hidden_size},
+        else {
+            "config": str(report.target.path),
+            "num_layers": report.target.num_layers,
+            "hidden_size": report.target.hidden_size,
+        },
         "trained_on": None
         if report.expected is None
         else {"hs": list(report.expected.states), "how": report.expected.how, "problem": report.expected.problem},

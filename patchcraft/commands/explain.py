@@ -46,7 +46,9 @@ def overlay_tree(directory: str, target: str | None, release: str | None) -> Sgl
         raise PatchcraftError("--overlay is the target: give no TARGET or --release with it")
     root = Path(directory)
     if not (root / MANIFEST).is_file():
-        raise PatchcraftError(f"{root}: not an overlay (no {MANIFEST}; build one with `patchcraft overlay build --out {root}`)")
+        raise PatchcraftError(
+            f"{root}: not an overlay (no {MANIFEST}; build one with `patchcraft overlay build --out {root}`)"
+        )
     return resolve_target(str(package_dir(root)))
 
 
@@ -56,7 +58,9 @@ def explain_command(options: ExplainOptions) -> int:
     model = load_model(tree, options.model)
     result = explain(model, parse_layer_ids(options.layer_ids), options.num_layers, tp=options.tp)
     code = CHANGED if result.warnings else OK
-    return console.print_report(options.output_format, code, lambda: explanation_json(result, code), lambda: explanation_text(result))
+    return console.print_report(
+        options.output_format, code, lambda: explanation_json(result, code), lambda: explanation_text(result)
+    )
 
 
 def explanation_text(result: Explanation) -> str:
@@ -78,7 +82,9 @@ def explanation_text(result: Explanation) -> str:
     elif result.layers_to_capture is not None:
         lines.append(f"layers_to_capture = {list(result.layers_to_capture)}")
     count = len(result.served)
-    lines.append(f"SGLang feeds the draft: {fed_line(result)} ({count} state{'s' if count != 1 else ''}, in layer order; {source_line(result)})")
+    lines.append(
+        f"SGLang feeds the draft: {fed_line(result)} ({count} state{'s' if count != 1 else ''}, in layer order; {source_line(result)})"
+    )
     lines += [f"warning: {w}" for w in result.warnings]
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines) + "\n"
@@ -146,4 +152,3 @@ def explanation_json(result: Explanation, code: int) -> dict[str, Any]:
         "notes": list(result.notes),
         "exit_code": code,
     }
-

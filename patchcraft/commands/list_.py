@@ -24,7 +24,10 @@ def list_command(targets: tuple[str, ...], output_format: str) -> int:
                     seen.add(label)
                     matches[by_kind[site.kind]].append(label)
     if output_format == "json":
-        doc = [{"name": t.NAME, "kind": t.KIND, "description": t.DESCRIPTION, "matches": matches[t.NAME]} for t in MODEL_TRANSFORMS]
+        doc = [
+            {"name": t.NAME, "kind": t.KIND, "description": t.DESCRIPTION, "matches": matches[t.NAME]}
+            for t in MODEL_TRANSFORMS
+        ]
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
     for t in MODEL_TRANSFORMS:

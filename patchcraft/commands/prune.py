@@ -39,7 +39,9 @@ def prune_command(output_format: str) -> int:
         return OK
     for path in kept:
         console.print_line(f"kept (in use): {path}")
-    console.print_line(f"patchcraft cache prune: removed {len(removed)} overlay directories, kept {len(kept)} in use, in {overlays}")
+    console.print_line(
+        f"patchcraft cache prune: removed {len(removed)} overlay directories, kept {len(kept)} in use, in {overlays}"
+    )
     return OK
 
 

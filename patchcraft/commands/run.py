@@ -20,7 +20,15 @@ from patchcraft.ui.machine_output import OK
 from patchcraft.reading.server_args import ServerArgs, parse_server_args
 
 #: Read by the preflight (commands/_preflight.py, patchcraft/reading/server_args.py); kept importable from here.
-__all__ = ["RunOptions", "ServerArgs", "parse_server_args", "preflight", "run_command", "overlay_build_command", "overlay_verify_command"]
+__all__ = [
+    "RunOptions",
+    "ServerArgs",
+    "parse_server_args",
+    "preflight",
+    "run_command",
+    "overlay_build_command",
+    "overlay_verify_command",
+]
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,9 @@ def run_command(options: RunOptions) -> int:
             return code
     env = dict(os.environ)
     # The version itself, not the link: the server and every worker it starts later see the same files.
-    env["PYTHONPATH"] = os.pathsep.join([str(directory.resolve()), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(directory.resolve()), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -81,7 +91,9 @@ def _overlay_for_run(tree, options: RunOptions) -> tuple[Path, bool]:
         return directory, False
     from patchcraft.commands import _proof
 
-    overlay = build(tree, runner=options.runner, prove=_proof.gate("apply", options.smoke, quiet=True), require_proof=options.smoke)
+    overlay = build(
+        tree, runner=options.runner, prove=_proof.gate("apply", options.smoke, quiet=True), require_proof=options.smoke
+    )
     said_static = _say_what_was_proven(overlay, options.smoke)
     if overlay.note:
         console.print_line(f"patchcraft run: {overlay.note}")
@@ -108,20 +120,37 @@ def overlay_build_command(target: str | None, out: str | None, runner: bool, smo
     from patchcraft.base.target import resolve_target
 
     tree = resolve_target(target)
-    overlay = build(tree, Path(out) if out else None, runner=runner, prove=_proof.gate("apply", smoke, quiet=True), require_proof=smoke)
+    overlay = build(
+        tree,
+        Path(out) if out else None,
+        runner=runner,
+        prove=_proof.gate("apply", smoke, quiet=True),
+        require_proof=smoke,
+    )
     if output_format == "json":
-        console.print_json({"overlay": str(overlay.directory), "modules": list(overlay.modules), "reused": overlay.reused, "proof": overlay.proof})
+        console.print_json(
+            {
+                "overlay": str(overlay.directory),
+                "modules": list(overlay.modules),
+                "reused": overlay.reused,
+                "proof": overlay.proof,
+            }
+        )
         return OK
     _say_what_was_proven(overlay, smoke, "patchcraft overlay build: ")
     if overlay.note:
         console.print_line(f"patchcraft overlay build: {overlay.note}")
     word = "reused" if overlay.reused else "built"
-    console.print_line(f"overlay {word}: {len(overlay.modules)} patched modules of {tree.package} in {overlay.directory} (proof: {overlay.proof})")
+    console.print_line(
+        f"overlay {word}: {len(overlay.modules)} patched modules of {tree.package} in {overlay.directory} (proof: {overlay.proof})"
+    )
     sys.stdout.write(f"PYTHONPATH={overlay.directory}\n")
     return OK
 
 
-def overlay_verify_command(directory: str, target: str | None, output_format: str, color: str, user: str | None = None) -> int:
+def overlay_verify_command(
+    directory: str, target: str | None, output_format: str, color: str, user: str | None = None
+) -> int:
     """``patchcraft verify --overlay DIR``: readable by the server, owned, intact, matches the install, fully patched."""
     from patchcraft.overlay import check as overlay_check
     from patchcraft.commands._pipeline import Options, run_pipeline
@@ -131,7 +160,9 @@ def overlay_verify_command(directory: str, target: str | None, output_format: st
     overlay_check.require_usable(path)
     unreadable = overlay_check.unreadable(path, user)
     if unreadable:
-        raise PatchcraftError(f"{path}: {unreadable[0]}: a server running as {user or 'another user'} would import the unpatched files")
+        raise PatchcraftError(
+            f"{path}: {unreadable[0]}: a server running as {user or 'another user'} would import the unpatched files"
+        )
     if target is not None:
         from patchcraft.base.target import resolve_target
 
@@ -140,4 +171,6 @@ def overlay_verify_command(directory: str, target: str | None, output_format: st
             raise PatchcraftError(f"{path}: built from {built_from}, not {resolve_target(target).package}")
     from patchcraft.overlay.build import package_dir
 
-    return run_pipeline(Options(targets=(str(package_dir(path)),), output_format=output_format, color=color), Mode.VERIFY)
+    return run_pipeline(
+        Options(targets=(str(package_dir(path)),), output_format=output_format, color=color), Mode.VERIFY
+    )

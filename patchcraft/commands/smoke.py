@@ -14,7 +14,9 @@ from patchcraft.base.errors import PatchcraftError
 from patchcraft.harness import require_torch
 
 
-def smoke_command(options: Options, device: str = "cpu", cuda: dict | None = None, engine: str = "sglang", compiled: bool = False) -> int:
+def smoke_command(
+    options: Options, device: str = "cpu", cuda: dict | None = None, engine: str = "sglang", compiled: bool = False
+) -> int:
     """The CPU harness on every patched model class (``cuda``: the GPU smoke test instead).
 
     ``compiled``: the torch.compile check instead of the scenarios (patchcraft.harness.compiled).
@@ -34,18 +36,27 @@ def verify_smoke_command(options: Options) -> int:
 
 def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = False, device: str = "cpu") -> int:
     require_torch()  # before any work: without torch this is one line, exit 2
-    with console.progress(_progress_label(show_verify, compiled, device), shown=options.output_format != "json", unit="models") as status:
+    with console.progress(
+        _progress_label(show_verify, compiled, device), shown=options.output_format != "json", unit="models"
+    ) as status:
         status.update("importing torch")
         results, runs, label = _smoke_runs(options, compiled, device, on_row=status.update)
     if show_verify:
-        results = [_hand_edits.advise(_proof.record(r, s, only=_proof.hand_made), _hand_edits.file_reports(r)) for r, s in zip(results, runs)]
+        results = [
+            _hand_edits.advise(_proof.record(r, s, only=_proof.hand_made), _hand_edits.file_reports(r))
+            for r, s in zip(results, runs)
+        ]
     from patchcraft.harness import smoke_rows
 
     code = machine_output.exit_code(results, options.models, options.strict)
     if code == machine_output.OK and smoke_rows.failed(runs):
         code = machine_output.CHANGED
     if options.output_format == "json":
-        document = machine_output.to_json(results, code) if show_verify else {"schema": machine_output.SCHEMA_VERSION, "command": "smoke", "exit_code": code}
+        document = (
+            machine_output.to_json(results, code)
+            if show_verify
+            else {"schema": machine_output.SCHEMA_VERSION, "command": "smoke", "exit_code": code}
+        )
         document["smoke"] = smoke_rows.to_json(runs, label)
         console.print_json(document)
         return code
@@ -60,10 +71,16 @@ def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = Fals
 
 
 def _progress_label(show_verify: bool, compiled: bool, device: str) -> str:
-    return "verify --smoke" if show_verify else "smoke" + (f" --device {device}" if device != "cpu" else "") + (" --compile" if compiled else "")
+    return (
+        "verify --smoke"
+        if show_verify
+        else "smoke" + (f" --device {device}" if device != "cpu" else "") + (" --compile" if compiled else "")
+    )
 
 
-def _smoke_runs(options: Options, compiled: bool, device: str, on_row: Callable[[str, int, int], None]) -> tuple[list[RunResult], list[Any], str]:
+def _smoke_runs(
+    options: Options, compiled: bool, device: str, on_row: Callable[[str, int, int], None]
+) -> tuple[list[RunResult], list[Any], str]:
     """verify's results, the harness's runs (``on_row``: as each model class starts) and the label of what ran."""
     from patchcraft.harness.runner import smoke_model, smoke_tree
 
@@ -85,7 +102,14 @@ def _smoke_runs(options: Options, compiled: bool, device: str, on_row: Callable[
     # Hand-made models still missing edits run as apply would write them, and their verdicts are
     # their rows' proof, with what to do: verify --smoke, verify and apply say the same (commands/_proof.py).
     runs = [
-        smoke_tree(r.tree, options.models, models=[_proof.as_written(m) for m in r.models], texts=_proof.texts_of(r), check=check, on_row=on_row)
+        smoke_tree(
+            r.tree,
+            options.models,
+            models=[_proof.as_written(m) for m in r.models],
+            texts=_proof.texts_of(r),
+            check=check,
+            on_row=on_row,
+        )
         for r in results
     ]
     return results, runs, label
@@ -118,7 +142,12 @@ def _cuda(
     except ImportError as exc:
         raise PatchcraftError(f"the CUDA smoke test is not available in this patchcraft ({exc})") from None
     fmt: Sequence[str] = ("text", "json")
-    given: dict = {"timeout_s": timeout, "out_dir": out, "via_run": via_run or None, "mem_fraction_static": mem_fraction_static}
+    given: dict = {
+        "timeout_s": timeout,
+        "out_dir": out,
+        "via_run": via_run or None,
+        "mem_fraction_static": mem_fraction_static,
+    }
     return run_cuda_smoke(
         tp=tp,
         model_path=model_path,

@@ -46,20 +46,30 @@ class _Row:
     files: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
-    def result(self, status: ModelStatus, message: str, compiles: bool | None = None, idempotent: bool | None = None) -> ModelResult:
+    def result(
+        self, status: ModelStatus, message: str, compiles: bool | None = None, idempotent: bool | None = None
+    ) -> ModelResult:
         return ModelResult(
             model=self.model, path=self.path, status=status, edits=self.edits, message=message,
             files=self.files, compiles=compiles, idempotent=idempotent, notes=self.notes,
         )  # fmt: skip
 
-    def judged(self, mode: Mode, changes: tuple[FileChange, ...], compiled: bool | None, done: str, added: str, missing: str) -> TreeRow:
+    def judged(
+        self, mode: Mode, changes: tuple[FileChange, ...], compiled: bool | None, done: str, added: str, missing: str
+    ) -> TreeRow:
         """Already patched (every edit in place), patched (apply), or would patch."""
         if all(e.status in EDIT_IN_PLACE for e in self.edits):
-            hand = " (hand-applied edits recognised)" if any(e.status == EditStatus.HAND_APPLIED for e in self.edits) else ""
+            hand = (
+                " (hand-applied edits recognised)"
+                if any(e.status == EditStatus.HAND_APPLIED for e in self.edits)
+                else ""
+            )
             return self.result(ModelStatus.ALREADY, f"{done}{hand}", compiled, idempotent=True), ()
         if mode is Mode.APPLY:
             return self.result(ModelStatus.PATCHED, f"added: {added}"), changes
-        return self.result(ModelStatus.WOULD, f"missing: {missing}", compiled, idempotent=False if mode is Mode.VERIFY else None), changes
+        return self.result(
+            ModelStatus.WOULD, f"missing: {missing}", compiled, idempotent=False if mode is Mode.VERIFY else None
+        ), changes
 
 
 def runner_row(tree: SglangTree, mode: Mode) -> TreeRow:
@@ -93,18 +103,40 @@ def runner_row(tree: SglangTree, mode: Mode) -> TreeRow:
         for site in sites:
             outcome = patch.outcomes.get(site.key)
             if outcome is not None:
-                edits.append(EditResult(site.kind, runner_transform.NAME, tree.relative(path), site.cls, site.method, EditStatus(outcome.status), outcome.detail))
+                edits.append(
+                    EditResult(
+                        site.kind,
+                        runner_transform.NAME,
+                        tree.relative(path),
+                        site.cls,
+                        site.method,
+                        EditStatus(outcome.status),
+                        outcome.detail,
+                    )
+                )
         errors.extend(patch.errors.values())
         afters[path] = patch.after
     notes = tuple(f"{e.file}: {e.cls}.{e.method}" for e in edits)
-    row = replace(row, path=tree.relative(plan.runner), edits=tuple(edits), files=tuple(tree.relative(f) for f in plan.files), notes=notes)
+    row = replace(
+        row,
+        path=tree.relative(plan.runner),
+        edits=tuple(edits),
+        files=tuple(tree.relative(f) for f in plan.files),
+        notes=notes,
+    )
     compiled = all(compiles(src) for src in sources.values()) if mode is Mode.VERIFY else None
     if errors:
         return row.result(ModelStatus.ERROR, errors[0]), ()
-    changes = tuple(FileChange(source=sources[p], rel=tree.relative(p), after=afters[p]) for p in plan.files if afters[p] != sources[p].text)
+    changes = tuple(
+        FileChange(source=sources[p], rel=tree.relative(p), after=afters[p])
+        for p in plan.files
+        if afters[p] != sources[p].text
+    )
     to_make = sum(e.status == EditStatus.APPLIED for e in edits)
     missing = f"graph capture resets the ids to the defaults ({to_make} of {len(edits)} edits to make)"
-    return row.judged(mode, changes, compiled, "configured ids reach graph capture", "configured ids reach graph capture", missing)
+    return row.judged(
+        mode, changes, compiled, "configured ids reach graph capture", "configured ids reach graph capture", missing
+    )
 
 
 def fusion_row(tree: SglangTree, mode: Mode) -> TreeRow:

@@ -79,7 +79,9 @@ def _slices(text: str, path: Path, cut: Callable[..., ClassSlices | None], wante
         raise PatchcraftError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}; nothing was changed") from None
 
 
-def patch_text(text: str, path: Path, sites: Sequence[EditSite], transforms: Mapping[str, Transform] | None = None) -> FilePatch:
+def patch_text(
+    text: str, path: Path, sites: Sequence[EditSite], transforms: Mapping[str, Transform] | None = None
+) -> FilePatch:
     """Apply the transform of each site (``transforms[site.kind]``, the model transforms
     by default) to ``text``. Errors are recorded per site.
 

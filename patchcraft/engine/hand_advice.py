@@ -56,7 +56,13 @@ def lines(model: ModelResult, reports: Mapping[str, FileReport]) -> str:
     named = [h.label(r.rel) for f in sorted(model.files) if (r := reports.get(f)) is not None for h in r.hunks]
     if named:
         return ", ".join(named)
-    sites = sorted({f"{Path(e.file).name} {e.cls}.{e.method}" for e in model.edits if e.status in (EditStatus.HAND_APPLIED, EditStatus.MODIFIED)})
+    sites = sorted(
+        {
+            f"{Path(e.file).name} {e.cls}.{e.method}"
+            for e in model.edits
+            if e.status in (EditStatus.HAND_APPLIED, EditStatus.MODIFIED)
+        }
+    )
     return ", ".join(sites) or "none found"
 
 

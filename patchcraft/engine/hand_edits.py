@@ -74,7 +74,9 @@ class FileReport:
         return self.state == FileState.HAND and self.pristine is not None and not self.others
 
 
-def classify(path: Path, rel: str, current: str, pristine: Pristine, sites: Callable[[], Sequence[EditSite]]) -> FileReport:
+def classify(
+    path: Path, rel: str, current: str, pristine: Pristine, sites: Callable[[], Sequence[EditSite]]
+) -> FileReport:
     """Judge ``current`` (the file's text now) against ``pristine``, at the edit sites ``sites()`` gives.
 
     ``sites`` is called only for a file edited by hand: finding them plans the tree.
@@ -141,10 +143,17 @@ def _site_outcomes(text: str, path: Path, sites: Sequence[EditSite]) -> dict[tup
         patch = patch_text(text, path, sites)
     except PatchcraftError as exc:
         return {site.key: f"error: {exc}" for site in sites}
-    return {site.key: str(patch.outcomes[site.key].status) if site.key in patch.outcomes else f"error: {patch.errors.get(site.key)}" for site in sites}
+    return {
+        site.key: str(patch.outcomes[site.key].status)
+        if site.key in patch.outcomes
+        else f"error: {patch.errors.get(site.key)}"
+        for site in sites
+    }
 
 
-def _site_of(where: tuple[str, str] | None, alone: str, path: Path, sites: Sequence[EditSite], baseline: dict[tuple, str]) -> str | None:
+def _site_of(
+    where: tuple[str, str] | None, alone: str, path: Path, sites: Sequence[EditSite], baseline: dict[tuple, str]
+) -> str | None:
     """The kind of the site this hunk is an edit at: in its method, and seen there by its transform."""
     if where is None:
         return None

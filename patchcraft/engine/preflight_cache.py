@@ -130,7 +130,11 @@ def tree_dependencies(package: Path) -> list[Dependency]:
 
 def draft_dependencies(directory: Path) -> list[Dependency]:
     """What ``read_draft`` reads: the config, the weights index, each safetensors header, and the listing."""
-    found = [Dependency("listing", directory), Dependency("file", directory / "config.json"), Dependency("file", directory / "model.safetensors.index.json")]
+    found = [
+        Dependency("listing", directory),
+        Dependency("file", directory / "config.json"),
+        Dependency("file", directory / "model.safetensors.index.json"),
+    ]
     return found + [Dependency("header", path) for path in sorted(directory.glob("*.safetensors"))]
 
 
@@ -196,4 +200,3 @@ def store(lookup: str, recorded: list[list[str]], stdout: str, stderr: str) -> N
         remove_quietly(Path(tmp))
         return
     keep_newest(folder, "*.json", KEEP)
-

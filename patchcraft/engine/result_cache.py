@@ -84,8 +84,9 @@ def inputs(tree: SglangTree) -> list[str]:
     files.append(os.path.join(layers, "layer_boundary", "__init__.py"))
     # ... and the subclasses of LayerCommunicator that override the decision (anywhere in srt/layers/).
     files.extend(
-        name for name in _python_files(layers)
-        if os.path.basename(name) != "communicator.py" and "layer_boundary" not in name[len(layers):].split(os.sep)
+        name
+        for name in _python_files(layers)
+        if os.path.basename(name) != "communicator.py" and "layer_boundary" not in name[len(layers) :].split(os.sep)
     )
     return files
 
@@ -101,7 +102,16 @@ def _python_files(folder: str) -> list[str]:
 def run_key(tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool, fusion: bool = True) -> str | None:
     """The key of a run: a hex digest, or None when an input cannot be read."""
     digest = hashlib.sha256()
-    header: tuple[object, ...] = (FORMAT, __version__, code_hash(), sys.version, _libcst_version(), mode.value, tuple(names), runner)
+    header: tuple[object, ...] = (
+        FORMAT,
+        __version__,
+        code_hash(),
+        sys.version,
+        _libcst_version(),
+        mode.value,
+        tuple(names),
+        runner,
+    )
     if not fusion:  # the default run keeps the key it had before the fusion row existed
         header += ("no-fusion-fix",)
     digest.update(repr(header).encode())
@@ -210,9 +220,13 @@ def _without_raw(change: FileChange) -> FileChange:
     return replace(change, source=replace(change.source, raw=None))
 
 
-
 def cached_run(
-    tree: SglangTree, mode: Mode, names: Sequence[str], runner: bool, compute: Callable[[], RunResult], fusion: bool = True
+    tree: SglangTree,
+    mode: Mode,
+    names: Sequence[str],
+    runner: bool,
+    compute: Callable[[], RunResult],
+    fusion: bool = True,
 ) -> RunResult:
     """``compute()``, or its stored result when nothing it depends on changed since."""
     if mode not in CACHEABLE or not enabled():
@@ -226,4 +240,3 @@ def cached_run(
     if key is not None and run_key(tree, mode, names, runner, fusion) == key:
         store(key, result)
     return result
-

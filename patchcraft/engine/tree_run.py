@@ -42,6 +42,7 @@ else:
 
 # -- whole tree ----------------------------------------------------------------
 
+
 @gc_paused
 def run(
     tree: SglangTree,
@@ -89,7 +90,9 @@ def run(
     return result
 
 
-def _run_models(tree: SglangTree, mode: Mode, names: Sequence[str] = (), jobs: int = 1, base_texts: Mapping[Path, str] | None = None) -> RunResult:
+def _run_models(
+    tree: SglangTree, mode: Mode, names: Sequence[str] = (), jobs: int = 1, base_texts: Mapping[Path, str] | None = None
+) -> RunResult:
     """Plan, transform and judge every selected model class."""
     plans = plan_tree(tree, names, whole_files=mode is Mode.REVERT)
     if mode is Mode.REVERT:
@@ -148,7 +151,9 @@ def _failed_models(
             if site.path in file_errors or site.key in patches.get(site.path, FilePatch("")).errors:
                 blocked.setdefault(site.path, plan.label)
     because = lambda hit, who: f"{hit}: not written because {who} failed in the same file; fix that first"  # noqa: E731
-    spread_to_fixpoint(failed, [(plan.label, [s.path for s in plan.sites if s.kind != "setter"]) for plan in plans], blocked, because)
+    spread_to_fixpoint(
+        failed, [(plan.label, [s.path for s in plan.sites if s.kind != "setter"]) for plan in plans], blocked, because
+    )
     for plan in plans:
         hit = next((f for f in plan.files if f in blocked), None)
         if plan.label not in failed and hit is not None:
@@ -189,17 +194,25 @@ def _judge(tree, mode, plan, patches, file_errors, failed, sources) -> ModelResu
     files = tuple(tree.relative(f) for f in plan.files)
     if plan.unsupported:
         skipped = ModelStatus.NOT_APPLICABLE if plan.not_applicable else ModelStatus.UNSUPPORTED
-        return ModelResult(model=plan.label, path=rel, status=skipped, message=plan.unsupported, files=files, notes=plan.notes)
+        return ModelResult(
+            model=plan.label, path=rel, status=skipped, message=plan.unsupported, files=files, notes=plan.notes
+        )
     edits = []
     for site in plan.sites:
         transform = BY_KIND[site.kind]
         outcome = patches[site.path].outcomes.get(site.key) if site.path in patches else None
         status = EditStatus(outcome.status) if outcome else EditStatus.ERROR
-        detail = outcome.detail if outcome else (file_errors.get(site.path) or patches[site.path].errors.get(site.key, ""))
-        edits.append(EditResult(site.kind, transform.NAME, tree.relative(site.path), site.cls, site.method, status, detail))
+        detail = (
+            outcome.detail if outcome else (file_errors.get(site.path) or patches[site.path].errors.get(site.key, ""))
+        )
+        edits.append(
+            EditResult(site.kind, transform.NAME, tree.relative(site.path), site.cls, site.method, status, detail)
+        )
     all_present = all(e.status in EDIT_IN_PLACE for e in edits)
     compiled = all(compiles(sources[f]) for f in plan.files if f in sources) if mode is Mode.VERIFY else None
-    common = dict(model=plan.label, path=rel, edits=tuple(edits), files=files, notes=plan.notes, included_by=plan.included_by)
+    common = dict(
+        model=plan.label, path=rel, edits=tuple(edits), files=files, notes=plan.notes, included_by=plan.included_by
+    )
     if plan.label in failed:
         return ModelResult(**common, status=ModelStatus.ERROR, message=failed[plan.label], compiles=compiled)
     if all_present:
@@ -209,7 +222,13 @@ def _judge(tree, mode, plan, patches, file_errors, failed, sources) -> ModelResu
     missing = _kinds([e.kind for e in edits if e.status == EditStatus.APPLIED])
     if mode is Mode.APPLY:
         return ModelResult(**common, status=ModelStatus.PATCHED, message=f"added: {missing}{_included(plan)}")
-    return ModelResult(**common, status=ModelStatus.WOULD, message=f"missing: {missing}{_included(plan)}", compiles=compiled, idempotent=False if mode is Mode.VERIFY else None)
+    return ModelResult(
+        **common,
+        status=ModelStatus.WOULD,
+        message=f"missing: {missing}{_included(plan)}",
+        compiles=compiled,
+        idempotent=False if mode is Mode.VERIFY else None,
+    )
 
 
 def _kinds(kinds: Sequence[str]) -> str:
@@ -221,7 +240,9 @@ def _included(plan: ModelPlan) -> str:
     return f" (not named, but {plan.included_by})" if plan.included_by else ""
 
 
-def _patch_file(item: tuple[Path, tuple[Sequence[EditSite], str | None]]) -> tuple[Source | None, FilePatch | None, str | None]:
+def _patch_file(
+    item: tuple[Path, tuple[Sequence[EditSite], str | None]],
+) -> tuple[Source | None, FilePatch | None, str | None]:
     """Read and patch one file (or its ``base`` text instead): (source, patch, error); runs in a worker process when ``jobs`` > 1."""
     path, (sites, base) = item
     source = patch = error = None
@@ -245,11 +266,26 @@ def _run_revert(tree: SglangTree, plans: Sequence[ModelPlan]) -> RunResult:
             reverted.add(path)
     models = []
     for plan in plans:
-        status = (ModelStatus.NOT_APPLICABLE if plan.not_applicable else ModelStatus.UNSUPPORTED) if plan.unsupported else (ModelStatus.REVERTED if set(plan.files) & reverted else ModelStatus.NOT_PATCHED)
-        message = plan.unsupported or ("patchcraft edits removed" if status == ModelStatus.REVERTED else "no patchcraft edits found")
+        status = (
+            (ModelStatus.NOT_APPLICABLE if plan.not_applicable else ModelStatus.UNSUPPORTED)
+            if plan.unsupported
+            else (ModelStatus.REVERTED if set(plan.files) & reverted else ModelStatus.NOT_PATCHED)
+        )
+        message = plan.unsupported or (
+            "patchcraft edits removed" if status == ModelStatus.REVERTED else "no patchcraft edits found"
+        )
         if plan.included_by and status == ModelStatus.REVERTED:
             message += f" (not named, but {plan.included_by}: reverting one without the other would leave a forward reading a flag no __init__ sets)"
-        models.append(ModelResult(model=plan.label, path=tree.relative(plan.path), status=status, message=message, files=tuple(tree.relative(f) for f in plan.files), included_by=plan.included_by))
+        models.append(
+            ModelResult(
+                model=plan.label,
+                path=tree.relative(plan.path),
+                status=status,
+                message=message,
+                files=tuple(tree.relative(f) for f in plan.files),
+                included_by=plan.included_by,
+            )
+        )
     return RunResult(mode=Mode.REVERT, tree=tree, version=tree.version, models=tuple(models), changes=tuple(changes))
 
 
@@ -276,7 +312,11 @@ def withhold(result: RunResult, verdicts: Mapping[str, tuple[str, str]]) -> RunR
         proof = verdicts[model.model][0] if model.model in verdicts else model.proof
         if model.model in reasons:
             status = ModelStatus.WOULD if model.status == ModelStatus.PATCHED else model.status
-            message = f"not written: {reasons[model.model]}" if model.status == ModelStatus.PATCHED else f"{model.message}; but {reasons[model.model]}"
+            message = (
+                f"not written: {reasons[model.model]}"
+                if model.status == ModelStatus.PATCHED
+                else f"{model.message}; but {reasons[model.model]}"
+            )
             models.append(replace(model, status=status, message=message, proof=proof or Proof.FAILED))
         else:
             models.append(replace(model, proof=proof))

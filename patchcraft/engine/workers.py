@@ -65,9 +65,12 @@ def map_files(func: Callable[[Any], _Result], items: Sequence[tuple[Path, Any]],
     from concurrent.futures import ProcessPoolExecutor
 
     import patchcraft.transforms  # noqa: F401  (libcst and the transforms: imported once, before forking)
+
     order = sorted(range(len(items)), key=lambda i: -_size(items[i][0]))
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start, initargs=(os.getpid(),)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_worker_start, initargs=(os.getpid(),)
+    ) as pool:
         futures = {i: pool.submit(func, items[i]) for i in order}
         return [futures[i].result() for i in range(len(items))]
 

@@ -262,7 +262,10 @@ def to_hf_state_dict(tensors: Dict[str, Any], hf_keys: Sequence[str], cfg: Dict[
         if m + "gate_up_proj" in keys:
             E = cfg["n_routed_experts"]
             sd[m + "gate_up_proj"] = torch.stack(
-                [torch.cat([tensors[f"{m}{e}.gate_proj.weight"], tensors[f"{m}{e}.up_proj.weight"]], 0) for e in range(E)]
+                [
+                    torch.cat([tensors[f"{m}{e}.gate_proj.weight"], tensors[f"{m}{e}.up_proj.weight"]], 0)
+                    for e in range(E)
+                ]
             )
             sd[m + "down_proj"] = torch.stack([tensors[f"{m}{e}.down_proj.weight"] for e in range(E)])
     return sd
@@ -284,7 +287,9 @@ def load_hf_reference_model(model_dir: PathLike):
     # rotary inv_freq style buffers are not in checkpoints
     missing = [k for k in missing if "rotary" not in k]
     if missing or unexpected:
-        raise ValueError(f"checkpoint does not fit DeepseekV3ForCausalLM: missing={missing[:5]} unexpected={unexpected[:5]}")
+        raise ValueError(
+            f"checkpoint does not fit DeepseekV3ForCausalLM: missing={missing[:5]} unexpected={unexpected[:5]}"
+        )
     return model.float().eval()
 
 

@@ -205,17 +205,28 @@ def sglang_eagle3_params(llama_eagle3_src: str) -> Set[str]:
     tree = ast.parse(llama_eagle3_src)
     attrs: Set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" and isinstance(node.ctx, ast.Store):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and isinstance(node.ctx, ast.Store)
+        ):
             attrs.add(node.attr)
     for needed in ("fc", "norm", "embed_tokens", "hidden_norm", "lm_head"):
         if needed not in attrs:
             raise ValueError(f"llama_eagle3.py assigns no self.{needed}; layout changed")
     layer = "model.midlayer." if "midlayer" in attrs else "model.layers.0."
     return {
-        "model.embed_tokens.weight", "model.fc.weight", "model.norm.weight", "lm_head.weight",
-        layer + "self_attn.qkv_proj.weight", layer + "self_attn.o_proj.weight",
-        layer + "mlp.gate_up_proj.weight", layer + "mlp.down_proj.weight",
-        layer + "input_layernorm.weight", layer + "post_attention_layernorm.weight",
+        "model.embed_tokens.weight",
+        "model.fc.weight",
+        "model.norm.weight",
+        "lm_head.weight",
+        layer + "self_attn.qkv_proj.weight",
+        layer + "self_attn.o_proj.weight",
+        layer + "mlp.gate_up_proj.weight",
+        layer + "mlp.down_proj.weight",
+        layer + "input_layernorm.weight",
+        layer + "post_attention_layernorm.weight",
         layer + "hidden_norm.weight",
     }
 

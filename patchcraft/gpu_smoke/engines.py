@@ -61,7 +61,9 @@ def baseline_launch(environ: Mapping[str, str]) -> Launch:
     return Launch((), env, None)
 
 
-def speculative_launch(environ: Mapping[str, str], probed_root: Path, probe_dir: Path, overlay: Optional[Path] = None) -> Launch:
+def speculative_launch(
+    environ: Mapping[str, str], probed_root: Path, probe_dir: Path, overlay: Optional[Path] = None
+) -> Launch:
     """The probed copy first on ``PYTHONPATH``; with ``overlay``, launched through ``patchcraft run``."""
     env = dict(environ)
     env["PYTHONPATH"] = _pythonpath(environ, probed_root)
@@ -82,7 +84,9 @@ def build_overlay(probed_root: Path, directory: Path) -> Path:
     from patchcraft.overlay.build import build
     from patchcraft.base.target import resolve_target
 
-    overlay = build(resolve_target(str(probed_root / "sglang")), directory, prove=_proof.gate("apply", True, quiet=True))
+    overlay = build(
+        resolve_target(str(probed_root / "sglang")), directory, prove=_proof.gate("apply", True, quiet=True)
+    )
     if not overlay.modules:
         raise PatchcraftError(
             "--via-run: the installed sglang is patched already, so the overlay has nothing to serve; "
@@ -113,7 +117,11 @@ def run_engine(launch: Launch, job: Dict[str, Any], job_path: Path, timeout_s: f
     with open(log_path, "w") as log:
         try:
             proc = subprocess.Popen(
-                launch.command(job_path), env=dict(launch.env), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                launch.command(job_path),
+                env=dict(launch.env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         except OSError as exc:
             raise PatchcraftError(f"cannot start the engine worker: {exc}") from None
@@ -128,6 +136,8 @@ def run_engine(launch: Launch, job: Dict[str, Any], job_path: Path, timeout_s: f
         _kill_group(proc)  # leftovers of a worker that exited (its children)
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
-        raise EngineRunFailed(f"sglang engine run failed (exit {proc.returncode}, log: {log_path}): " + " | ".join(tail))
+        raise EngineRunFailed(
+            f"sglang engine run failed (exit {proc.returncode}, log: {log_path}): " + " | ".join(tail)
+        )
     result: Dict[str, Any] = json.loads(Path(job["out"]).read_text())
     return result

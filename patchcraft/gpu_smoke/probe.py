@@ -26,11 +26,7 @@ from typing import Optional
 ENV_DIR = "PATCHCRAFT_SMOKE_PROBE_DIR"
 PROBE_MODULE = "_patchcraft_smoke_probe"
 MARKER = "# patchcraft smoke probe (temporary copy only)"
-HOOK = (
-    f"\n\n{MARKER}\n"
-    f"from sglang.srt import {PROBE_MODULE} as _pc_probe\n"
-    "_pc_probe.install(ModelRunner)\n"
-)
+HOOK = f"\n\n{MARKER}\nfrom sglang.srt import {PROBE_MODULE} as _pc_probe\n_pc_probe.install(ModelRunner)\n"
 
 _state = {"seq": 0}
 

@@ -36,10 +36,14 @@ def load_records(probe_dir: Path) -> List[Dict[str, Any]]:
     """The probe's records, in file-name order."""
     import torch
 
-    return [torch.load(str(path), map_location="cpu", weights_only=False) for path in sorted(probe_dir.glob("rec-*.pt"))]
+    return [
+        torch.load(str(path), map_location="cpu", weights_only=False) for path in sorted(probe_dir.glob("rec-*.pt"))
+    ]
 
 
-def assign_records(records: Sequence[Dict[str, Any]], prompts: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]]) -> Assignment:
+def assign_records(
+    records: Sequence[Dict[str, Any]], prompts: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]]
+) -> Assignment:
     """Attach probe records to prompts and to the token sequence they ran on.
 
     Prompts run one at a time, so records are chronological per request: a
@@ -69,7 +73,14 @@ def assign_records(records: Sequence[Dict[str, Any]], prompts: Sequence[Sequence
     return assignment
 
 
-def _assign_prefill(assignment: Assignment, record: Dict[str, Any], ids: List[int], positions: List[int], index: Dict[Tuple[int, ...], int], current: Optional[int]) -> Optional[int]:
+def _assign_prefill(
+    assignment: Assignment,
+    record: Dict[str, Any],
+    ids: List[int],
+    positions: List[int],
+    index: Dict[Tuple[int, ...], int],
+    current: Optional[int],
+) -> Optional[int]:
     """A prefill of a smoke prompt opens that prompt's request; returns the request now open."""
     key = tuple(ids)
     if key not in index or positions != list(range(len(ids))):
@@ -79,7 +90,15 @@ def _assign_prefill(assignment: Assignment, record: Dict[str, Any], ids: List[in
     return index[key]
 
 
-def _assign_verify(assignment: Assignment, record: Dict[str, Any], ids: List[int], positions: List[int], current: Optional[int], prompts: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]]) -> None:
+def _assign_verify(
+    assignment: Assignment,
+    record: Dict[str, Any],
+    ids: List[int],
+    positions: List[int],
+    current: Optional[int],
+    prompts: Sequence[Sequence[int]],
+    outputs: Sequence[Sequence[int]],
+) -> None:
     if current is None:
         assignment.skip("verify before any known prefill")
         return
@@ -114,12 +133,16 @@ def compare_items(
         for k, state in enumerate(hidden_states):
             references[k].append(state[item.positions])
     return {
-        phase: compare.compare_aux_hidden_states(torch.cat(recorded), [torch.cat(r) for r in references], layer_ids, **tolerances)
+        phase: compare.compare_aux_hidden_states(
+            torch.cat(recorded), [torch.cat(r) for r in references], layer_ids, **tolerances
+        )
         for phase, (recorded, references) in by_phase.items()
     }
 
 
-def compare_items_embedding_only(items: Sequence[RecordItem], layer_ids: Sequence[int], embed_rows: Callable[[List[int]], Any]) -> Dict[str, compare.AuxComparison]:
+def compare_items_embedding_only(
+    items: Sequence[RecordItem], layer_ids: Sequence[int], embed_rows: Callable[[List[int]], Any]
+) -> Dict[str, compare.AuxComparison]:
     """For big targets: only the ``-1`` entry is checked (against the embedding table)."""
     import torch
 
@@ -132,6 +155,8 @@ def compare_items_embedding_only(items: Sequence[RecordItem], layer_ids: Sequenc
         recorded.append(torch.as_tensor(item.hidden_states).float().chunk(len(layer_ids), dim=-1)[entry])
         ids += [item.sequence[p] for p in item.positions]
     return {
-        phase: compare.compare_aux_hidden_states([torch.cat(recorded)], [embed_rows(ids)], [-1], token_rtol=1e-2, min_good_fraction=1.0)
+        phase: compare.compare_aux_hidden_states(
+            [torch.cat(recorded)], [embed_rows(ids)], [-1], token_rtol=1e-2, min_good_fraction=1.0
+        )
         for phase, (recorded, ids) in phases.items()
     }

@@ -52,7 +52,15 @@ from .engine_args import (
 )
 from .engines import EngineRunFailed, baseline_launch, build_overlay, run_engine, speculative_launch
 from .records import assign_records, compare_items, compare_items_embedding_only, load_records
-from patchcraft.harness.gpu_summary import Comparison, CudaSmokeSummary, build_summary, engine_failure, speed, to_json, write_summary
+from patchcraft.harness.gpu_summary import (
+    Comparison,
+    CudaSmokeSummary,
+    build_summary,
+    engine_failure,
+    speed,
+    to_json,
+    write_summary,
+)
 from .wheels import source_reader
 
 HF_REFERENCE_MAX_BYTES = 4 << 30  # larger targets get the embedding-only reference
@@ -64,6 +72,7 @@ DEFAULT_ENGINE_TIMEOUT_S = 200.0
 # --------------------------------------------------------------------------
 # small pure helpers (CPU-tested)
 # --------------------------------------------------------------------------
+
 
 def default_layer_ids(num_layers: int) -> List[int]:
     """``[-1, 1, n // 2]``: embedding plus two layers.
@@ -86,6 +95,7 @@ def make_prompts(vocab_size: int, *, lengths: Sequence[int] = (7, 16, 29, 48), s
 # --------------------------------------------------------------------------
 # 1. prepare
 # --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -148,7 +158,9 @@ def _safetensors_bytes(model_dir: Path) -> int:
     return sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
 
 
-def _target_and_draft(work_dir: Path, tp: int, model_path: Optional[str], draft_path: Optional[str], layer_ids: Optional[Sequence[int]]) -> Tuple[Path, Path, Tuple[int, ...], Dict[str, Any]]:
+def _target_and_draft(
+    work_dir: Path, tp: int, model_path: Optional[str], draft_path: Optional[str], layer_ids: Optional[Sequence[int]]
+) -> Tuple[Path, Path, Tuple[int, ...], Dict[str, Any]]:
     """The target (given, or a tiny random DeepSeek-V3), the draft (given, or a random one for the ids), the ids, the target's config.
 
     A checkpoint that cannot be read, or a tiny one that cannot be built for
@@ -187,18 +199,43 @@ def _check_layer_ids(ids: Sequence[int], num_layers: int) -> None:
         raise ValueError(f"layer ids {beyond} are beyond the target's {num_layers} layers")
 
 
-def _engine_kwargs(package: Path, read: Callable[[str], Optional[str]], target: Path, draft: Path, tp: int, trust_remote_code: bool, mem_fraction_static: float) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def _engine_kwargs(
+    package: Path,
+    read: Callable[[str], Optional[str]],
+    target: Path,
+    draft: Path,
+    tp: int,
+    trust_remote_code: bool,
+    mem_fraction_static: float,
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """Both engines' kwargs, checked against this release's ``ServerArgs`` (read, never imported)."""
     try:
         fields = server_args_fields(read)
     except (ValueError, OSError) as exc:
         raise PatchcraftError(f"installed sglang ({package}): cannot read its ServerArgs: {exc}") from None
-    speculative = build_engine_kwargs(str(target), str(draft), tp_size=tp, trust_remote_code=trust_remote_code, fields=fields, mem_fraction_static=mem_fraction_static)
-    baseline = build_engine_kwargs(str(target), None, speculative=False, tp_size=tp, trust_remote_code=trust_remote_code, fields=fields, mem_fraction_static=mem_fraction_static)
+    speculative = build_engine_kwargs(
+        str(target),
+        str(draft),
+        tp_size=tp,
+        trust_remote_code=trust_remote_code,
+        fields=fields,
+        mem_fraction_static=mem_fraction_static,
+    )
+    baseline = build_engine_kwargs(
+        str(target),
+        None,
+        speculative=False,
+        tp_size=tp,
+        trust_remote_code=trust_remote_code,
+        fields=fields,
+        mem_fraction_static=mem_fraction_static,
+    )
     problems = check_engine_kwargs(speculative, read)
     problems += [p for p in check_engine_kwargs(baseline, read) if p not in problems]
     if problems:
-        raise PatchcraftError(f"installed sglang ({package}) does not accept the smoke settings: " + "; ".join(problems))
+        raise PatchcraftError(
+            f"installed sglang ({package}) does not accept the smoke settings: " + "; ".join(problems)
+        )
     return speculative, baseline
 
 
@@ -223,7 +260,9 @@ def prepare(
     target, draft, ids, config = _target_and_draft(work, checked_tp, model_path, draft_path, layer_ids)
     if mem_fraction_static is None:
         mem_fraction_static = 0.3 if _safetensors_bytes(target) < (8 << 30) else 0.85
-    speculative, baseline = _engine_kwargs(package, read, target, draft, checked_tp, bool(config.get("auto_map")), mem_fraction_static)
+    speculative, baseline = _engine_kwargs(
+        package, read, target, draft, checked_tp, bool(config.get("auto_map")), mem_fraction_static
+    )
     hf_reference = (
         config.get("model_type") == "deepseek_v3"
         and "quantization_config" not in config
@@ -232,17 +271,27 @@ def prepare(
     if hf_reference:
         _require_module("transformers", "needed for the reference forward")
     return Prepared(
-        tp=checked_tp, package=package, work_dir=work, logs_dir=out or work, target=target, draft=draft,
-        layer_ids=ids, hf_reference=hf_reference, speculative_kwargs=speculative, baseline_kwargs=baseline,
+        tp=checked_tp,
+        package=package,
+        work_dir=work,
+        logs_dir=out or work,
+        target=target,
+        draft=draft,
+        layer_ids=ids,
+        hf_reference=hf_reference,
+        speculative_kwargs=speculative,
+        baseline_kwargs=baseline,
         baseline_generate=baseline_generate_kwargs(read),
         prompts=make_prompts(int((config.get("text_config") or config)["vocab_size"])),
-        sampling=greedy_sampling_params(max_new_tokens), timeout_s=timeout_s,
+        sampling=greedy_sampling_params(max_new_tokens),
+        timeout_s=timeout_s,
     )
 
 
 # --------------------------------------------------------------------------
 # 2. run the engines
 # --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class EngineRuns:
@@ -276,12 +325,16 @@ def run_engines(prepared: Prepared, via_run: bool = False) -> EngineRuns:
         speculative = run_engine(
             speculative_launch(os.environ, probed_root, probe_dir, overlay),
             _job(prepared, prepared.speculative_kwargs, "spec", {}),
-            prepared.work_dir / "spec-job.json", prepared.timeout_s, prepared.logs_dir / "spec.log",
+            prepared.work_dir / "spec-job.json",
+            prepared.timeout_s,
+            prepared.logs_dir / "spec.log",
         )
         baseline = run_engine(
             baseline_launch(os.environ),
             _job(prepared, prepared.baseline_kwargs, "base", prepared.baseline_generate),
-            prepared.work_dir / "base-job.json", prepared.timeout_s, prepared.logs_dir / "base.log",
+            prepared.work_dir / "base-job.json",
+            prepared.timeout_s,
+            prepared.logs_dir / "base.log",
         )
     finally:
         shutil.rmtree(probed_root, ignore_errors=True)
@@ -291,8 +344,15 @@ def run_engines(prepared: Prepared, via_run: bool = False) -> EngineRuns:
     return EngineRuns(speculative, baseline, load_records(probe_dir))
 
 
-def _job(prepared: Prepared, engine_kwargs: Dict[str, Any], name: str, generate_kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    job = {"engine_kwargs": engine_kwargs, "prompts": prepared.prompts, "sampling_params": prepared.sampling, "out": str(prepared.logs_dir / f"{name}.json")}
+def _job(
+    prepared: Prepared, engine_kwargs: Dict[str, Any], name: str, generate_kwargs: Dict[str, Any]
+) -> Dict[str, Any]:
+    job = {
+        "engine_kwargs": engine_kwargs,
+        "prompts": prepared.prompts,
+        "sampling_params": prepared.sampling,
+        "out": str(prepared.logs_dir / f"{name}.json"),
+    }
     if generate_kwargs:
         job["generate_kwargs"] = generate_kwargs
     return job
@@ -301,6 +361,7 @@ def _job(prepared: Prepared, engine_kwargs: Dict[str, Any], name: str, generate_
 # --------------------------------------------------------------------------
 # 3. compare
 # --------------------------------------------------------------------------
+
 
 def _embedding_rows_loader(model_dir: Path) -> Callable[[List[int]], Any]:
     """Read only the needed rows of the target's embedding table."""
@@ -331,11 +392,15 @@ def _embedding_rows_loader(model_dir: Path) -> Callable[[List[int]], Any]:
     return rows
 
 
-def _aux_comparisons(prepared: Prepared, runs: EngineRuns) -> Tuple[Dict[str, compare.AuxComparison], str, int, Dict[str, int]]:
+def _aux_comparisons(
+    prepared: Prepared, runs: EngineRuns
+) -> Tuple[Dict[str, compare.AuxComparison], str, int, Dict[str, int]]:
     """Per phase, the recorded aux states against the reference; the reference's name; records used and skipped."""
     assignment = assign_records(runs.records, prepared.prompts, runs.speculative["output_ids"])
     if not prepared.hf_reference:
-        aux = compare_items_embedding_only(assignment.items, prepared.layer_ids, _embedding_rows_loader(prepared.target))
+        aux = compare_items_embedding_only(
+            assignment.items, prepared.layer_ids, _embedding_rows_loader(prepared.target)
+        )
         return aux, "embedding-only", len(assignment.items), assignment.skipped
     import torch
 
@@ -345,7 +410,9 @@ def _aux_comparisons(prepared: Prepared, runs: EngineRuns) -> Tuple[Dict[str, co
     if torch.cuda.is_available():  # engines have exited; fp32 on one GPU
         torch.backends.cuda.matmul.allow_tf32 = False
         model = model.to("cuda:0")
-    aux = compare_items(assignment.items, prepared.layer_ids, lambda sequence: hf_reference_hidden_states(model, sequence))
+    aux = compare_items(
+        assignment.items, prepared.layer_ids, lambda sequence: hf_reference_hidden_states(model, sequence)
+    )
     return aux, "hf-full", len(assignment.items), assignment.skipped
 
 
@@ -364,21 +431,32 @@ def _lossless(prepared: Prepared, runs: EngineRuns) -> compare.LosslessResult:
 def compare_runs(prepared: Prepared, runs: EngineRuns) -> Comparison:
     aux, reference, used, skipped = _aux_comparisons(prepared, runs)
     engine = {
-        "speculative": prepared.speculative_kwargs, "baseline": prepared.baseline_kwargs,
-        "baseline_generate": prepared.baseline_generate, "timeout_s": prepared.timeout_s,
+        "speculative": prepared.speculative_kwargs,
+        "baseline": prepared.baseline_kwargs,
+        "baseline_generate": prepared.baseline_generate,
+        "timeout_s": prepared.timeout_s,
         "allreduce_fusion": allreduce_fusion_note(prepared.speculative_kwargs),
     }
     return Comparison(
-        target=str(prepared.target), draft=str(prepared.draft), layer_ids=prepared.layer_ids, reference=reference,
-        sglang_version=runs.speculative.get("sglang_version"), sglang_file=runs.baseline.get("sglang_file"),
-        aux=aux, records_used=used, records_skipped=skipped, lossless=_lossless(prepared, runs),
-        speed=speed(runs.speculative, runs.baseline), engine=engine,
+        target=str(prepared.target),
+        draft=str(prepared.draft),
+        layer_ids=prepared.layer_ids,
+        reference=reference,
+        sglang_version=runs.speculative.get("sglang_version"),
+        sglang_file=runs.baseline.get("sglang_file"),
+        aux=aux,
+        records_used=used,
+        records_skipped=skipped,
+        lossless=_lossless(prepared, runs),
+        speed=speed(runs.speculative, runs.baseline),
+        engine=engine,
     )
 
 
 # --------------------------------------------------------------------------
 # the command
 # --------------------------------------------------------------------------
+
 
 def run_cuda_smoke(
     tp: Optional[int] = None,
@@ -412,8 +490,15 @@ def run_cuda_smoke(
     """
     out = _make_dir(Path(out_dir), "--out") if out_dir else None
     prepared = prepare(
-        tp, model_path, draft_path, layer_ids, work_dir=work_dir, out=out,
-        max_new_tokens=max_new_tokens, timeout_s=timeout_s, mem_fraction_static=mem_fraction_static,
+        tp,
+        model_path,
+        draft_path,
+        layer_ids,
+        work_dir=work_dir,
+        out=out,
+        max_new_tokens=max_new_tokens,
+        timeout_s=timeout_s,
+        mem_fraction_static=mem_fraction_static,
     )
     work = str(prepared.work_dir)
     summary: CudaSmokeSummary
@@ -427,4 +512,6 @@ def run_cuda_smoke(
             summary = replace(summary, work_dir=work)
     if out is not None:
         summary = write_summary(summary, out)
-    return console.print_report(output_format, summary.exit_code, lambda: to_json(summary), lambda: console.render_cuda_smoke(summary) + "\n")
+    return console.print_report(
+        output_format, summary.exit_code, lambda: to_json(summary), lambda: console.render_cuda_smoke(summary) + "\n"
+    )

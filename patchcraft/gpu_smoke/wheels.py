@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Union
 
+
 def wheel_cache() -> Path:
     """``<cache>/wheels``, the same place ``patchcraft fetch`` keeps wheels:
     ``$PATCHCRAFT_CACHE``, else ``$XDG_CACHE_HOME/patchcraft``, else
@@ -54,8 +55,17 @@ def fetch_sglang_wheel(version: str, *, cache_dir: Optional[Path] = None, timeou
 
     dest = ensure_directory(Path(cache_dir or wheel_cache()))  # an unwritable cache: one line naming it
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "-q", "-d", str(dest), f"sglang=={version}",
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        f"sglang=={version}",
     ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

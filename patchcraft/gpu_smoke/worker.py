@@ -47,7 +47,9 @@ def main(argv=None) -> int:
         outputs, metas = [], []
         start = time.perf_counter()
         for prompt in job["prompts"]:
-            res = engine.generate(input_ids=prompt, sampling_params=job["sampling_params"], **job.get("generate_kwargs", {}))
+            res = engine.generate(
+                input_ids=prompt, sampling_params=job["sampling_params"], **job.get("generate_kwargs", {})
+            )
             if isinstance(res, list):
                 res = res[0]
             outputs.append([int(t) for t in res["output_ids"]])

@@ -42,8 +42,24 @@ from patchcraft.harness.standins import HELPERS, Nothing, standin_import
 
 #: Imports bound to the real module: plain Python and torch, nothing of SGLang.
 REAL_MODULES = frozenset(
-    {"torch", "typing", "typing_extensions", "contextlib", "math", "functools", "itertools", "collections",
-     "dataclasses", "enum", "logging", "copy", "abc", "types", "warnings", "operator"}
+    {
+        "torch",
+        "typing",
+        "typing_extensions",
+        "contextlib",
+        "math",
+        "functools",
+        "itertools",
+        "collections",
+        "dataclasses",
+        "enum",
+        "logging",
+        "copy",
+        "abc",
+        "types",
+        "warnings",
+        "operator",
+    }
 )
 AUX_MODULE = "sglang.srt.layers.aux_hidden_states"
 _MISSING = object()
@@ -116,7 +132,11 @@ class Program:
     # -- globals ------------------------------------------------------------------
     def globals_for(self, path: Path) -> dict[str, Any]:
         if path not in self._globals:
-            self._globals[path] = {"__builtins__": builtins, "__name__": f"sglang.srt.models.{path.stem}", "__file__": str(path)}
+            self._globals[path] = {
+                "__builtins__": builtins,
+                "__name__": f"sglang.srt.models.{path.stem}",
+                "__file__": str(path),
+            }
         return self._globals[path]
 
     def _resolve(self, name: str, source: ModelSource) -> Any:
@@ -153,7 +173,9 @@ class Program:
         ast.copy_location(wrapper, func_node)
         wrapper.end_lineno, wrapper.end_col_offset = func_node.end_lineno, func_node.end_col_offset
         flags = self.sources.get(method.path).future_flags
-        code = compile(ast.Module(body=[wrapper], type_ignores=[]), str(method.path), "exec", flags=flags, dont_inherit=True)
+        code = compile(
+            ast.Module(body=[wrapper], type_ignores=[]), str(method.path), "exec", flags=flags, dont_inherit=True
+        )
         func = self._define(method.path, code, _OWNER, f"{method.cls}.{method.name}").__dict__[method.name]
         func.__qualname__ = f"{method.cls}.{method.name}"
         if owner is not None and "__class__" in func.__code__.co_freevars:

@@ -159,7 +159,9 @@ def compile_check(subject: Subject, backend: str = DEFAULT_BACKEND) -> Check:
     exact = backend == "eager"
     problem = _difference(compiled, eager, scenarios.known) if exact else _close(compiled, eager)
     if problem:
-        return Check("compile", FAIL, f"compiled forward (ids {CAPTURE_IDS}, backend {backend}) differs from eager: {problem}")
+        return Check(
+            "compile", FAIL, f"compiled forward (ids {CAPTURE_IDS}, backend {backend}) differs from eager: {problem}"
+        )
     if not compiled or not torch.equal(compiled[0], scenarios.states[0].to(compiled[0].device)):
         return Check("compile", FAIL, f"compiled forward (ids {CAPTURE_IDS}): aux[0] is not the embedding output")
     return Check("compile", PASS, f"fullgraph, backend {backend}: {len(compiled)} aux states as eager, aux[0] = hs[0]")
@@ -174,17 +176,27 @@ def _close(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> Optional
     return None
 
 
-def _judge_break(subject: Subject, scenarios: Scenarios, shifted: list[int], patched_break: GraphBreak, backend: str) -> Check:
-    where = " (inside patchcraft's capture block)" if _in_block(str(patched_break).rpartition(" at ")[2], subject) else ""
+def _judge_break(
+    subject: Subject, scenarios: Scenarios, shifted: list[int], patched_break: GraphBreak, backend: str
+) -> Check:
+    where = (
+        " (inside patchcraft's capture block)" if _in_block(str(patched_break).rpartition(" at ")[2], subject) else ""
+    )
     original_break: Optional[GraphBreak] = None
     try:
         compile_forward(subject, ORIGINAL, shifted, scenarios, backend)
     except GraphBreak as exc:
         original_break = exc  # the name of an except clause is deleted when the clause ends
     except Exception as exc:
-        return Check("compile", ERROR, f"the original forward does not run compiled under the stand-ins: {_describe(exc, subject.files)}")
+        return Check(
+            "compile",
+            ERROR,
+            f"the original forward does not run compiled under the stand-ins: {_describe(exc, subject.files)}",
+        )
     if original_break is None:
-        return Check("compile", FAIL, f"the patched forward breaks the graph and the original does not: {patched_break}{where}")
+        return Check(
+            "compile", FAIL, f"the patched forward breaks the graph and the original does not: {patched_break}{where}"
+        )
     if where:
         return Check("compile", FAIL, f"graph break in patchcraft's capture block: {patched_break}")
     try:
@@ -196,16 +208,26 @@ def _judge_break(subject: Subject, scenarios: Scenarios, shifted: list[int], pat
     new = ours - theirs
     if new:
         first = next(iter(new))
-        return Check("compile", FAIL, f"the patched forward adds a graph break the original does not have: {first} (first: {patched_break})")
-    note = f"the original forward already breaks the graph under the stand-ins: {original_break}; the patch adds no break"
+        return Check(
+            "compile",
+            FAIL,
+            f"the patched forward adds a graph break the original does not have: {first} (first: {patched_break})",
+        )
+    note = (
+        f"the original forward already breaks the graph under the stand-ins: {original_break}; the patch adds no break"
+    )
     return Check("compile", PASS, f"no graph break beyond the original's ({sum(ours.values())})", note)
 
 
-def compile_model(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program], path: str, backend: str = DEFAULT_BACKEND) -> Any:
+def compile_model(
+    graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program], path: str, backend: str = DEFAULT_BACKEND
+) -> Any:
     """One row for :func:`patchcraft.harness.runner.smoke_tree`: the ``compile`` check of every subject."""
     from patchcraft.harness.runner import subject_row
 
-    return subject_row(graph, plan, programs, path, lambda subject: [_compile_or_error(subject, backend)], "compiles fullgraph")
+    return subject_row(
+        graph, plan, programs, path, lambda subject: [_compile_or_error(subject, backend)], "compiles fullgraph"
+    )
 
 
 def _compile_or_error(subject: Subject, backend: str) -> Check:

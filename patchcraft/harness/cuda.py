@@ -117,7 +117,11 @@ def graph_check(
     scenarios.call(f"ids {CAPTURE_IDS}", subject.set_ids, instance, CAPTURE_IDS, world)
     static_ids = input_ids().clone()
     graph = (graph_factory or graph_for(device))()
-    captured = scenarios.call("graph capture of the forward", graph.capture, lambda: subject.run(instance, world, tokens=static_ids, wrap=wrap))
+    captured = scenarios.call(
+        "graph capture of the forward",
+        graph.capture,
+        lambda: subject.run(instance, world, tokens=static_ids, wrap=wrap),
+    )
     if not captured:
         raise Failure(f"graph capture: the forward with ids {CAPTURE_IDS} captured nothing")
     generator = torch.Generator().manual_seed(2)
@@ -130,7 +134,11 @@ def graph_check(
         old = torch.nn.functional.embedding(previous, instance.embedding.weight)
         aux = list(captured)
         if not torch.equal(aux[0], embedding):
-            stale = " (the previous ids' embedding: the replay did not see the new input)" if torch.equal(aux[0], old) else ""
+            stale = (
+                " (the previous ids' embedding: the replay did not see the new input)"
+                if torch.equal(aux[0], old)
+                else ""
+            )
             raise Failure(f"replay {replay}: aux[0] is not the embedding of the new input ids{stale}")
         eager_instance = scenarios.patched(world)
         subject.set_ids(eager_instance, CAPTURE_IDS, world)
@@ -143,7 +151,11 @@ def graph_check(
         previous = ids.clone()
     where = torch.device(device).type
     kind = "torch.cuda.CUDAGraph" if isinstance(graph, CudaGraph) else f"{type(graph).__name__} ({where})"
-    return Check(name, PASS, f"{kind}: {REPLAYS} replays with fresh ids, aux[0] = their embedding each time ({len(captured)} states)")
+    return Check(
+        name,
+        PASS,
+        f"{kind}: {REPLAYS} replays with fresh ids, aux[0] = their embedding each time ({len(captured)} states)",
+    )
 
 
 def device_model(
@@ -172,11 +184,15 @@ def device_model(
         backend = backend or ("inductor" if torch.device(device).type == "cuda" else "eager")
         for subject in found:
             prefix = f"{subject.inner.name}: " if len(found) > 1 else ""
-            runs: list[tuple[str, Callable[[], Check]]] = [("graph", lambda: graph_check(subject, device, graph_factory))]
+            runs: list[tuple[str, Callable[[], Check]]] = [
+                ("graph", lambda: graph_check(subject, device, graph_factory))
+            ]
             if compiled:
                 runs.append(("compile", lambda: compile_check(subject, backend)))
                 wrap = lambda function: torch.compile(function, fullgraph=True, backend=backend)  # noqa: E731
-                runs.append(("graph-compiled", lambda: graph_check(subject, device, graph_factory, wrap, "graph-compiled")))
+                runs.append(
+                    ("graph-compiled", lambda: graph_check(subject, device, graph_factory, wrap, "graph-compiled"))
+                )
             for name, run in runs:
                 try:
                     check = run()
@@ -185,7 +201,9 @@ def device_model(
                 except (Limitation, HarnessError) as exc:
                     check = Check(name, ERROR, str(exc))
                 checks.append(Check(check.name, check.status, prefix + check.detail, check.note))
-    status = FAIL if any(c.status == FAIL for c in checks) else ERROR if any(c.status == ERROR for c in checks) else PASS
+    status = (
+        FAIL if any(c.status == FAIL for c in checks) else ERROR if any(c.status == ERROR for c in checks) else PASS
+    )
     first = next((c for c in checks if c.status == status), None) if status != PASS else None
     notes = "; ".join(f"{c.name}: {c.note}" for c in checks if c.note)
     message = f"{first.name}: {first.detail}" if first else f"all checks pass on {device}"
@@ -193,7 +211,12 @@ def device_model(
     return SmokeResult(plan.label, path, status, message, tuple(checks), time.perf_counter() - start, shape, notes)
 
 
-def device_check(device: str, compiled: bool = False, backend: Optional[str] = None, graph_factory: Optional[Callable[[], Any]] = None) -> Callable[..., Any]:
+def device_check(
+    device: str,
+    compiled: bool = False,
+    backend: Optional[str] = None,
+    graph_factory: Optional[Callable[[], Any]] = None,
+) -> Callable[..., Any]:
     """``check=`` for :func:`patchcraft.harness.runner.smoke_tree` on ``device``."""
 
     def check(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program], path: str) -> Any:

@@ -102,7 +102,11 @@ class ModelSource:
 
     def _method_node(self, cls: str, name: str) -> Optional[ast.FunctionDef | ast.AsyncFunctionDef]:
         node = self._class_node(cls)
-        found = [f for f in (node.body if node else []) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name]
+        found = [
+            f
+            for f in (node.body if node else [])
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name
+        ]
         return found[-1] if found else None
 
     def method(self, cls: str, name: str) -> Optional[MethodCode]:
@@ -197,6 +201,7 @@ def _module_level(body: list) -> Iterator[ast.stmt]:
 
 
 # -- __init__ ------------------------------------------------------------------
+
 
 def _self_target(node: ast.expr) -> Optional[str]:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
@@ -295,6 +300,7 @@ def init_attributes(init: MethodCode) -> set[str]:
 
 
 # -- compiled code -------------------------------------------------------------
+
 
 def global_names(code: types.CodeType) -> set[str]:
     """Names a code object (and the code nested in it) looks up as globals."""

@@ -75,9 +75,7 @@ def _split_recorded(recorded: Any, n_entries: int) -> list:
     if t.dim() != 2:
         raise ValueError(f"recorded aux hidden states must be 2-D, got shape {tuple(t.shape)}")
     if t.shape[-1] % n_entries:
-        raise ValueError(
-            f"recorded width {t.shape[-1]} is not divisible by {n_entries} aux entries"
-        )
+        raise ValueError(f"recorded width {t.shape[-1]} is not divisible by {n_entries} aux entries")
     return list(t.chunk(n_entries, dim=-1))
 
 
@@ -124,9 +122,7 @@ def compare_aux_hidden_states(
     ref = [torch.as_tensor(r).reshape(-1, torch.as_tensor(r).shape[-1]).float() for r in reference_hs]
     for k in want:
         if k >= len(ref):
-            raise ValueError(
-                f"layer id {k - 1} needs hs[{k}] but the reference has only {len(ref)} entries"
-            )
+            raise ValueError(f"layer id {k - 1} needs hs[{k}] but the reference has only {len(ref)} entries")
     n_tok = ref[0].shape[0]
 
     try:
@@ -137,10 +133,7 @@ def compare_aux_hidden_states(
         return AuxComparison(
             ok=False,
             num_tokens=n_tok,
-            message=(
-                f"recorded {len(rec)} aux entries, expected {len(layer_ids)} "
-                f"for layer ids {layer_ids}"
-            ),
+            message=(f"recorded {len(rec)} aux entries, expected {len(layer_ids)} for layer ids {layer_ids}"),
         )
 
     entries: List[EntryResult] = []
@@ -149,9 +142,15 @@ def compare_aux_hidden_states(
         if tuple(r.shape) != tuple(ref[k].shape):
             entries.append(
                 EntryResult(
-                    index=i, layer_id=lid, expected_hs=k, ok=False,
-                    rel_err=float("inf"), max_token_rel_err=float("inf"),
-                    good_fraction=0.0, closest_hs=None, closest_rel_err=None,
+                    index=i,
+                    layer_id=lid,
+                    expected_hs=k,
+                    ok=False,
+                    rel_err=float("inf"),
+                    max_token_rel_err=float("inf"),
+                    good_fraction=0.0,
+                    closest_hs=None,
+                    closest_rel_err=None,
                     message=(
                         f"entry {i} (layer id {lid}): shape {tuple(r.shape)} != "
                         f"reference hs[{k}] shape {tuple(ref[k].shape)}"
@@ -181,9 +180,15 @@ def compare_aux_hidden_states(
                 msg += f"; closest reference is hs[{closest}] (rel err {closest_err:.3g})"
         entries.append(
             EntryResult(
-                index=i, layer_id=lid, expected_hs=k, ok=ok, rel_err=rel,
+                index=i,
+                layer_id=lid,
+                expected_hs=k,
+                ok=ok,
+                rel_err=rel,
                 max_token_rel_err=float(tok.max()) if n_tok else 0.0,
-                good_fraction=good, closest_hs=closest, closest_rel_err=closest_err,
+                good_fraction=good,
+                closest_hs=closest,
+                closest_rel_err=closest_err,
                 message=msg,
             )
         )
@@ -198,7 +203,9 @@ def compare_aux_hidden_states(
     return AuxComparison(ok=ok, num_tokens=n_tok, entries=entries, first_mismatch=first_bad, message=message)
 
 
-def compare_embedding_entry(recorded_entry: Any, embed_weight: Any, input_ids: Sequence[int], *, token_rtol: float = 1e-2) -> AuxComparison:
+def compare_embedding_entry(
+    recorded_entry: Any, embed_weight: Any, input_ids: Sequence[int], *, token_rtol: float = 1e-2
+) -> AuxComparison:
     """Check only the ``-1`` entry against an embedding-table lookup.
 
     Used for real (large) targets where a full HF reference forward is not
@@ -296,12 +303,17 @@ def compare_token_ids(
     """
     mode = "margin" if margins is not None and any(m is not None for m in margins) else "exact"
     total = sum(len(b) for b in base)
-    common: Dict[str, Any] = dict(num_prompts=len(base), mode=mode, tie_margin=tie_margin if mode == "margin" else None, num_tokens_total=total)
+    common: Dict[str, Any] = dict(
+        num_prompts=len(base), mode=mode, tie_margin=tie_margin if mode == "margin" else None, num_tokens_total=total
+    )
     if len(spec) != len(base) or (margins is not None and len(margins) != len(base)):
         n_m = "" if margins is None else f", {len(margins)} margin lists"
         return LosslessResult(
-            ok=False, num_tokens_compared=0, first_divergence=None,
-            message=f"{len(spec)} speculative outputs vs {len(base)} baseline outputs{n_m}", **common,
+            ok=False,
+            num_tokens_compared=0,
+            first_divergence=None,
+            message=f"{len(spec)} speculative outputs vs {len(base)} baseline outputs{n_m}",
+            **common,
         )
     compared = 0
     ties: List[Dict[str, Any]] = []
@@ -316,17 +328,23 @@ def compare_token_ids(
                 if m_i is not None:
                     why = f"; baseline top-2 margin {m_i[j]:.3g} >= {tie_margin:g}, a clear choice"
                 return LosslessResult(
-                    ok=False, num_tokens_compared=compared + j,
+                    ok=False,
+                    num_tokens_compared=compared + j,
                     first_divergence={"prompt": i, "position": j},
                     message=f"prompt {i}: speculative output diverges at token {j} (spec {s[j]} vs baseline {b[j]}{why})",
-                    near_ties=ties, info=info, **common,
+                    near_ties=ties,
+                    info=info,
+                    **common,
                 )
         if len(s) != len(b):
             return LosslessResult(
-                ok=False, num_tokens_compared=compared + min(end, len(s)),
+                ok=False,
+                num_tokens_compared=compared + min(end, len(s)),
                 first_divergence={"prompt": i, "position": min(len(s), len(b))},
                 message=f"prompt {i}: speculative output has {len(s)} tokens, baseline {len(b)}",
-                near_ties=ties, info=info, **common,
+                near_ties=ties,
+                info=info,
+                **common,
             )
         compared += end
         if end < len(b):
@@ -352,8 +370,13 @@ def compare_token_ids(
         if compared == 0:
             message += "; no token was compared"
     return LosslessResult(
-        ok=True, num_tokens_compared=compared, first_divergence=None, message=message,
-        near_ties=ties, info=info, **common,
+        ok=True,
+        num_tokens_compared=compared,
+        first_divergence=None,
+        message=message,
+        near_ties=ties,
+        info=info,
+        **common,
     )
 
 

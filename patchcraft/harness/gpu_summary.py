@@ -74,7 +74,10 @@ def engine_failure(tp: int, message: str, work_dir: Optional[str]) -> CudaSmokeS
 def build_summary(tp: int, comparison: Comparison, work_dir: Optional[str] = None) -> CudaSmokeSummary:
     """The checks that gate the smoke: both aux phases and the lossless output."""
     checks = []
-    for phase, label in (("prefill", "aux hidden states, prefill"), ("verify", "aux hidden states, verify (CUDA graph replay)")):
+    for phase, label in (
+        ("prefill", "aux hidden states, prefill"),
+        ("verify", "aux hidden states, verify (CUDA graph replay)"),
+    ):
         result = comparison.aux.get(phase)
         if result is None:
             checks.append(Check(label, False, "no batch of this kind was recorded"))
@@ -129,4 +132,3 @@ def write_summary(summary: CudaSmokeSummary, out_dir: Path) -> CudaSmokeSummary:
     except OSError as exc:
         return replace(summary, out_dir_error=f"{type(exc).__name__}: {exc}")
     return summary
-

@@ -27,7 +27,18 @@ from patchcraft.planning.selection import select
 from patchcraft.base.status import ModelStatus
 from patchcraft.base.target import SglangTree
 
-__all__ = ["ERROR", "FAIL", "NOT_APPLICABLE", "PASS", "SKIPPED", "Check", "SmokeResult", "SmokeRun", "smoke_model", "smoke_tree"]
+__all__ = [
+    "ERROR",
+    "FAIL",
+    "NOT_APPLICABLE",
+    "PASS",
+    "SKIPPED",
+    "Check",
+    "SmokeResult",
+    "SmokeRun",
+    "smoke_model",
+    "smoke_tree",
+]
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,12 @@ def smoke_model(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program]
 
 
 def subject_row(
-    graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program], path: str, checks_of: Callable[[Subject], Iterable[Check]], passed: str
+    graph: ModelGraph,
+    plan: ModelPlan,
+    programs: dict[str, Program],
+    path: str,
+    checks_of: Callable[[Subject], Iterable[Check]],
+    passed: str,
 ) -> SmokeResult:
     """One row: the checks of every subject of ``plan`` (prefixed with its inner class when there are several).
 
@@ -86,8 +102,12 @@ def subject_row(
     checks: list[Check] = []
     for subject in found:
         prefix = f"{subject.inner.name}: " if len(found) > 1 else ""
-        checks.extend(Check(check.name, check.status, prefix + check.detail, check.note) for check in checks_of(subject))
-    status = FAIL if any(c.status == FAIL for c in checks) else ERROR if any(c.status == ERROR for c in checks) else PASS
+        checks.extend(
+            Check(check.name, check.status, prefix + check.detail, check.note) for check in checks_of(subject)
+        )
+    status = (
+        FAIL if any(c.status == FAIL for c in checks) else ERROR if any(c.status == ERROR for c in checks) else PASS
+    )
     first = next((c for c in checks if c.status == status), None) if status != PASS else None
     notes = "; ".join(f"{c.name}: {c.note}" for c in checks if c.note)
     message = f"{first.name}: {first.detail}" if first else passed
@@ -138,10 +158,19 @@ def smoke_tree(
     sources = Sources(tree.package, texts)
     programs = {variant: Program(graph, sources, variant) for variant in (PATCHED, ORIGINAL)}
     if models is None:
-        verdicts = [(label, tree.relative(p.path), "" if p.unsupported is None else f"unsupported: {p.unsupported}") for label, p in plans.items()]
+        verdicts = [
+            (label, tree.relative(p.path), "" if p.unsupported is None else f"unsupported: {p.unsupported}")
+            for label, p in plans.items()
+        ]
     else:
         verdicts = [
-            (m.model, m.path, "" if m.status in (ModelStatus.ALREADY, ModelStatus.PATCHED) else f"{m.status}: {m.message or m.status}")
+            (
+                m.model,
+                m.path,
+                ""
+                if m.status in (ModelStatus.ALREADY, ModelStatus.PATCHED)
+                else f"{m.status}: {m.message or m.status}",
+            )
             for m in models
             if m.model in plans
         ]

@@ -73,6 +73,7 @@ class Check:
 
 # -- judging ------------------------------------------------------------------------
 
+
 def _name(tensor: Any, known: dict[str, torch.Tensor]) -> str:
     if not isinstance(tensor, torch.Tensor):
         return type(tensor).__name__
@@ -82,7 +83,9 @@ def _name(tensor: Any, known: dict[str, torch.Tensor]) -> str:
     return f"an unknown tensor {tuple(tensor.shape)}"
 
 
-def _difference(actual: Sequence[Any], expected: Sequence[torch.Tensor], known: dict[str, torch.Tensor]) -> Optional[str]:
+def _difference(
+    actual: Sequence[Any], expected: Sequence[torch.Tensor], known: dict[str, torch.Tensor]
+) -> Optional[str]:
     """The first way ``actual`` differs from ``expected`` (exact values, order), or None."""
     got = [_name(t, known) for t in actual]
     want = [_name(t, known) for t in expected]
@@ -118,7 +121,9 @@ def _hint(frames: list) -> str:
     """Name the problem when the release's aux collector refused a capture."""
     inside = [f.name for f in frames if Path(f.filename).name == "aux_hidden_states.py"]
     if any(name in ("append", "slot", "capture", "extend") for name in inside):
-        return " (more captures than the AuxHiddenStatePacker was sized for: its count must include the embedding capture)"
+        return (
+            " (more captures than the AuxHiddenStatePacker was sized for: its count must include the embedding capture)"
+        )
     if "finalize" in inside:
         return " (AuxHiddenStatePacker.finalize: the number of captures differs from the packer's count)"
     return ""
@@ -150,7 +155,9 @@ class Scenarios:
             self.known[f"layer {index}'s output without its residual"] = mix(self.states[index], index)
 
     # Helpers that sort exceptions: the original failing is a limitation, the patch failing a failure.
-    def original(self, ids: Any, world: World, proxy: Optional[PPProxyTensors] = None, what: str = "") -> list[torch.Tensor]:
+    def original(
+        self, ids: Any, world: World, proxy: Optional[PPProxyTensors] = None, what: str = ""
+    ) -> list[torch.Tensor]:
         try:
             instance = self.s.build(ORIGINAL, world)
             if ids is not _MISSING:
@@ -213,7 +220,9 @@ class Scenarios:
         if not calibrated:
             own = ", ".join(_name(t, self.known) for t in baseline)
             want = ", ".join(f"hs[{i + 1}]" for i in shifted)
-            note = f"the unpatched release itself captures [{own}] for ids {shifted}, not [{want}]; the patch keeps that"
+            note = (
+                f"the unpatched release itself captures [{own}] for ids {shifted}, not [{want}]; the patch keeps that"
+            )
             return Check("capture", PASS, f"[{names}]", note)
         return Check("capture", PASS, f"[{names}]")
 
@@ -275,7 +284,9 @@ class Scenarios:
         except Limitation as exc:
             if not exc.by_file:
                 raise
-            return Check("pipeline", NOT_APPLICABLE, f"the release refuses a later pipeline stage itself: {exc.__cause__}")
+            return Check(
+                "pipeline", NOT_APPLICABLE, f"the release refuses a later pipeline stage itself: {exc.__cause__}"
+            )
         instance = self.patched(self.LATER)
         try:
             self.s.set_ids(instance, PIPELINE_IDS, self.LATER)

@@ -114,6 +114,7 @@ class _UnknownIsNothing:
 
 # -- parallel groups -------------------------------------------------------------
 
+
 @dataclass
 class ParallelGroup(_UnknownIsNothing):
     """A process group of ``world_size`` ranks seen from rank ``rank_in_group``.
@@ -202,6 +203,7 @@ def _tbo(*args: Any, **kwargs: Any) -> Any:
 
 # -- the forward batch and the layer-boundary residual stream ---------------------
 
+
 class ForwardBatch(_UnknownIsNothing):
     """A forward batch with every optional feature off."""
 
@@ -256,12 +258,16 @@ class ResidualBatch:
         return _stream(forward_batch).residual
 
     @staticmethod
-    def final_norm(hidden_states: torch.Tensor, forward_batch: Any, layernorm: Any, capture: Any = None, **kwargs: Any) -> Any:
+    def final_norm(
+        hidden_states: torch.Tensor, forward_batch: Any, layernorm: Any, capture: Any = None, **kwargs: Any
+    ) -> Any:
         """0.5.22+: the final norm of the stream, ``capture`` getting the same updated residual."""
         return _final_norm(hidden_states, forward_batch, layernorm, capture, kwargs)
 
     @staticmethod
-    def norm(hidden_states: torch.Tensor, forward_batch: Any, layernorm: Any, capture_output: Any = None, **kwargs: Any) -> Any:
+    def norm(
+        hidden_states: torch.Tensor, forward_batch: Any, layernorm: Any, capture_output: Any = None, **kwargs: Any
+    ) -> Any:
         """0.5.21's name for :meth:`final_norm` (its callback is ``capture_output``)."""
         return _final_norm(hidden_states, forward_batch, layernorm, capture_output, kwargs)
 
@@ -364,6 +370,7 @@ class PPProxyTensors:
 
 # -- the model parts ---------------------------------------------------------------
 
+
 class RecordingEmbedding(nn.Embedding):
     """A real ``nn.Embedding`` that remembers each output (for the aliasing check)."""
 
@@ -382,7 +389,9 @@ class RecordingEmbedding(nn.Embedding):
 class StandInNorm(nn.Module):
     """The final norm: ``norm(h)`` or the fused ``norm(h, residual)`` that adds in place."""
 
-    def forward(self, hidden_states: torch.Tensor, residual: Optional[torch.Tensor] = None, *args: Any, **kwargs: Any) -> Any:
+    def forward(
+        self, hidden_states: torch.Tensor, residual: Optional[torch.Tensor] = None, *args: Any, **kwargs: Any
+    ) -> Any:
         if residual is None:
             return hidden_states * 1.0
         residual.add_(hidden_states)
@@ -484,18 +493,18 @@ def reference_states(embedding: torch.Tensor, layers: int) -> list[torch.Tensor]
 
 #: SGLang helpers whose answer matters to the code under test.
 HELPERS: dict[str, Callable[[], Any]] = {
-    "get_pp_group": lambda: (lambda *a, **k: active_world().pp),
-    "get_tp_group": lambda: (lambda *a, **k: active_world().tp),
-    "get_world_group": lambda: (lambda *a, **k: active_world().tp),
-    "get_attention_tp_group": lambda: (lambda *a, **k: active_world().tp),
-    "get_attn_tp_group": lambda: (lambda *a, **k: active_world().tp),
-    "get_moe_ep_group": lambda: (lambda *a, **k: active_world().tp),
-    "get_parallel": lambda: (lambda *a, **k: _Parallel()),
-    "get_tensor_model_parallel_world_size": lambda: (lambda *a, **k: 1),
-    "get_tensor_model_parallel_rank": lambda: (lambda *a, **k: 0),
-    "get_attention_tp_size": lambda: (lambda *a, **k: 1),
-    "get_attention_tp_rank": lambda: (lambda *a, **k: 0),
-    "get_pipeline_model_parallel_world_size": lambda: (lambda *a, **k: active_world().pp.world_size),
+    "get_pp_group": lambda: lambda *a, **k: active_world().pp,
+    "get_tp_group": lambda: lambda *a, **k: active_world().tp,
+    "get_world_group": lambda: lambda *a, **k: active_world().tp,
+    "get_attention_tp_group": lambda: lambda *a, **k: active_world().tp,
+    "get_attn_tp_group": lambda: lambda *a, **k: active_world().tp,
+    "get_moe_ep_group": lambda: lambda *a, **k: active_world().tp,
+    "get_parallel": lambda: lambda *a, **k: _Parallel(),
+    "get_tensor_model_parallel_world_size": lambda: lambda *a, **k: 1,
+    "get_tensor_model_parallel_rank": lambda: lambda *a, **k: 0,
+    "get_attention_tp_size": lambda: lambda *a, **k: 1,
+    "get_attention_tp_rank": lambda: lambda *a, **k: 0,
+    "get_pipeline_model_parallel_world_size": lambda: lambda *a, **k: active_world().pp.world_size,
     "tensor_model_parallel_all_reduce": lambda: _identity,
     "tensor_model_parallel_all_gather": lambda: _identity,
     "attn_tp_all_gather": lambda: _identity,

@@ -17,7 +17,15 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from patchcraft.reading.class_graph import FLAG, SETTER, ClassNode, ModelGraph, ModelPlan, classes_assigned_to, read_setter
+from patchcraft.reading.class_graph import (
+    FLAG,
+    SETTER,
+    ClassNode,
+    ModelGraph,
+    ModelPlan,
+    classes_assigned_to,
+    read_setter,
+)
 from patchcraft.harness.assemble import Program, StandInModule
 from patchcraft.harness.extract import PATCHED, MethodCode
 from patchcraft.harness.shapes import LayerCall, embedding_attributes, has_pipeline, layer_call, norm_attributes
@@ -42,6 +50,7 @@ CAPTURE_IDS_RAW_FIRST = [-1, 2, 4]
 SAME_IDS = ([1, 3, 5], [2, 4, 6])
 PIPELINE_IDS = [-1, 4, 6]  # the later stage holds layers 4..7
 _MISSING = object()
+
 
 class Failure(Exception):
     """The patched code did something wrong; the message names it."""
@@ -223,8 +232,10 @@ def _legacy_inner(func: Any, variant: str) -> Optional[str]:
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if (
-                    isinstance(target, ast.Attribute) and target.attr == "layers_to_capture"
-                    and isinstance(target.value, ast.Attribute) and isinstance(target.value.value, ast.Name)
+                    isinstance(target, ast.Attribute)
+                    and target.attr == "layers_to_capture"
+                    and isinstance(target.value, ast.Attribute)
+                    and isinstance(target.value.value, ast.Name)
                     and target.value.value.id == "self"
                 ):
                     return target.value.attr
@@ -245,8 +256,16 @@ def subjects(graph: ModelGraph, plan: ModelPlan, programs: dict[str, Program]) -
         files = {str(c.path) for c in classes}
         found.append(
             Subject(
-                plan.label, chain, inner, owner, forward, layer_call(forward), programs, files,
-                embedding_attributes(forward), norm_attributes(forward),
+                plan.label,
+                chain,
+                inner,
+                owner,
+                forward,
+                layer_call(forward),
+                programs,
+                files,
+                embedding_attributes(forward),
+                norm_attributes(forward),
             )
         )
     return found

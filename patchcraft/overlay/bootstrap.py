@@ -161,7 +161,9 @@ class OverlayFinder:
         except OSError:
             intact = False
         if not intact:
-            raise ImportError(f"patchcraft overlay: {served} is missing or changed since the overlay was built; {_REBUILD}", name=name)
+            raise ImportError(
+                f"patchcraft overlay: {served} is missing or changed since the overlay was built; {_REBUILD}", name=name
+            )
         import importlib.util
 
         return importlib.util.spec_from_file_location(name, served)

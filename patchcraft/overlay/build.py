@@ -51,6 +51,7 @@ PROVEN = Proof.PASSED
 #: The manifest's ``proof`` when the overlay patches no model class: nothing for the harness to run.
 NOTHING_TO_PROVE = Proof.NOTHING_TO_PROVE
 
+
 @dataclass(frozen=True)
 class Overlay:
     directory: Path
@@ -115,7 +116,14 @@ def build(
     return built
 
 
-def _build(tree: SglangTree, directory: Path, names: Sequence[str], runner: bool, prove: Callable[[RunResult], RunResult] | None, note: str = "") -> Overlay:
+def _build(
+    tree: SglangTree,
+    directory: Path,
+    names: Sequence[str],
+    runner: bool,
+    prove: Callable[[RunResult], RunResult] | None,
+    note: str = "",
+) -> Overlay:
     from patchcraft.engine.tree_run import run  # late: reusing a cached overlay needs no engine
 
     result = run(tree, Mode.APPLY, names, runner=runner)
@@ -249,13 +257,26 @@ def _write_files(tree: SglangTree, result: RunResult, version: Path) -> dict[str
     bootstrap = version / BOOTSTRAP
     bootstrap.write_bytes(Path(overlay_bootstrap.__file__).read_bytes())
     # A hash-checked .pyc stays valid when the overlay is copied (COPY, cp -r) with new mtimes.
-    py_compile.compile(str(bootstrap), cfile=cache_from_source(str(bootstrap)), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    py_compile.compile(
+        str(bootstrap),
+        cfile=cache_from_source(str(bootstrap)),
+        doraise=True,
+        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+    )
     _readable_by_all(version)
     return modules
 
 
 def _table_row(name: str, entry: dict) -> str:
-    fields = [name, entry["file"], entry["file_sha256"], entry["original"], str(entry["size"]), str(entry["mtime_ns"]), entry["sha256"]]
+    fields = [
+        name,
+        entry["file"],
+        entry["file_sha256"],
+        entry["original"],
+        str(entry["size"]),
+        str(entry["mtime_ns"]),
+        entry["sha256"],
+    ]
     if any("\t" in f or "\n" in f for f in fields):
         raise PatchcraftError(f"{entry['original']}: a path with a tab or newline cannot go into the overlay's table")
     return "\t".join(fields) + "\n"

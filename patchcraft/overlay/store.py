@@ -201,7 +201,12 @@ def remove_orphans(parent: Path) -> tuple[list[Path], list[Path]]:
     removed: list[Path] = []
     kept: list[Path] = []
     for path in entries:
-        if path.name.startswith(".") and not path.is_symlink() and path.is_dir() and path.name[1:].rsplit("-", 1)[0] not in names:
+        if (
+            path.name.startswith(".")
+            and not path.is_symlink()
+            and path.is_dir()
+            and path.name[1:].rsplit("-", 1)[0] not in names
+        ):
             (removed if remove_if_unused(path) else kept).append(path)
     return removed, kept
 

@@ -64,7 +64,11 @@ def scan(models_dir: Path) -> ModelGraph:
             graph.load(stem, texts.data[stem])
         names = {c.name.encode() for c in list(graph.classes.values()) if graph.find_method(c, SETTER)} - searched
         searched |= names
-        pending = [stem for stem in texts.data if stem not in graph.loaded and texts.mentions_any(stem, names)] if names else []
+        pending = (
+            [stem for stem in texts.data if stem not in graph.loaded and texts.mentions_any(stem, names)]
+            if names
+            else []
+        )
     return graph
 
 
@@ -128,7 +132,9 @@ def _is_entry_class(cls: ClassNode) -> bool:
     return False
 
 
-def _with_inheriting_inits(graph: ModelGraph, plans: dict[tuple[str, str], ModelPlan]) -> dict[tuple[str, str], ModelPlan]:
+def _with_inheriting_inits(
+    graph: ModelGraph, plans: dict[tuple[str, str], ModelPlan]
+) -> dict[tuple[str, str], ModelPlan]:
     """Give every class that runs a patched ``forward`` the flag in its own ``__init__``.
 
     A class may inherit an inner model's capturing forward with an
@@ -150,7 +156,10 @@ def _with_inheriting_inits(graph: ModelGraph, plans: dict[tuple[str, str], Model
     result: dict[tuple[str, str], ModelPlan] = {}
     for key, plan in plans.items():
         # In file and class order: a single-file run loads classes in another order than the whole tree.
-        extra = sorted((i for s in plan.sites if s.kind == "forward" for i in forwards.get(s.key, ())), key=lambda i: (str(i.path), i.cls))
+        extra = sorted(
+            (i for s in plan.sites if s.kind == "forward" for i in forwards.get(s.key, ())),
+            key=lambda i: (str(i.path), i.cls),
+        )
         result[key] = replace(plan, sites=tuple(_unique([*plan.sites, *extra]))) if extra else plan
     return result
 
@@ -158,7 +167,11 @@ def _with_inheriting_inits(graph: ModelGraph, plans: dict[tuple[str, str], Model
 def _init_owner(graph: ModelGraph, cls: ClassNode) -> ClassNode | None:
     """The class whose ``__init__`` sets ``self.layers_to_capture`` for ``cls`` (where the flag goes)."""
     return next(
-        (o for o in graph.mro(cls) if "__init__" in o.methods and assigns_self_attr(o.methods["__init__"], "layers_to_capture")),
+        (
+            o
+            for o in graph.mro(cls)
+            if "__init__" in o.methods and assigns_self_attr(o.methods["__init__"], "layers_to_capture")
+        ),
         None,
     )
 
@@ -189,14 +202,20 @@ def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
     base: dict[str, Any] = dict(module=cls.module, cls=cls.name, path=cls.path)
     key = (cls.module, cls.name)
     if key in graph.duplicates:
-        return ModelPlan(**base, unsupported=f"class {cls.name} is defined {graph.duplicates[key]} times in {cls.path.name}; ambiguous anchor")
+        return ModelPlan(
+            **base,
+            unsupported=f"class {cls.name} is defined {graph.duplicates[key]} times in {cls.path.name}; ambiguous anchor",
+        )
     found = graph.find_method(cls, SETTER)
     assert found is not None
     setter_owner, setter = found
     shape = read_setter(setter)
     where = f"{setter_owner.path.name}: {setter_owner.name}.{SETTER}"
     if shape.variant == "legacy":
-        return ModelPlan(**base, unsupported=f"{where} takes no layer_ids parameter (legacy setter); ids cannot be passed, so -1 cannot be requested")
+        return ModelPlan(
+            **base,
+            unsupported=f"{where} takes no layer_ids parameter (legacy setter); ids cannot be passed, so -1 cannot be requested",
+        )
     if shape.delegate_attr is not None:
         return _plan_delegation(graph, cls, shape.delegate_attr, base, where, _depth)
     if shape.variant == "own-helper":
@@ -209,7 +228,10 @@ def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
             ),
         )
     if shape.inner_attr is None:
-        return ModelPlan(**base, unsupported=f"{where} sets no `self.<model>.layers_to_capture` and calls no inner setter; nothing to extend")
+        return ModelPlan(
+            **base,
+            unsupported=f"{where} sets no `self.<model>.layers_to_capture` and calls no inner setter; nothing to extend",
+        )
     inner_classes, unresolved = constructors_of(graph, cls, shape.inner_attr)
     if not inner_classes:
         return ModelPlan(**base, unsupported=_unresolved(cls, shape.inner_attr, unresolved, where))
@@ -240,7 +262,16 @@ def _fusion_mark(graph: ModelGraph, cls: ClassNode) -> list[EditSite]:
         return []
     params = MarkParams(target=capture.target, communicator=capture.communicator)
     module = capture.setter_path.stem
-    return [EditSite(kind="fusion-mark", path=capture.setter_path, module=module, cls=capture.setter_cls, method=SETTER, params=params)]
+    return [
+        EditSite(
+            kind="fusion-mark",
+            path=capture.setter_path,
+            module=module,
+            cls=capture.setter_cls,
+            method=SETTER,
+            params=params,
+        )
+    ]
 
 
 def _unmarked(graph: ModelGraph, inner: ClassNode, setter, attr: str, where: str) -> str | None:
@@ -290,7 +321,9 @@ def _unresolved(cls: ClassNode, attr: str, calls: list[str], where: str) -> str:
     return f"{cls.path.name}: {cls.name}.__init__ never builds `self.{attr}` (the inner model the setter configures)"
 
 
-def _plan_delegation(graph: ModelGraph, cls: ClassNode, attr: str, base: dict[str, Any], where: str, depth: int) -> ModelPlan:
+def _plan_delegation(
+    graph: ModelGraph, cls: ClassNode, attr: str, base: dict[str, Any], where: str, depth: int
+) -> ModelPlan:
     targets, unresolved = constructors_of(graph, cls, attr)
     if not targets:
         return ModelPlan(**base, unsupported=_unresolved(cls, attr, unresolved, where))
@@ -343,7 +376,9 @@ def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite], not
         gate = "self.pp_group.is_first_rank"
     elif class_assigns(graph, forward_owner, "start_layer"):
         gate = "self.start_layer == 0"
-    sites.append(EditSite(kind="init", path=init_owner.path, module=init_owner.module, cls=init_owner.name, method="__init__"))
+    sites.append(
+        EditSite(kind="init", path=init_owner.path, module=init_owner.module, cls=init_owner.name, method="__init__")
+    )
     params = ForwardParams(gate=gate or "", copies=collector_copies(graph.models_dir, read_forward(forward).collector))
     sites.append(
         EditSite(

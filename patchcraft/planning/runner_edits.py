@@ -99,7 +99,11 @@ class SetterCall:
 
     @property
     def where(self) -> str:
-        return f"{self.path.name}:{self.node.lineno} ({self.cls}.{self.method})" if self.cls else f"{self.path.name}:{self.node.lineno}"
+        return (
+            f"{self.path.name}:{self.node.lineno} ({self.cls}.{self.method})"
+            if self.cls
+            else f"{self.path.name}:{self.node.lineno}"
+        )
 
 
 def setter_calls(executor_dir: Path, strict: bool = True) -> list[SetterCall]:
@@ -123,7 +127,9 @@ def setter_calls(executor_dir: Path, strict: bool = True) -> list[SetterCall]:
         except SyntaxError as exc:
             if not strict:
                 continue
-            raise PatchcraftError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}; nothing was changed") from None
+            raise PatchcraftError(
+                f"{path}: syntax error at line {exc.lineno}: {exc.msg}; nothing was changed"
+            ) from None
         found.extend(_calls_in(path, text, module))
     return found
 
@@ -138,7 +144,9 @@ def _calls_in(path: Path, text: str, module: ast.Module) -> Iterator[SetterCall]
                     seen.add(id(node))
                     marked = MARKER in (ast.get_source_segment(text, node) or "")
                     cls = classdef.name if classdef else ""
-                    yield SetterCall(path, cls, func.name, node, index, marked, classdef, func, module, innermost.get(id(node)))
+                    yield SetterCall(
+                        path, cls, func.name, node, index, marked, classdef, func, module, innermost.get(id(node))
+                    )
     for node in ast.walk(module):
         if isinstance(node, ast.Call) and _is_setter_call(node) and id(node) not in seen:
             yield SetterCall(path, "", "", node, 0, False, None, None, module, innermost.get(id(node)))
@@ -183,9 +191,13 @@ def plan_runner(executor_dir: Path) -> RunnerPlan:
     configured = [c for c in calls if c.has_ids and not c.marked]
     resets = [c for c in calls if not c.has_ids or c.marked]
     if not configured:
-        return RunnerPlan(not_needed="not needed: the runner never passes configured ids (the setter takes none), so graph capture cannot lose them")
+        return RunnerPlan(
+            not_needed="not needed: the runner never passes configured ids (the setter takes none), so graph capture cannot lose them"
+        )
     if not resets:
-        return RunnerPlan(not_needed="not needed: no call in model_executor/ resets the ids (every call passes the configured ids)")
+        return RunnerPlan(
+            not_needed="not needed: no call in model_executor/ resets the ids (every call passes the configured ids)"
+        )
     source = _configuring_call(configured)
     if isinstance(source, str):
         return RunnerPlan(unsupported=source)
@@ -231,7 +243,9 @@ def _configuring_call(configured: Sequence[SetterCall]) -> SetterCall | str:
         return candidates[0]
     where = ", ".join(c.where for c in configured)
     if not candidates:
-        return f"cannot tell which call configures the ids: none of {where} passes a local or self.<attr> to self.<model>"
+        return (
+            f"cannot tell which call configures the ids: none of {where} passes a local or self.<attr> to self.<model>"
+        )
     return f"cannot tell which call configures the ids: several do ({where})"
 
 
@@ -256,7 +270,9 @@ def _pass_site(call: SetterCall, source: SetterCall, model_attr: str, attr: str)
     runner = receiver.value
     if call.cls == source.cls and not _is_self(runner):
         return f"{call.where}: {SETTER}() on {ast.unparse(receiver)}, not on self.{model_attr}"
-    return runner_site(call.path, call.cls, call.method, PassIds(runner=ast.unparse(runner), attr=attr, model=model_attr))
+    return runner_site(
+        call.path, call.cls, call.method, PassIds(runner=ast.unparse(runner), attr=attr, model=model_attr)
+    )
 
 
 def capture_methods(classdef: ast.ClassDef) -> set[str]:
@@ -329,7 +345,11 @@ def _names_defined_late(source: SetterCall, first: int) -> list[str]:
     """Names the configuring block reads that nothing defines before ``first``."""
     assert source.func is not None
     block = source.func.body[source.index]
-    available = set(dir(builtins)) | _module_names(source.module) | {a.arg for a in ast.walk(source.func.args) if isinstance(a, ast.arg)}
+    available = (
+        set(dir(builtins))
+        | _module_names(source.module)
+        | {a.arg for a in ast.walk(source.func.args) if isinstance(a, ast.arg)}
+    )
     for stmt in source.func.body[:first]:
         available |= _stored(stmt)
     available |= _stored(block)

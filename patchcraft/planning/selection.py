@@ -26,7 +26,11 @@ def plan_tree(tree: SglangTree, names: Sequence[str] = (), whole_files: bool = F
         raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
     # Only what can reach the files named (the pre-commit case): the same plans as the whole tree's.
     scoped = plan_reaching(tree, names, whole_files) if tree.only_files else None
-    plans = scoped if scoped is not None else select(plan_models(scan(tree.models_dir), inheriting=True), tree, names, whole_files)
+    plans = (
+        scoped
+        if scoped is not None
+        else select(plan_models(scan(tree.models_dir), inheriting=True), tree, names, whole_files)
+    )
     if names and not plans:
         raise PatchcraftError(
             f"{tree.models_dir}: no model matches --model {', '.join(names)} "
@@ -66,7 +70,9 @@ def plan_reaching(tree: SglangTree, names: Sequence[str] = (), whole_files: bool
         wanted = touched
 
 
-def select(plans: Iterable[ModelPlan], tree: SglangTree, names: Sequence[str], whole_files: bool = False) -> list[ModelPlan]:
+def select(
+    plans: Iterable[ModelPlan], tree: SglangTree, names: Sequence[str], whole_files: bool = False
+) -> list[ModelPlan]:
     """The plans ``names`` pick, closed over what they share with the others.
 
     A model named with ``--model`` brings along every model that shares one
@@ -137,7 +143,9 @@ def _closure(chosen: Sequence[ModelPlan], plans: Sequence[ModelPlan], whole_file
             for item in items:
                 owners.setdefault(item, plan)
             grown = True
-    return [replace(plan, included_by=why[plan.label]) if why[plan.label] else plan for plan in plans if plan.label in why]
+    return [
+        replace(plan, included_by=why[plan.label]) if why[plan.label] else plan for plan in plans if plan.label in why
+    ]
 
 
 def _touching(plans: Sequence[ModelPlan], files: set[Path]) -> list[ModelPlan]:

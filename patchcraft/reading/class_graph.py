@@ -125,7 +125,9 @@ class EditSite:
         if self.params is None:
             return kind()
         if not isinstance(self.params, kind):
-            raise TypeError(f"{self.kind} site {self.cls}.{self.method} has {type(self.params).__name__}, not {kind.__name__}")
+            raise TypeError(
+                f"{self.kind} site {self.cls}.{self.method} has {type(self.params).__name__}, not {kind.__name__}"
+            )
         return self.params
 
 
@@ -208,11 +210,7 @@ class ModelGraph:
                     path=path,
                     node=stmt,
                     bases=[_dotted(b) for b in stmt.bases],
-                    methods={
-                        s.name: s
-                        for s in stmt.body
-                        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    },
+                    methods={s.name: s for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))},
                 )
         return True
 
@@ -300,7 +298,7 @@ def _imports_of(tree: ast.Module) -> tuple[dict[str, tuple[str, str]], dict[str,
     for stmt in _statements(tree):
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
-                stem = alias.name[len(MODELS_PACKAGE):] if alias.name.startswith(MODELS_PACKAGE) else ""
+                stem = alias.name[len(MODELS_PACKAGE) :] if alias.name.startswith(MODELS_PACKAGE) else ""
                 if stem and "." not in stem and alias.asname:
                     modules[alias.asname] = stem
             continue
@@ -315,7 +313,7 @@ def _imports_of(tree: ast.Module) -> tuple[dict[str, tuple[str, str]], dict[str,
             continue
         if not module.startswith(MODELS_PACKAGE):
             continue
-        stem = module[len(MODELS_PACKAGE):]
+        stem = module[len(MODELS_PACKAGE) :]
         if "." in stem:
             continue
         for alias in stmt.names:
@@ -324,6 +322,7 @@ def _imports_of(tree: ast.Module) -> tuple[dict[str, tuple[str, str]], dict[str,
 
 
 # -- small structural queries ------------------------------------------------
+
 
 @functools.lru_cache(maxsize=8192)
 def nodes_of(node: ast.AST) -> tuple[ast.AST, ...]:
@@ -394,11 +393,7 @@ def read_setter(func: FunctionNode) -> SetterShape:
         return SetterShape(param=None, variant="legacy")
     inner_attr = None
     for target, _ in _assigned_targets(func):
-        if (
-            isinstance(target, ast.Attribute)
-            and target.attr == "layers_to_capture"
-            and _is_self_attr(target.value)
-        ):
+        if isinstance(target, ast.Attribute) and target.attr == "layers_to_capture" and _is_self_attr(target.value):
             inner_attr = target.value.attr  # type: ignore[attr-defined]
     for node in nodes_of(func):
         if (
@@ -470,7 +465,11 @@ def read_forward(func: FunctionNode) -> ForwardShape:
                 gate = "flag-gated" if "_is_layer_to_capture" in words_of(node.value) else "id-gated"
                 styles.append(f"collector into layers ({node.arg}=, {gate})")
                 names.update(n.id for n in nodes_of(node.value) if isinstance(n, ast.Name))
-            elif isinstance(node, ast.Attribute) and node.attr in ("append", "capture") and isinstance(node.value, ast.Name):
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("append", "capture")
+                and isinstance(node.value, ast.Name)
+            ):
                 names.add(node.value.id)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
                 if node.func.attr == "append" and isinstance(node.func.value, ast.Name):
@@ -492,8 +491,12 @@ def read_forward(func: FunctionNode) -> ForwardShape:
     inside = {id(n) for block in capture_loops for n in nodes_of(block)}
     inside |= {id(n) for block in ifs if FLAG in words_of(block.test) for n in nodes_of(block)}
     post_loop = any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "capture")
-        and isinstance(n.func.value, ast.Name) and n.func.value.id in names and id(n) not in inside
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr in ("append", "capture")
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id in names
+        and id(n) not in inside
         for n in nodes
     )
     return ForwardShape(
@@ -503,8 +506,10 @@ def read_forward(func: FunctionNode) -> ForwardShape:
         tbo=any("can_run_tbo" in words_of(n.test) for n in ifs),
         post_loop=post_loop,
         loops=len(capture_loops),
-        flag_gated_only=bool(capture_loops) and all(
-            "layers_to_capture" not in words_of(loop) and "_is_layer_to_capture" in words_of(loop) for loop in capture_loops
+        flag_gated_only=bool(capture_loops)
+        and all(
+            "layers_to_capture" not in words_of(loop) and "_is_layer_to_capture" in words_of(loop)
+            for loop in capture_loops
         ),
     )
 
@@ -591,7 +596,7 @@ def constructors_of(graph: ModelGraph, outer: ClassNode, attr: str) -> tuple[lis
 def _constructed(graph: ModelGraph, outer: ClassNode, owner: ClassNode, call: ast.Call) -> list[ClassNode]:
     name = _dotted(call.func)
     if name.startswith("self."):
-        attr = name[len("self."):]
+        attr = name[len("self.") :]
         found = graph.find_method(outer, attr)
         if found is None:
             return _class_attribute(graph, outer, attr)
@@ -641,7 +646,7 @@ def _parameter_default(graph: ModelGraph, outer: ClassNode, owner: ClassNode, na
 def _default_of(func: FunctionNode, name: str) -> ast.expr | None:
     args = func.args
     positional = args.posonlyargs + args.args
-    for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
+    for arg, default in zip(positional[len(positional) - len(args.defaults) :], args.defaults):
         if arg.arg == name:
             return default
     for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults):

@@ -25,7 +25,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional
 
-from patchcraft.reading.class_graph import SETTER, ClassNode, FunctionNode, ModelGraph, SiteParams, constructors_of, nodes_of, read_setter, words_of
+from patchcraft.reading.class_graph import (
+    SETTER,
+    ClassNode,
+    FunctionNode,
+    ModelGraph,
+    SiteParams,
+    constructors_of,
+    nodes_of,
+    read_setter,
+    words_of,
+)
 
 #: The decision a decoder layer asks before it defers its all-reduce.
 DECISION = "should_fuse_mlp_allreduce_with_next_layer"
@@ -129,6 +139,7 @@ def affected(graph: ModelGraph) -> list[FusionCapture]:
 
 # -- the capture ------------------------------------------------------------------
 
+
 def _capturing_forward(graph: ModelGraph, inner: ClassNode) -> Optional[tuple[ClassNode, FunctionNode]]:
     """The ``forward`` that reads ``layers_to_capture``, following ``super().forward(...)``."""
     for owner in graph.mro(inner):
@@ -186,14 +197,25 @@ def _reads_deferred_sum(graph: ModelGraph, inner: ClassNode, func: FunctionNode)
         for stmt in block.body:
             for node in nodes_of(stmt):
                 if _reads_sum(graph, inner, node) and isinstance(node, (ast.Call, ast.Assign)):
-                    return True, f"line {node.lineno} captures hidden_states + residual at the top of a layer, before its norm reduces it"
+                    return (
+                        True,
+                        f"line {node.lineno} captures hidden_states + residual at the top of a layer, before its norm reduces it",
+                    )
     for node in nodes_of(func):
-        if isinstance(node, ast.keyword) and node.arg in _CAPTURE_KEYWORDS and not words_of(node.value).isdisjoint(_GATES):
-            return False, f"line {node.value.lineno} hands the collector to the layer ({node.arg}=), which captures after its norm reduced the sum"
+        if (
+            isinstance(node, ast.keyword)
+            and node.arg in _CAPTURE_KEYWORDS
+            and not words_of(node.value).isdisjoint(_GATES)
+        ):
+            return (
+                False,
+                f"line {node.value.lineno} hands the collector to the layer ({node.arg}=), which captures after its norm reduced the sum",
+            )
     return False, "no capture of hidden_states + residual before a layer's norm"
 
 
 # -- the layers -------------------------------------------------------------------
+
 
 def _named_classes(graph: ModelGraph, inner: ClassNode) -> Iterator[ClassNode]:
     """Classes named in the ``__init__`` of ``inner`` and its bases (layer types passed to a base count)."""
@@ -237,6 +259,7 @@ def _deferring_layers(graph: ModelGraph, inner: ClassNode) -> tuple[tuple[str, .
 
 # -- overrides of the decision ------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Override:
     """A subclass of ``LayerCommunicator`` whose decision returns before the base's (guarded) code runs."""
@@ -277,7 +300,9 @@ def _early_return(cls: ast.ClassDef) -> Optional[int]:
         if not (isinstance(item, ast.FunctionDef) and item.name == DECISION):
             continue
         for node in ast.walk(item):
-            if isinstance(node, ast.Return) and not (isinstance(node.value, ast.Constant) and node.value.value is False):
+            if isinstance(node, ast.Return) and not (
+                isinstance(node.value, ast.Constant) and node.value.value is False
+            ):
                 if "super" not in words_of(node):
                     return node.lineno
     return None

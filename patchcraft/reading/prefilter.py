@@ -266,7 +266,7 @@ def _sibling_imports(text: bytes) -> list[bytes]:
             continue  # "Adapted from .../models/llama.py" would make every such file an importer of llama
         start = _logical_line_start(text, hit)
         if start not in regions:
-            regions[start] = text[start:_logical_line_end(text, start)]
+            regions[start] = text[start : _logical_line_end(text, start)]
     return list(regions.values())
 
 

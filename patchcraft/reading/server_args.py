@@ -131,7 +131,11 @@ def _flags_of(tree: ast.Module) -> Iterator[tuple[list[str], str]]:
 
 def _added_argument(call: ast.Call) -> tuple[list[str], str] | None:
     """``parser.add_argument("--a", "--b", dest=...)``: its long options and dest."""
-    names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")]
+    names = [
+        a.value
+        for a in call.args
+        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")
+    ]
     if not names:
         return None
     dest = _keyword(call, "dest")
@@ -140,7 +144,11 @@ def _added_argument(call: ast.Call) -> tuple[list[str], str] | None:
 
 def _annotated_field(name: str, annotation: ast.expr) -> tuple[list[str], str] | None:
     """``name: A[T, "help"]`` or ``A[T, Arg(...)]``: the options the release generates for it (arg_utils)."""
-    if not (isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name) and annotation.value.id in ("A", "Annotated")):
+    if not (
+        isinstance(annotation, ast.Subscript)
+        and isinstance(annotation.value, ast.Name)
+        and annotation.value.id in ("A", "Annotated")
+    ):
         return None
     parts = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else []
     meta = parts[1] if len(parts) > 1 else None
@@ -213,12 +221,18 @@ def _resolve(name: str, flags: ReleaseFlags | None) -> tuple[str | None, str | N
     dests = {options[option] for option in spellings}
     if flags is None:
         if dests & set(WANTED):
-            return None, f"{name} may abbreviate {', '.join(spellings)}, and this release's {SERVER_ARGS} was not found to resolve it"
+            return (
+                None,
+                f"{name} may abbreviate {', '.join(spellings)}, and this release's {SERVER_ARGS} was not found to resolve it",
+            )
         return None, None
     if len(dests) == 1:
         return dests.pop(), f"{name} read as {min(spellings, key=len)} (argparse accepts a unique prefix)"
     if dests & set(WANTED):
-        return None, f"{name} is ambiguous on this release ({', '.join(spellings)}): SGLang's parser refuses it; spell the flag out"
+        return (
+            None,
+            f"{name} is ambiguous on this release ({', '.join(spellings)}): SGLang's parser refuses it; spell the flag out",
+        )
     return None, None  # not a flag of this release: the server's parser deals with it
 
 
@@ -243,7 +257,10 @@ def merge_config(argv: list[str]) -> tuple[list[str], str | None]:
     indices = [i for i, arg in enumerate(argv) if arg == "--config"]
     if not indices:
         if any(arg.startswith("--config=") for arg in argv):
-            return argv, "--config=FILE is not merged by SGLang (only `--config FILE`): the file's flags are not applied"
+            return (
+                argv,
+                "--config=FILE is not merged by SGLang (only `--config FILE`): the file's flags are not applied",
+            )
         return argv, None
     if len(indices) > 1:
         raise PatchcraftError("the command gives --config more than once; SGLang refuses that too")

@@ -37,7 +37,15 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from patchcraft.reading.class_graph import FLAG, SETTER, ClassNode, FunctionNode, ModelGraph, class_assigns, classes_assigned_to
+from patchcraft.reading.class_graph import (
+    FLAG,
+    SETTER,
+    ClassNode,
+    FunctionNode,
+    ModelGraph,
+    class_assigns,
+    classes_assigned_to,
+)
 
 _SAFE_BUILTINS = (
     "abs all any bool dict enumerate filter getattr hasattr int isinstance len list map max min "
@@ -168,7 +176,9 @@ def _attribute(owner: StandIn, evaluation: Evaluation, cls: ClassNode | None, na
     if name in simple:
         return simple[name]()
     if cls is None:
-        return _unknown(evaluation, f"{owner.label} is built from a class outside sglang/srt/models; its `{name}` is unknown")
+        return _unknown(
+            evaluation, f"{owner.label} is built from a class outside sglang/srt/models; its `{name}` is unknown"
+        )
     if name == SETTER:
         found = evaluation.graph.find_method(cls, SETTER)
         if found is None:
@@ -209,7 +219,12 @@ def _assigned_values(graph: ModelGraph, cls: ClassNode, name: str) -> list[ast.e
 
 
 def _is_self_attr(node: ast.expr, name: str) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.value, ast.Name) and node.value.id == "self"
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == name
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
 
 
 def _unknown(evaluation: Evaluation, message: str) -> Any:
@@ -218,6 +233,7 @@ def _unknown(evaluation: Evaluation, message: str) -> Any:
 
 
 # -- compiling a setter --------------------------------------------------------
+
 
 def _stripped(func: FunctionNode) -> ast.FunctionDef:
     """A copy of ``func`` without annotations or decorators (they need imports)."""
@@ -282,6 +298,7 @@ def compile_method(evaluation: Evaluation, owner: ClassNode, func: FunctionNode)
 
 
 # -- running it ----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class SetterRun:

@@ -19,7 +19,9 @@ from patchcraft.base.status import EditStatus, FileState, ModelStatus, Proof
 
 if TYPE_CHECKING:
     from patchcraft.harness.gpu_summary import CudaSmokeSummary
-    from patchcraft.engine.hand_edits import FileReport  # types only: a warm `patchcraft run` never loads the class graph
+    from patchcraft.engine.hand_edits import (
+        FileReport,
+    )  # types only: a warm `patchcraft run` never loads the class graph
 
 _STYLE = {
     ModelStatus.PATCHED: "green",
@@ -34,7 +36,9 @@ _STYLE = {
     ModelStatus.NOT_APPLICABLE: "dim",
 }
 #: An edit still to make shows as "missing" in the verify table (yellow: the default).
-_EDIT_STYLE: dict[str, str] = {status: "green" for status in (EditStatus.APPLIED, EditStatus.PRESENT, EditStatus.HAND_APPLIED)}
+_EDIT_STYLE: dict[str, str] = {
+    status: "green" for status in (EditStatus.APPLIED, EditStatus.PRESENT, EditStatus.HAND_APPLIED)
+}
 _EDIT_STYLE.update({EditStatus.MODIFIED: "bold red", EditStatus.ERROR: "bold red"})
 
 
@@ -49,7 +53,14 @@ def use_color(choice: str, stream: Any) -> bool:
 def _console(stream: Any, color: bool):
     from rich.console import Console
 
-    return Console(file=stream, force_terminal=color, no_color=not color, highlight=False, soft_wrap=True, width=None if color else 200)
+    return Console(
+        file=stream,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        soft_wrap=True,
+        width=None if color else 200,
+    )
 
 
 # --- the progress line of long work (docs/usage.md, "Progress") --------------------------
@@ -112,7 +123,9 @@ class ProgressLine:
     def _description(self) -> str:
         from rich.markup import escape
 
-        count = f" {self._done}/{self._total}" + (f" {self._unit}" if self._unit else "") if self._total is not None else ""
+        count = (
+            f" {self._done}/{self._total}" + (f" {self._unit}" if self._unit else "") if self._total is not None else ""
+        )
         return escape(f"{self._label}{count}" + (f"  {self._detail}" if self._detail else ""))
 
     def _start(self) -> None:
@@ -189,7 +202,15 @@ def print_diff(text: str, color: str = "auto") -> None:
 
     console = _console(sys.stdout, True)
     for line in text.splitlines():
-        style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
+        style = (
+            "green"
+            if line.startswith("+")
+            else "red"
+            if line.startswith("-")
+            else "cyan"
+            if line.startswith("@@")
+            else ""
+        )
         if line.startswith(("+++", "---")):
             style = "bold"
         console.print(Text(line, style=style))
@@ -226,22 +247,40 @@ def hand_edit_lines(reports: Sequence[Mapping[str, FileReport]], replaced: Seque
     known = [r for rep in reports for r in rep.values() if r.state != FileState.UNKNOWN]
     if not known:
         return []
-    counts = {state: sum(r.state == state for r in known) for state in (FileState.PRISTINE, FileState.PATCHED, FileState.HAND)}
+    counts = {
+        state: sum(r.state == state for r in known) for state in (FileState.PRISTINE, FileState.PATCHED, FileState.HAND)
+    }
     origins = ", ".join(sorted({r.origin for r in known}))
-    lines = [f"files against their pristine text ({origins}): " + ", ".join(f"{n} {state}" for state, n in counts.items() if n)]
+    lines = [
+        f"files against their pristine text ({origins}): "
+        + ", ".join(f"{n} {state}" for state, n in counts.items() if n)
+    ]
     dropped = {r.path for r in replaced}
     for r in known:
         if r.state != FileState.HAND:
             continue
-        verb = "replaced: these hand edits were dropped and the pristine file patched afresh" if r.path in dropped else "edited by hand"
+        verb = (
+            "replaced: these hand edits were dropped and the pristine file patched afresh"
+            if r.path in dropped
+            else "edited by hand"
+        )
         lines.append(f"  {r.rel}: {verb}")
         for hunk in r.hunks:
-            where = f"at the {hunk.site} edit site" if hunk.site else "at no patchcraft edit site (apply --replace-hand-edits refuses this file)"
+            where = (
+                f"at the {hunk.site} edit site"
+                if hunk.site
+                else "at no patchcraft edit site (apply --replace-hand-edits refuses this file)"
+            )
             lines.append(f"    {hunk.label(r.rel)}: {where}")
     return lines
 
 
-def print_hand_edits(reports: Sequence[Mapping[str, FileReport]], replaced: Sequence[FileReport] = (), show_diff: bool = False, color: str = "auto") -> None:
+def print_hand_edits(
+    reports: Sequence[Mapping[str, FileReport]],
+    replaced: Sequence[FileReport] = (),
+    show_diff: bool = False,
+    color: str = "auto",
+) -> None:
     """The files' states on stderr, and (``show_diff``) the hand diffs on stdout, before the run's own output."""
     for line in hand_edit_lines(reports, replaced):
         print_line(line)
@@ -273,7 +312,11 @@ def print_results(results: Sequence[RunResult], color: str = "auto") -> None:
             continue
         for model in result.models:
             style = _STYLE.get(model.status, "")
-            console.print(f"  [{style}]{model.status:<16}[/] {escape(model.model)}  {escape(message_of(model))}", markup=True, highlight=False)
+            console.print(
+                f"  [{style}]{model.status:<16}[/] {escape(model.model)}  {escape(message_of(model))}",
+                markup=True,
+                highlight=False,
+            )
         for line in _change_lines(result):
             console.print(line, markup=False)
 
@@ -296,7 +339,9 @@ def _verify_cells(model) -> list[str]:
     cells = [_kind_status(model, k) for k in ("init", "setter", "forward")]
     return [
         model.model,
-        ("not verified" if model.proof == Proof.FAILED else "verified") if model.status == ModelStatus.ALREADY else model.status,
+        ("not verified" if model.proof == Proof.FAILED else "verified")
+        if model.status == ModelStatus.ALREADY
+        else model.status,
         *[c if c != EditStatus.APPLIED else "missing" for c in cells],
         _yes_plain(model.compiles),
         _yes_plain(model.idempotent),

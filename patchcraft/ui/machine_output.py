@@ -19,7 +19,9 @@ from patchcraft.engine.records import EditResult, Mode, ModelResult, RunResult
 from patchcraft.base.status import EDIT_IN_PLACE, MODEL_DONE, MODEL_SKIPPED, EditStatus, FileState, ModelStatus, Proof
 
 if TYPE_CHECKING:
-    from patchcraft.engine.hand_edits import FileReport  # types only: a warm `patchcraft run` never loads the class graph
+    from patchcraft.engine.hand_edits import (
+        FileReport,
+    )  # types only: a warm `patchcraft run` never loads the class graph
 
 #: The version of every JSON document patchcraft prints (docs/json.md).
 SCHEMA_VERSION = 1
@@ -59,7 +61,9 @@ def unserved(results: Sequence[RunResult], names: Sequence[str] = (), strict: bo
     """Unsupported models that do not fail the run (they get one warning line)."""
     if strict:
         return []
-    return [m for r in results for m in r.models if m.status == ModelStatus.UNSUPPORTED and not is_named(m.model, names)]
+    return [
+        m for r in results for m in r.models if m.status == ModelStatus.UNSUPPORTED and not is_named(m.model, names)
+    ]
 
 
 def verified(model: ModelResult) -> bool:
@@ -150,15 +154,16 @@ def to_json(results: Sequence[RunResult], code: int) -> dict[str, Any]:
         "patchcraft": __version__,
         "command": results[0].mode.value if results else None,
         "targets": [
-            {"root": str(r.tree.root), "package": str(r.tree.package), "sglang_version": r.version}
-            for r in results
+            {"root": str(r.tree.root), "package": str(r.tree.package), "sglang_version": r.version} for r in results
         ],
         "models": [model_json(m) for r in results for m in r.models],
         "summary": summary(results, code),
     }
 
 
-def files_json(reports: Sequence[Mapping[str, FileReport]], replaced: Sequence[FileReport] = ()) -> list[dict[str, Any]]:
+def files_json(
+    reports: Sequence[Mapping[str, FileReport]], replaced: Sequence[FileReport] = ()
+) -> list[dict[str, Any]]:
     """The ``files`` of a verify or apply document: each model file against its pristine text (docs/json.md)."""
     dropped = {r.path for r in replaced}
     return [
@@ -168,7 +173,14 @@ def files_json(reports: Sequence[Mapping[str, FileReport]], replaced: Sequence[F
             "pristine_from": r.origin if r.state != FileState.UNKNOWN else None,
             "reason": r.origin if r.state == FileState.UNKNOWN else None,
             "hunks": [
-                {"first": h.first, "last": h.last, "where": h.where, "site": h.site, "label": h.label(r.rel), "lines": list(h.lines)}
+                {
+                    "first": h.first,
+                    "last": h.last,
+                    "where": h.where,
+                    "site": h.site,
+                    "label": h.label(r.rel),
+                    "lines": list(h.lines),
+                }
                 for h in r.hunks
             ],
             "hand_diff": r.diff,
@@ -180,6 +192,7 @@ def files_json(reports: Sequence[Mapping[str, FileReport]], replaced: Sequence[F
 
 
 # -- GitHub workflow commands (``--format github``, documented in docs/json.md) --
+
 
 def github_lines(results: Sequence[RunResult], code: int = OK, base: Path | None = None) -> list[str]:
     """``::error file=...,line=...::message`` lines: one per model that needs attention.

@@ -41,6 +41,7 @@ def failed(report) -> list[str]:
 
 # -- the Kimi-K2.5 scenario ---------------------------------------------------------
 
+
 def test_kimi_ids_2_30_58_against_training_on_hs0_hs3_hs31_are_flagged(tmp_path):
     draft = sglang_draft(tmp_path / "draft", [2, 30, 58])
     report = check(tmp_path, model("0.5.10", "kimi_k25"), draft, "hf:0,3,31", cuda_graph=False)
@@ -69,7 +70,9 @@ def patched_0_5_10(tmp_path_factory) -> Path:
 
 def test_kimi_minus_1_2_30_on_a_patched_install_passes(tmp_path, patched_0_5_10):
     draft = sglang_draft(tmp_path / "draft", [-1, 2, 30])
-    report = check(tmp_path, load_model(resolve_target(str(patched_0_5_10)), "kimi_k25"), draft, "hf:0,3,31", cuda_graph=False)
+    report = check(
+        tmp_path, load_model(resolve_target(str(patched_0_5_10)), "kimi_k25"), draft, "hf:0,3,31", cuda_graph=False
+    )
     assert report.ok, report.checks
     assert report.explanation.served == (0, 3, 31)
     assert all(c.ok for c in report.checks if c.name not in ("ids", "cuda-graph"))
@@ -101,6 +104,7 @@ def test_unpatched_runner_fails_the_cuda_graph_check(tmp_path):
 
 
 # -- one draft per convention -------------------------------------------------------------
+
 
 def test_specforge_ids_match_the_plus_one_rule(tmp_path):
     draft = sglang_draft(tmp_path / "draft", [1, 30, 58])
@@ -151,6 +155,7 @@ def test_hf_states_out_of_layer_order_cannot_be_served(tmp_path):
 
 # -- shapes and ranges ------------------------------------------------------------------
 
+
 def test_fc_width_must_match_the_states_fed(tmp_path):
     draft = sglang_draft(tmp_path / "draft", [2, 30, 58], fc_in=2 * HIDDEN)
     report = check(tmp_path, model("0.5.10", "kimi_k25"), draft, None, cuda_graph=False)
@@ -176,7 +181,12 @@ def test_sharded_weights_are_read_through_the_index(tmp_path):
     draft = sglang_draft(tmp_path / "draft", [2, 30, 58], fc_in=None)
     write_weights(draft / "model-00001-of-00002.safetensors", {"embed_tokens.weight": [163840, HIDDEN]})
     write_weights(draft / "model-00002-of-00002.safetensors", {"fc.weight": [HIDDEN, FC_IN]})
-    index = {"weight_map": {"embed_tokens.weight": "model-00001-of-00002.safetensors", "fc.weight": "model-00002-of-00002.safetensors"}}
+    index = {
+        "weight_map": {
+            "embed_tokens.weight": "model-00001-of-00002.safetensors",
+            "fc.weight": "model-00002-of-00002.safetensors",
+        }
+    }
     (draft / "model.safetensors.index.json").write_text(json.dumps(index))
     parsed = read_draft(draft)
     assert parsed.fc_in == FC_IN and "model-00002-of-00002" in parsed.fc_source
@@ -190,6 +200,7 @@ def test_missing_weights_skip_the_width_check(tmp_path):
 
 
 # -- bad input -----------------------------------------------------------------------------
+
 
 def test_parse_training():
     assert parse_training("hf:0,3,31") == Training("hf", (0, 3, 31))
@@ -206,8 +217,6 @@ def test_truncated_safetensors_header_is_a_clear_error(tmp_path):
         read_draft(draft)
 
 
-
-
 def test_cli_kimi_mismatch_exits_1_and_suggests(tmp_path, capsys):
     draft = sglang_draft(tmp_path / "draft", [2, 30, 58])
     target = kimi_target(tmp_path / "target")
@@ -216,7 +225,18 @@ def test_cli_kimi_mismatch_exits_1_and_suggests(tmp_path, capsys):
     assert code == 1
     assert "mismatch: SGLang will feed hs[3], hs[31], hs[59] but the draft was trained on hs[0], hs[3], hs[31]" in out
     assert "suggested: set eagle_config.eagle_aux_hidden_state_layer_ids = [-1, 2, 30] after `patchcraft apply`" in out
-    code, out, _ = cli(capsys, "check-draft", str(draft), package, "--target", str(target), "--trained-on", "hf:0,3,31", "--format", "json")
+    code, out, _ = cli(
+        capsys,
+        "check-draft",
+        str(draft),
+        package,
+        "--target",
+        str(target),
+        "--trained-on",
+        "hf:0,3,31",
+        "--format",
+        "json",
+    )
     document = json.loads(out)
     assert code == 1 and document["exit_code"] == 1
     assert document["suggested_ids"] == [-1, 2, 30] and document["suggested_after_apply"] is True

@@ -43,6 +43,7 @@ def kinds(result) -> set[str]:
 
 # -- the +1 rule ---------------------------------------------------------------
 
+
 @pytest.mark.parametrize("version", ["0.5.6", "0.5.10"])
 def test_plus_one_rule_serves_the_next_state(version):
     result = explain(model(version, "deepseek_v2"), [2, 30, 58], KIMI_LAYERS)
@@ -87,6 +88,7 @@ def test_minus_one_on_a_patched_install_is_the_embedding(release_copy):
 
 
 # -- heuristics ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("version", ["0.5.15", "0.5.20"])
 def test_first_id_heuristic_keeps_ids_raw_unless_the_first_is_one(version):
@@ -162,6 +164,7 @@ def test_max_heuristic_keeps_ids_raw_when_the_last_layer_is_named():
 
 # -- delegation and inner helpers -------------------------------------------------
 
+
 def test_kimi_k25_delegates_to_deepseek():
     result = explain(model("0.5.10", "kimi_k25"), [2, 30, 58], KIMI_LAYERS)
     assert len(result.calls) == 2
@@ -194,6 +197,7 @@ def test_inner_helper_raises_for_an_id_past_the_last_layer():
 
 # -- ranges, legacy, the runner ----------------------------------------------------
 
+
 def test_an_id_past_the_last_layer_is_never_captured():
     result = explain(model("0.5.10", "deepseek_v2"), [2, 30, 60], KIMI_LAYERS)
     assert result.rows[-1].value == 61 and result.rows[-1].state is None
@@ -213,7 +217,9 @@ def test_legacy_setter_ignores_the_ids():
     assert result.served == (2, 30, 58)
 
 
-@pytest.mark.parametrize(("version", "reset"), [("0.4.10", True), ("0.5.6", True), ("0.5.10", True), ("0.5.15", False), ("0.5.23", False)])
+@pytest.mark.parametrize(
+    ("version", "reset"), [("0.4.10", True), ("0.5.6", True), ("0.5.10", True), ("0.5.15", False), ("0.5.23", False)]
+)
 def test_runner_reset_is_found_by_structure(version, reset):
     resets = runner_resets(resolve_target(str(release_package(version))))
     assert bool(resets) is reset
@@ -240,6 +246,7 @@ def test_patched_runner_clears_the_cuda_graph_warning(release_copy):
 
 # -- the setter is really executed ----------------------------------------------------
 
+
 def test_a_mutated_setter_changes_the_answer(release_copy):
     """Proof that the release's code runs, not a pattern: +1 edited to +2 shows up."""
     package = release_copy("0.5.10")
@@ -259,7 +266,10 @@ def test_an_unknown_class_is_never_guessed_even_behind_hasattr(release_copy):
     path = package / "srt" / "models" / "mllama4.py"
     text = path.read_text(encoding="utf-8")
     assert text.count("self.language_model = Llama4ForCausalLM(") == 1
-    path.write_text(text.replace("self.language_model = Llama4ForCausalLM(", "self.language_model = ExternalLanguageModel("), encoding="utf-8")
+    path.write_text(
+        text.replace("self.language_model = Llama4ForCausalLM(", "self.language_model = ExternalLanguageModel("),
+        encoding="utf-8",
+    )
     with pytest.raises(PatchcraftError, match="outside sglang/srt/models"):
         explain(load_model(resolve_target(str(package)), "mllama4"), [2, 30, 44], 48)
 
@@ -272,10 +282,11 @@ def test_a_setter_outside_the_model_graph_is_a_clear_error():
 # -- the command -------------------------------------------------------------------
 
 
-
 def test_cli_explains_and_exits_1_on_a_warning(capsys):
     package = str(release_package("0.5.10"))
-    code, out, _ = cli(capsys, "explain", package, "--model", "kimi_k25", "--layer-ids", "2,30,58", "--num-layers", "61")
+    code, out, _ = cli(
+        capsys, "explain", package, "--model", "kimi_k25", "--layer-ids", "2,30,58", "--num-layers", "61"
+    )
     assert code == 1
     assert "hs[3], hs[31], hs[59]" in out
     assert "warning: CUDA-graph decode will capture the default layers" in out
@@ -283,7 +294,19 @@ def test_cli_explains_and_exits_1_on_a_warning(capsys):
 
 def test_cli_exits_0_without_warnings_and_speaks_json(capsys):
     package = str(release_package("0.5.15"))
-    code, out, _ = cli(capsys, "explain", package, "--model", "deepseek_v2", "--layer-ids", "1,30,58", "--num-layers", "61", "--format", "json")
+    code, out, _ = cli(
+        capsys,
+        "explain",
+        package,
+        "--model",
+        "deepseek_v2",
+        "--layer-ids",
+        "1,30,58",
+        "--num-layers",
+        "61",
+        "--format",
+        "json",
+    )
     assert code == 0
     document = json.loads(out)
     assert document["command"] == "explain"
@@ -310,6 +333,7 @@ def test_cli_bad_input_exits_2_with_one_line(capsys, args, message):
 
 
 # -- which boundaries a forward reaches ---------------------------------------------------
+
 
 def test_capture_after_the_loop_reaches_the_last_layer_output():
     gemma = model("0.5.15", "gemma3_causal")
@@ -338,6 +362,7 @@ def test_layer_marks_capture_at_the_top_and_no_capture_means_none():
 
 
 # -- advice only where it helps, and real class names ------------------------------------
+
 
 def test_the_legacy_setter_never_sends_users_to_apply():
     result = explain(model("0.4.6", "llama"), [-1, 2, 30], 32)

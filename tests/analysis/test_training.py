@@ -64,7 +64,9 @@ def llama3_8b(tmp_path: Path) -> Path:
 
 
 def check_json(capsys, draft: Path, target_dir: Path, release: str, *extra: str) -> tuple[int, dict, str]:
-    code, out, err = cli(capsys, "check-draft", str(draft), "--target", str(target_dir), "--release", release, "--format", "json", *extra)
+    code, out, err = cli(
+        capsys, "check-draft", str(draft), "--target", str(target_dir), "--release", release, "--format", "json", *extra
+    )
     return code, json.loads(out), err
 
 
@@ -73,6 +75,7 @@ def checks(document: dict) -> dict[str, bool | None]:
 
 
 # -- the two real SpecForge configs ---------------------------------------------------
+
 
 @pytest.mark.parametrize("release", ["0.5.10", "0.5.14", "0.5.23"])
 def test_specforge_deepseek_v3_config_passes(tmp_path, capsys, release):
@@ -104,6 +107,7 @@ def test_specforge_rejects_negative_ids(tmp_path, capsys):
 
 # -- SpecForge captures through SGLang 0.5.14's own setter ------------------------------
 
+
 def _raw_setter_files(version: str) -> set[str]:
     """Model files of ``version`` whose setter tests ``layer_ids[0] == 1`` (ids raw otherwise)."""
     found = set()
@@ -112,7 +116,11 @@ def _raw_setter_files(version: str) -> set[str]:
         if "layer_ids[0] == 1" not in text:
             continue
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.FunctionDef) and node.name == "set_eagle3_layers_to_capture" and "layer_ids[0] == 1" in ast.unparse(node):
+            if (
+                isinstance(node, ast.FunctionDef)
+                and node.name == "set_eagle3_layers_to_capture"
+                and "layer_ids[0] == 1" in ast.unparse(node)
+            ):
                 found.add(path.stem)
     return found
 
@@ -156,6 +164,7 @@ def test_specforge_before_0_5_14_reads_minus_1_as_the_embedding():
 
 # -- speculators, EAGLE, Hugging Face -------------------------------------------------------
 
+
 def test_speculators_current_format_is_hs_j_and_drops_the_verifier_state():
     expected = expected_states(parse_training("speculators"), draft_ids(top_level_ids=(2, 30, 58, 61)), 3, 61)
     assert expected is not None and expected.states == (2, 30, 58)
@@ -190,6 +199,7 @@ def test_hf_last_state_is_after_the_final_norm():
 
 # -- names ------------------------------------------------------------------------------------
 
+
 def test_parse_training_names():
     assert parse_training("speculators@0.4") == Training("speculators@0.4")
     assert parse_training("SpecForge@0.5.6").sglang == (0, 5, 6)
@@ -209,6 +219,7 @@ def test_speculators_v1_still_works_with_a_deprecation_line(tmp_path, capsys):
 
 
 # -- the smaller gaps ---------------------------------------------------------------------------
+
 
 def test_top_level_ids_outside_the_speculators_format_are_named(tmp_path, capsys):
     draft = specforge_draft(tmp_path / "draft", [1, 29, 57], 7168, {"eagle_aux_hidden_state_layer_ids": [0, 3, 31]})

@@ -37,7 +37,16 @@ def world() -> Iterator[Path]:
 
 def run_overlay(world: Path) -> list[str]:
     """``patchcraft run`` with an overlay to build (the cache is needed); no preflight, no harness."""
-    return [*PATCHCRAFT, "run", "--target", str(world / "release" / "sglang"), "--no-smoke", "--no-preflight", "--", "true"]
+    return [
+        *PATCHCRAFT,
+        "run",
+        "--target",
+        str(world / "release" / "sglang"),
+        "--no-smoke",
+        "--no-preflight",
+        "--",
+        "true",
+    ]
 
 
 FETCH = [*PATCHCRAFT, "fetch", "0.4.6.post9"]  # not a cached wheel: the wheels directory is written first
@@ -55,8 +64,10 @@ def on_read_only_mount(mount: Path, argv: list[str], env: dict[str, str]) -> sub
     """``argv`` with a read-only tmpfs at ``mount``, in a private mount namespace that ends with it."""
     require_root_tools()
     mount.mkdir(exist_ok=True)
-    script = f"mount -t tmpfs -o ro patchcraft-test {mount} && exec \"$@\""
-    return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *argv], capture_output=True, text=True, env=env, timeout=300)
+    script = f'mount -t tmpfs -o ro patchcraft-test {mount} && exec "$@"'
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", *argv], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 @pytest.mark.parametrize("argv", ["run", "fetch"])
@@ -71,7 +82,13 @@ def test_a_read_only_mount(world: Path, argv: str) -> None:
 @pytest.mark.parametrize("argv", ["run", "fetch"])
 def test_a_cache_under_proc(world: Path, argv: str) -> None:
     command = run_overlay(world) if argv == "run" else FETCH
-    proc = subprocess.run(command, capture_output=True, text=True, env=clean_env(HOME="/root", PATCHCRAFT_CACHE="/proc/patchcraft"), timeout=300)
+    proc = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=clean_env(HOME="/root", PATCHCRAFT_CACHE="/proc/patchcraft"),
+        timeout=300,
+    )
     assert_cache_error(proc, "/proc/patchcraft")
 
 
@@ -109,6 +126,8 @@ def test_a_uid_with_no_passwd_entry(world: Path, argv: str) -> None:
 
 def test_the_result_cache_stays_optional(world: Path) -> None:
     """verify only reads: with no cache root at all it runs uncached, and reports as usual."""
-    proc = run_as(NO_PASSWD, [*PATCHCRAFT, "verify", "--color", "never", str(world / "release" / "sglang")], clean_env())
+    proc = run_as(
+        NO_PASSWD, [*PATCHCRAFT, "verify", "--color", "never", str(world / "release" / "sglang")], clean_env()
+    )
     assert proc.returncode == 1, proc.stderr  # an unpatched release: not verified
     assert "Traceback" not in proc.stderr and "error" not in proc.stderr, proc.stderr

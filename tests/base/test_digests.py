@@ -118,7 +118,9 @@ def test_a_damaged_memo_is_an_empty_one(memo, tmp_path: Path, content: bytes | N
     path = _stored_memo_with_a_lie(memo, tmp_path)
     import marshal
 
-    memo.store_path().write_bytes(content if content is not None else marshal.dumps({"format": 1, "files": {str(path): "x"}}))
+    memo.store_path().write_bytes(
+        content if content is not None else marshal.dumps({"format": 1, "files": {str(path): "x"}})
+    )
     assert memo.sha256(path) == real(path)
 
 
@@ -143,4 +145,3 @@ def test_a_missing_file_raises_as_open_does(memo, tmp_path: Path) -> None:
     path.unlink()
     with pytest.raises(FileNotFoundError):
         memo.sha256(path)
-

@@ -18,7 +18,13 @@ def test_a_single_file_run_loads_only_what_it_uses(package: Path) -> None:
     """One staged model file: no runner transform (no runner row), no worker pool, no rich."""
     env = {**os.environ, "PATCHCRAFT_NO_CACHE": "1", "NO_COLOR": "1"}
     target = package / "srt" / "models" / "llama.py"
-    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "patchcraft", "verify", str(target)], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "patchcraft", "verify", str(target)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 1, run.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
     assert "patchcraft.transforms.capture_embedding_output" in imported  # the trace works

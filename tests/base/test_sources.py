@@ -173,11 +173,15 @@ def test_check_writable_passes_a_writable_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("denied", ["file", "directory"])
-def test_check_writable_refuses_a_read_only_file_or_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, denied: str) -> None:
+def test_check_writable_refuses_a_read_only_file_or_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, denied: str
+) -> None:
     path = write(tmp_path / "pkg" / "m.py", b"x = 1\n")
     refused = path if denied == "file" else path.parent
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == refused and mode == os.W_OK else real_access(p, mode))
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if Path(p) == refused and mode == os.W_OK else real_access(p, mode)
+    )
     with pytest.raises(PatchcraftError) as caught:
         check_writable(path)
     assert str(caught.value) == f"{path}: read-only (file or directory); nothing was changed"
@@ -271,7 +275,10 @@ def test_a_failed_move_puts_back_the_files_already_moved(tmp_path: Path, monkeyp
     monkeypatch.setattr(sources.os, "replace", replace)
     with pytest.raises(PatchcraftError) as caught:
         write_all(items)
-    assert str(caught.value) == f"{paths[1]}: cannot write (No space left on device); the 1 file(s) already written were restored; nothing was changed"
+    assert (
+        str(caught.value)
+        == f"{paths[1]}: cannot write (No space left on device); the 1 file(s) already written were restored; nothing was changed"
+    )
     assert [p.read_bytes() for p in paths] == [b"a = 1\n", b"b = 1\n", b"c = 1\n"]
     assert temp_files(tmp_path) == []
 
@@ -354,7 +361,13 @@ def test_drop_stale_bytecode_next_to_a_symlink_target(tmp_path: Path) -> None:
 
 def test_temp_names() -> None:
     assert is_temp_name(".llama.py.ab12_XYZ.patchcraft")
-    for name in ("llama.py", ".llama.py.ab12.patchcraft", ".llama.py.ab12_XYZ.patchcraft.py", "llama.py.ab12_XYZ.patchcraft", ".llama.txt.ab12_XYZ.patchcraft"):
+    for name in (
+        "llama.py",
+        ".llama.py.ab12.patchcraft",
+        ".llama.py.ab12_XYZ.patchcraft.py",
+        "llama.py.ab12_XYZ.patchcraft",
+        ".llama.txt.ab12_XYZ.patchcraft",
+    ):
         assert not is_temp_name(name), name
 
 

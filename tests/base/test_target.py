@@ -88,7 +88,10 @@ def test_a_package_under_another_name_must_import_sglang(tmp_path: Path) -> None
 
 def test_a_directory_that_is_no_tree(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    assert refused(tmp_path / "empty") == f"{tmp_path / 'empty'}: not an SGLang tree (no srt/models, python/sglang or sglang/ inside)"
+    assert (
+        refused(tmp_path / "empty")
+        == f"{tmp_path / 'empty'}: not an SGLang tree (no srt/models, python/sglang or sglang/ inside)"
+    )
 
 
 # -- model files ------------------------------------------------------------------------
@@ -160,7 +163,9 @@ def test_a_broken_symlink(tmp_path: Path) -> None:
     assert refused(link) == f"{link}: broken symlink"
 
 
-def test_no_target_finds_the_installed_package_without_importing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_target_finds_the_installed_package_without_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     package = package_at(tmp_path / "site" / "sglang")
     not_a_tree = tmp_path / "elsewhere" / "sglang"
     not_a_tree.mkdir(parents=True)

@@ -116,7 +116,19 @@ def test_json_schema_is_stable(tree: Path) -> None:
     doc = json.loads(result.stdout)
     assert list(doc) == ["schema", "patchcraft", "command", "targets", "models", "summary", "files"]
     [entry] = [m for m in doc["models"] if m["model"] == "deepseek_v2.DeepseekV2ForCausalLM"]
-    assert set(entry) == {"path", "model", "status", "edits", "files", "compiles", "idempotent", "notes", "message", "included_by", "proof"}
+    assert set(entry) == {
+        "path",
+        "model",
+        "status",
+        "edits",
+        "files",
+        "compiles",
+        "idempotent",
+        "notes",
+        "message",
+        "included_by",
+        "proof",
+    }
     assert entry["status"] == "would-patch"
     # DeepseekV2 on 0.5.6 and 0.5.10 captures a deferred all-reduce sum, so its setter also marks the layers (docs/fusion.md).
     assert {e["kind"] for e in entry["edits"]} == {"init", "setter", "forward", "fusion-mark"}
@@ -132,6 +144,7 @@ def test_list_names_transforms_and_their_sites(tree: Path) -> None:
 
 
 # -- broken input: exit 2, one clear line, file unchanged ------------------------
+
 
 def _broken(tree: Path, old: str, new: str, count: int = 1) -> tuple[Path, bytes]:
     model = tree / MODEL
@@ -168,7 +181,11 @@ def test_missing_collector_anchor(tree: Path) -> None:
 
 
 def test_ambiguous_anchor(tree: Path) -> None:
-    model, data = _broken(tree, "        self.layers_to_capture = []\n", "        self.layers_to_capture = []\n        self.layers_to_capture = []\n")
+    model, data = _broken(
+        tree,
+        "        self.layers_to_capture = []\n",
+        "        self.layers_to_capture = []\n        self.layers_to_capture = []\n",
+    )
     result = patchcraft("apply", "--model", "deepseek_v2", str(tree / "sglang"))
     _assert_refused(result, model, data, "DeepseekV2Model.__init__", "ambiguous")
 

@@ -50,7 +50,10 @@ def test_a_runtime_fault_in_the_release_is_not_written(release_copy, capsys) -> 
     # Models sharing its files are withheld with it; the rest are proven and written.
     for shared in ("glm4_moe_lite.Glm4MoeLiteForCausalLM", "kimi_k25.KimiK25ForConditionalGeneration"):
         assert rows[shared]["status"] == "would-patch" and rows[shared]["proof"] == "harness-failed", rows[shared]
-    assert rows["llama.LlamaForCausalLM"]["proof"] == "harness-passed" and rows["llama.LlamaForCausalLM"]["status"] == "patched"
+    assert (
+        rows["llama.LlamaForCausalLM"]["proof"] == "harness-passed"
+        and rows["llama.LlamaForCausalLM"]["status"] == "patched"
+    )
     after = _digests(package)
     for name in ("deepseek_v2.py", "glm4_moe_lite.py", "mistral_large_3_eagle.py"):
         assert after[name] == before[name], name
@@ -88,7 +91,10 @@ def test_a_hand_fix_is_run_by_verify(release_copy, capsys) -> None:
     path = package / MODELS / "exaone_moe.py"
     text = path.read_text(encoding="utf-8")
     for old, new in (
-        ("        self.layers_to_capture = []\n", "        self.layers_to_capture = []\n        self.capture_embedding_for_eagle3 = False\n"),
+        (
+            "        self.layers_to_capture = []\n",
+            "        self.layers_to_capture = []\n        self.capture_embedding_for_eagle3 = False\n",
+        ),
         (
             "            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n",
             "            self.model.capture_embedding_for_eagle3 = (-1 in layer_ids)\n"
@@ -106,7 +112,9 @@ def test_a_hand_fix_is_run_by_verify(release_copy, capsys) -> None:
     code, out, _ = run_cli(capsys, "verify", "--format", "json", "--no-runner", str(package), "--model", "exaone_moe")
     row = next(m for m in json.loads(out)["models"] if m["model"] == "exaone_moe.ExaoneMoEForCausalLM")
     assert code == 1 and row["proof"] == "harness-failed" and "pipeline:" in row["message"], row
-    code, out, _ = run_cli(capsys, "verify", "--format", "json", "--no-runner", "--no-smoke", str(package), "--model", "exaone_moe")
+    code, out, _ = run_cli(
+        capsys, "verify", "--format", "json", "--no-runner", "--no-smoke", str(package), "--model", "exaone_moe"
+    )
     assert code == 0
 
 
@@ -128,12 +136,22 @@ def test_withhold_takes_every_model_sharing_a_file_of_a_failed_one() -> None:
         ModelResult("d.D", "d.py", ModelStatus.PATCHED, files=("d.py",)),
     )
     tree = SglangTree.__new__(SglangTree)
-    result = RunResult(Mode.APPLY, tree, "0", models, tuple(change(f) for f in ("a.py", "b.py", "c.py", "d.py", "shared.py")))
-    verdicts = {"a.A": ("harness-failed", "harness fail: capture: ..."), "b.B": ("harness-passed", ""), "c.C": ("harness-passed", ""), "d.D": ("harness-passed", "")}
+    result = RunResult(
+        Mode.APPLY, tree, "0", models, tuple(change(f) for f in ("a.py", "b.py", "c.py", "d.py", "shared.py"))
+    )
+    verdicts = {
+        "a.A": ("harness-failed", "harness fail: capture: ..."),
+        "b.B": ("harness-passed", ""),
+        "c.C": ("harness-passed", ""),
+        "d.D": ("harness-passed", ""),
+    }
     out = withhold(result, verdicts)
     rows = {m.model: m for m in out.models}
     assert [c.rel for c in out.changes] == ["d.py"]
     assert rows["a.A"].status == ModelStatus.WOULD and rows["a.A"].message == "not written: harness fail: capture: ..."
-    assert rows["b.B"].status == ModelStatus.WOULD and rows["b.B"].message == "not written: shared.py is withheld because a.A failed the harness"
+    assert (
+        rows["b.B"].status == ModelStatus.WOULD
+        and rows["b.B"].message == "not written: shared.py is withheld because a.A failed the harness"
+    )
     assert rows["c.C"].status == ModelStatus.WOULD and "b.py is withheld because b.B" in rows["c.C"].message
     assert rows["d.D"].status == ModelStatus.PATCHED and rows["d.D"].proof == "harness-passed"

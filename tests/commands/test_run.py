@@ -41,7 +41,11 @@ def install(tmp_path_factory: pytest.TempPathFactory) -> dict:
     python = root / "venv" / "bin" / "python"
     before = _digest(package)
     overlay = root / "overlay"
-    build = subprocess.run([sys.executable, "-m", "patchcraft", "overlay", "build", str(package), "--out", str(overlay), "--no-smoke"], capture_output=True, text=True)
+    build = subprocess.run(
+        [sys.executable, "-m", "patchcraft", "overlay", "build", str(package), "--out", str(overlay), "--no-smoke"],
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stderr
     assert build.stdout.strip() == f"PYTHONPATH={overlay}"
     return {"python": python, "package": package, "overlay": overlay, "before": before, "root": root}
@@ -49,7 +53,13 @@ def install(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def _child(install: dict, module: str = MODULE, pythonpath: str | None = None, code: str = CHILD) -> str:
     env = dict(os.environ, PYTHONPATH=pythonpath or str(install["overlay"]))
-    proc = subprocess.run([str(install["python"]), "-c", code, str(install["package"]), module], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [str(install["python"]), "-c", code, str(install["package"]), module],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -60,14 +70,18 @@ def test_the_patched_module_comes_from_the_overlay(install: dict) -> None:
     assert origin == str(install["overlay"].resolve() / "tree" / "sglang" / "srt" / "models" / "deepseek_v2.py")
     assert "# patchcraft:" in Path(origin).read_text(encoding="utf-8")
     # A module patchcraft did not patch is left to the normal import system.
-    assert _child(install, "sglang.srt.models.mindspore").split("ORIGIN ", 1)[1].strip() == str(install["package"] / "srt" / "models" / "mindspore.py")
+    assert _child(install, "sglang.srt.models.mindspore").split("ORIGIN ", 1)[1].strip() == str(
+        install["package"] / "srt" / "models" / "mindspore.py"
+    )
     # Without the overlay on the path, the install's own file.
     plain = _child(install, pythonpath=str(install["root"]))
     assert plain.split("ORIGIN ", 1)[1].strip() == str(install["package"] / "srt" / "models" / "deepseek_v2.py")
 
 
 def test_a_spawned_grandchild_sees_the_overlay_too(install: dict) -> None:
-    code = CHILD.replace('    print("ORIGIN", importlib.util.find_spec(sys.argv[2]).origin)', "    pass") + textwrap.dedent(
+    code = CHILD.replace(
+        '    print("ORIGIN", importlib.util.find_spec(sys.argv[2]).origin)', "    pass"
+    ) + textwrap.dedent(
         """
         import multiprocessing, subprocess
 
@@ -91,7 +105,13 @@ def test_a_spawned_grandchild_sees_the_overlay_too(install: dict) -> None:
     script = install["root"] / "spawn_child.py"
     script.write_text(code, encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(install["overlay"]))
-    proc = subprocess.run([str(install["python"]), str(script), str(install["package"]), MODULE], capture_output=True, text=True, env=env, timeout=180)
+    proc = subprocess.run(
+        [str(install["python"]), str(script), str(install["package"]), MODULE],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("GRANDCHILD ", 1)[1].strip().startswith(str(install["overlay"].resolve()))
 
@@ -118,7 +138,11 @@ def test_a_changed_install_is_refused_by_name(install: dict) -> None:
         path.write_bytes(data + b"\n# a newer release\n")
         out = _child(install)
         assert out.startswith("IMPORTERROR patchcraft overlay: ") and str(path) in out and "rebuild" in out, out
-        verify = subprocess.run([sys.executable, "-m", "patchcraft", "overlay", "verify", str(install["overlay"])], capture_output=True, text=True)
+        verify = subprocess.run(
+            [sys.executable, "-m", "patchcraft", "overlay", "verify", str(install["overlay"])],
+            capture_output=True,
+            text=True,
+        )
         assert verify.returncode == 2 and "changed since the overlay was built" in verify.stderr
     finally:
         path.write_bytes(data)
@@ -127,10 +151,29 @@ def test_a_changed_install_is_refused_by_name(install: dict) -> None:
 
 
 def test_overlay_verify_checks_it_is_fully_patched(install: dict) -> None:
-    proc = subprocess.run([sys.executable, "-m", "patchcraft", "verify", "--overlay", str(install["overlay"]), str(install["package"]), "--format", "json"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchcraft",
+            "verify",
+            "--overlay",
+            str(install["overlay"]),
+            str(install["package"]),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     document = json.loads(proc.stdout)
-    assert {m["status"] for m in document["models"]} <= {"already-patched", "not-needed", "unsupported", "not-applicable"}
+    assert {m["status"] for m in document["models"]} <= {
+        "already-patched",
+        "not-needed",
+        "unsupported",
+        "not-applicable",
+    }
 
 
 # -- patchcraft run: preflight, then exec -------------------------------------------
@@ -138,13 +181,34 @@ def test_overlay_verify_checks_it_is_fully_patched(install: dict) -> None:
 PRINTS = "import os, sys; print('ARGV', sys.argv[1:]); print('PYTHONPATH', os.environ['PYTHONPATH'])"
 
 
-def _run(install: dict, tmp_path: Path, ids, *extra: str, trained_on: str = "hf:0,3,31", draft: Path | None = None) -> subprocess.CompletedProcess:
+def _run(
+    install: dict, tmp_path: Path, ids, *extra: str, trained_on: str = "hf:0,3,31", draft: Path | None = None
+) -> subprocess.CompletedProcess:
     draft = draft if draft is not None else sglang_draft(tmp_path / "draft", ids)
     target = kimi_target(tmp_path / "kimi")
     command = [
-        sys.executable, "-m", "patchcraft", "run", "--target", str(install["package"]), "--no-smoke", "--trained-on", trained_on, "--",
-        sys.executable, "-c", PRINTS,
-        "--model-path", str(target), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft), "--tp", "8", *extra,
+        sys.executable,
+        "-m",
+        "patchcraft",
+        "run",
+        "--target",
+        str(install["package"]),
+        "--no-smoke",
+        "--trained-on",
+        trained_on,
+        "--",
+        sys.executable,
+        "-c",
+        PRINTS,
+        "--model-path",
+        str(target),
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(draft),
+        "--tp",
+        "8",
+        *extra,
     ]
     env = dict(os.environ, PYTHONPATH="/already/there", PATCHCRAFT_CACHE=str(install["root"] / "cache"))
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
@@ -191,8 +255,17 @@ def test_preflight_reads_tp_and_refuses_partial_sums(tmp_path: Path, capsys) -> 
     code, _, err = run_cli(capsys, "apply", "--no-smoke", "--no-fusion-fix", str(package))
     assert code == 0, err
     draft, target = sglang_draft(tmp_path / "draft", [-1, 2, 30]), kimi_target(tmp_path / "kimi")
-    argv = ["--model-path", str(target), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft)]
-    assert preflight(parse_server_args([*argv, "--tp", "1"], package), package, "hf:0,3,31") == 0  # --tp: a prefix of --tp-size
+    argv = [
+        "--model-path",
+        str(target),
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(draft),
+    ]
+    assert (
+        preflight(parse_server_args([*argv, "--tp", "1"], package), package, "hf:0,3,31") == 0
+    )  # --tp: a prefix of --tp-size
     capsys.readouterr()
     assert preflight(parse_server_args([*argv, "--tp-size=8"], package), package, "hf:0,3,31") == 1
     out, err = capsys.readouterr()

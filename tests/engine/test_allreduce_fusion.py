@@ -79,13 +79,17 @@ def test_not_needed_where_layers_reduce_at_the_boundary(tmp_path: Path) -> None:
     """0.5.23: not-needed because no model's capture reads a deferred sum, which the models say (not the directory)."""
     tree = resolve_target(str(fusion_copy("0.5.23", tmp_path)))
     result = row(run(tree, Mode.CHECK, names=[fusion.ROW]))
-    assert result.status == ModelStatus.NOT_NEEDED and "no decoder layer defers its all-reduce" in result.message, result
+    assert result.status == ModelStatus.NOT_NEEDED and "no decoder layer defers its all-reduce" in result.message, (
+        result
+    )
 
 
 def test_boundary_release_with_a_deferring_model_is_not_called_not_needed(tmp_path: Path) -> None:
     """Plant 0.5.20's glm4_moe.py (it defers and captures hidden_states + residual) into 0.5.23: no longer not-needed."""
     package = fusion_copy("0.5.23", tmp_path)
-    (package / "srt" / "models" / "glm4_moe.py").write_bytes((release_package("0.5.20") / "srt" / "models" / "glm4_moe.py").read_bytes())
+    (package / "srt" / "models" / "glm4_moe.py").write_bytes(
+        (release_package("0.5.20") / "srt" / "models" / "glm4_moe.py").read_bytes()
+    )
     result = row(run(resolve_target(str(package)), Mode.CHECK, names=[fusion.ROW]))
     assert result.status == ModelStatus.UNSUPPORTED and "Glm4MoeForCausalLM" in result.message, result
 
@@ -102,12 +106,32 @@ NOT_EAGLE3 = ("laguna", "mimo_v2", "nemotron_h", "bailing_moe_v3")
     "version,affected,reduced",
     [
         ("0.5.2", {"GptOssForCausalLM", "Qwen3MoeForCausalLM"}, set()),  # qwen3_moe's loop is qwen2_moe.py's
-        ("0.5.10", {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Glm4MoeForCausalLM", "GptOssForCausalLM"}, {"Qwen3MoeForCausalLM"}),
-        ("0.5.14", {"Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration"},
-         {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"}),
-        ("0.5.20", {"Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration",
-                    "Glm5NextForConditionalGeneration"},
-         {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"}),
+        (
+            "0.5.10",
+            {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Glm4MoeForCausalLM", "GptOssForCausalLM"},
+            {"Qwen3MoeForCausalLM"},
+        ),
+        (
+            "0.5.14",
+            {
+                "Glm4MoeForCausalLM",
+                "GptOssForCausalLM",
+                "BailingMoeV2ForCausalLM",
+                "Qwen3VLMoeForConditionalGeneration",
+            },
+            {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"},
+        ),
+        (
+            "0.5.20",
+            {
+                "Glm4MoeForCausalLM",
+                "GptOssForCausalLM",
+                "BailingMoeV2ForCausalLM",
+                "Qwen3VLMoeForConditionalGeneration",
+                "Glm5NextForConditionalGeneration",
+            },
+            {"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"},
+        ),
     ],
 )
 def test_affected_models_follow_structure(version: str, affected: set, reduced: set) -> None:
@@ -132,8 +156,13 @@ def test_broken_decision_is_reported_not_patched(tmp_path: Path) -> None:
 
 def _draft(directory: Path, ids: list[int]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 7168, "target_hidden_size": 7168, "num_hidden_layers": 1,
-              "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": 7168,
+        "target_hidden_size": 7168,
+        "num_hidden_layers": 1,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
+    }
     (directory / "config.json").write_text(json.dumps(config))
     return directory
 
@@ -142,13 +171,34 @@ def test_check_draft_tp(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Kimi / DeepSeek-V3 at TP 8 on 0.5.10: partial sums until apply; nothing about fusion at TP 1."""
     package = fusion_copy("0.5.10", tmp_path / "tree")
     draft = _draft(tmp_path / "draft", [2, 29, 57])
-    args = ("check-draft", str(draft), str(package), "--model", "DeepseekV3ForCausalLM", "--num-layers", "61", "--no-cuda-graph")
+    args = (
+        "check-draft",
+        str(draft),
+        str(package),
+        "--model",
+        "DeepseekV3ForCausalLM",
+        "--num-layers",
+        "61",
+        "--no-cuda-graph",
+    )
     code, out, _ = run_cli(capsys, *args, "--tp", "8")
     assert code == 1 and fusion.PARTIAL_SUMS in out and "--enforce-disable-flashinfer-allreduce-fusion" in out, out
     assert "mismatch: " + fusion.PARTIAL_SUMS in out
     code, out, _ = run_cli(capsys, *args, "--tp", "1")
     assert code == 0 and fusion.PARTIAL_SUMS not in out and "  fusion  " not in out, out
-    code, out, _ = run_cli(capsys, "explain", str(package), "--model", "DeepseekV3ForCausalLM", "--num-layers", "61", "--layer-ids", "2,29,57", "--tp", "8")
+    code, out, _ = run_cli(
+        capsys,
+        "explain",
+        str(package),
+        "--model",
+        "DeepseekV3ForCausalLM",
+        "--num-layers",
+        "61",
+        "--layer-ids",
+        "2,29,57",
+        "--tp",
+        "8",
+    )
     assert code == 1 and "warning: " + fusion.PARTIAL_SUMS in out
     code, _, _ = run_cli(capsys, "apply", str(package), "--no-smoke")
     assert code == 0
@@ -158,22 +208,55 @@ def test_check_draft_tp(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
 
 def test_release_without_enforce_flag_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     package = fusion_copy("0.5.6", tmp_path / "tree")
-    code, out, _ = run_cli(capsys, "explain", str(package), "--model", "DeepseekV3ForCausalLM", "--num-layers", "61", "--layer-ids", "2,29,57", "--tp", "8")
+    code, out, _ = run_cli(
+        capsys,
+        "explain",
+        str(package),
+        "--model",
+        "DeepseekV3ForCausalLM",
+        "--num-layers",
+        "61",
+        "--layer-ids",
+        "2,29,57",
+        "--tp",
+        "8",
+    )
     assert code == 1 and "does not exist in this release" in out
 
 
 # -- per model, on an applied tree: the patched setter's marks and the patched decision --------------
 
 PER_MODEL = {
-    "0.5.14": ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM",
-               "Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration"),
-    "0.5.20": ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM",
-               "Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration",
-               "Glm5NextForConditionalGeneration"),
+    "0.5.14": (
+        "DeepseekV3ForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "Qwen3MoeForCausalLM",
+        "MiniMaxM2ForCausalLM",
+        "Glm4MoeForCausalLM",
+        "GptOssForCausalLM",
+        "BailingMoeV2ForCausalLM",
+        "Qwen3VLMoeForConditionalGeneration",
+    ),
+    "0.5.20": (
+        "DeepseekV3ForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "Qwen3MoeForCausalLM",
+        "MiniMaxM2ForCausalLM",
+        "Glm4MoeForCausalLM",
+        "GptOssForCausalLM",
+        "BailingMoeV2ForCausalLM",
+        "Qwen3VLMoeForConditionalGeneration",
+        "Glm5NextForConditionalGeneration",
+    ),
 }
 #: The models whose capture reads the deferred sum (the review's list, checked here against the run).
-DEFERRED = {"Glm4MoeForCausalLM", "GptOssForCausalLM", "BailingMoeV2ForCausalLM", "Qwen3VLMoeForConditionalGeneration",
-            "Glm5NextForConditionalGeneration"}
+DEFERRED = {
+    "Glm4MoeForCausalLM",
+    "GptOssForCausalLM",
+    "BailingMoeV2ForCausalLM",
+    "Qwen3VLMoeForConditionalGeneration",
+    "Glm5NextForConditionalGeneration",
+}
 NUM_LAYERS, IDS = 12, [-1, 2, 6]
 
 
@@ -188,8 +271,16 @@ def _layer_decisions(graph, cls, communicator: str, decide, monkeypatch) -> tupl
 
     class Layer:
         def __init__(self) -> None:
-            setattr(self, communicator, SimpleNamespace(_speculative_algo=algo, is_last_layer=False, _context=SimpleNamespace(tp_size=8),
-                                                        layer_scatter_modes=SimpleNamespace(mlp_mode="full")))
+            setattr(
+                self,
+                communicator,
+                SimpleNamespace(
+                    _speculative_algo=algo,
+                    is_last_layer=False,
+                    _context=SimpleNamespace(tp_size=8),
+                    layer_scatter_modes=SimpleNamespace(mlp_mode="full"),
+                ),
+            )
 
     layers: list = []
 
@@ -201,7 +292,11 @@ def _layer_decisions(graph, cls, communicator: str, decide, monkeypatch) -> tupl
 
     make()  # a setter that never reads ``layers`` leaves them unmarked
     original = setter_sandbox._attribute
-    monkeypatch.setattr(setter_sandbox, "_attribute", lambda owner, ev, c, name: layers if name == "layers" else original(owner, ev, c, name))
+    monkeypatch.setattr(
+        setter_sandbox,
+        "_attribute",
+        lambda owner, ev, c, name: layers if name == "layers" else original(owner, ev, c, name),
+    )
     result = setter_sandbox.run_setter(graph, cls, IDS, NUM_LAYERS)
     assert result.error is None and result.layers_to_capture, result
     batch = SimpleNamespace(input_ids=SimpleNamespace(shape=(4,)))
@@ -209,7 +304,9 @@ def _layer_decisions(graph, cls, communicator: str, decide, monkeypatch) -> tupl
 
 
 @pytest.mark.parametrize("version", sorted(PER_MODEL))
-def test_each_model_keeps_the_release_decision_unless_its_capture_reads_a_deferred_sum(version: str, tmp_path: Path, monkeypatch) -> None:
+def test_each_model_keeps_the_release_decision_unless_its_capture_reads_a_deferred_sum(
+    version: str, tmp_path: Path, monkeypatch
+) -> None:
     """After `apply`: the patched setter of each model runs, then each layer's patched decision (TP 8, EAGLE-3).
 
     Reduced-state models: the release's own decision on every layer (fused but for the last). Deferred-sum models:
@@ -236,7 +333,10 @@ def test_each_model_keeps_the_release_decision_unless_its_capture_reads_a_deferr
         assert capture is not None and capture.communicator, name
         ids, decisions = _layer_decisions(graph, cls, capture.communicator, decide, monkeypatch)
         _, own = _layer_decisions(graph, cls, capture.communicator, release, monkeypatch)
-        assert own == [i != NUM_LAYERS - 1 for i in range(NUM_LAYERS)], (name, own)  # the release fuses every layer but the last
+        assert own == [i != NUM_LAYERS - 1 for i in range(NUM_LAYERS)], (
+            name,
+            own,
+        )  # the release fuses every layer but the last
         read = {i - 1 for i in ids if i >= 1}
         expected = [d and i not in read for i, d in enumerate(own)] if name in DEFERRED else own
         seen[name] = (decisions == expected, sorted(read))
@@ -245,6 +345,7 @@ def test_each_model_keeps_the_release_decision_unless_its_capture_reads_a_deferr
 
 
 # -- proof on CPU: two gloo ranks ---------------------------------------------------
+
 
 def _two_ranks(source: str, algo: str = "EAGLE3", mark: str = ""):
     import torch
@@ -289,7 +390,11 @@ def setter_marks(version: str) -> str:
     text = site.path.read_text()
     patched = patch_text(text, site.path, [s for s in plan.sites if s.path == site.path]).after
     lines = patched.splitlines(keepends=True)
-    loop = next(n for n in ast.walk(ast.parse(patched)) if isinstance(n, ast.For) and lines[n.lineno - 2].strip() == marks.COMMENT)
+    loop = next(
+        n
+        for n in ast.walk(ast.parse(patched))
+        if isinstance(n, ast.For) and lines[n.lineno - 2].strip() == marks.COMMENT
+    )
     return "".join(lines[loop.lineno - 1 : loop.end_lineno])
 
 
@@ -310,14 +415,18 @@ def check_proof(version: str, communicator: str | None = None) -> None:
     assert r0["fused"] == r1["fused"] == wanted, (r0["fused"], wanted)
     ref = fusion_standins.reference(after, "EAGLE3", mark)
     assert torch.equal(ref, fusion_standins.reference(before, "EAGLE3", mark))  # TP 1: nothing to fuse either way
-    assert torch.allclose(r0["aux"], ref) and torch.allclose(r1["aux"], ref), "patched: every capture (embedding too) is reduced"
+    assert torch.allclose(r0["aux"], ref) and torch.allclose(r1["aux"], ref), (
+        "patched: every capture (embedding too) is reduced"
+    )
     # EAGLE and MTP: the release's own decision on every layer, even with the marks set.
     for algo in ("EAGLE", "MTP"):
         assert fusion_standins.decisions(after, 2, algo, mark) == release, algo
     # Unpatched: the captures at the tops of layers 2 and 4 are per-rank partial sums (the embedding is not).
     u0, u1 = _two_ranks(before, "EAGLE3", mark)
     assert torch.allclose(u0["aux"][0], ref[0]), "the embedding is replicated"
-    assert not torch.allclose(u0["aux"][1:], u1["aux"][1:]) and not torch.allclose(u0["aux"][1:], ref[1:]), "unpatched: partial sums"
+    assert not torch.allclose(u0["aux"][1:], u1["aux"][1:]) and not torch.allclose(u0["aux"][1:], ref[1:]), (
+        "unpatched: partial sums"
+    )
 
 
 @pytest.mark.parametrize("version", PROOF_RELEASES)
@@ -329,9 +438,9 @@ def test_gloo_capture_is_reduced_only_where_read_when_patched(version: str) -> N
 #: The guard `apply` writes, and three broken ones the proof must reject.
 _GUARD = '.is_eagle3() and getattr(self, "patchcraft_output_captured", False)'
 BROKEN = {
-    "never-fires": '.is_eagle3() and False',
+    "never-fires": ".is_eagle3() and False",
     "all-eagle": '.is_eagle() and getattr(self, "patchcraft_output_captured", False)',
-    "every-layer": '.is_eagle3()',
+    "every-layer": ".is_eagle3()",
 }
 
 
@@ -352,7 +461,9 @@ def test_gloo_proof_rejects_a_broken_guard(broken: str) -> None:
     "version,model,layers",
     [("0.5.14", "Qwen3VLMoeForConditionalGeneration", "48"), ("0.5.20", "Glm5NextForConditionalGeneration", "48")],
 )
-def test_explain_tp_warns_for_models_found_through_the_graph(version: str, model: str, layers: str, tmp_path: Path, capsys) -> None:
+def test_explain_tp_warns_for_models_found_through_the_graph(
+    version: str, model: str, layers: str, tmp_path: Path, capsys
+) -> None:
     """qwen3_vl_moe runs Qwen3MoeDecoderLayer from another file; glm5_next captures through a helper: both warn until apply."""
     package = fusion_copy(version, tmp_path)
     args = ("explain", str(package), "--model", model, "--num-layers", layers, "--layer-ids", "1,23,44")
@@ -387,13 +498,18 @@ def test_an_earlier_all_layer_guard_is_narrowed(tmp_path: Path) -> None:
     site = fusion.plan(package).site
     algo = site.params.algo
     new = patch_text(pristine, path, [site], {fusion.KIND: fusion}).after
-    old_guard = f"{fusion.OLD_COMMENT}\n        if {algo} is not None and {algo}.is_eagle3():\n            return False\n"
+    old_guard = (
+        f"{fusion.OLD_COMMENT}\n        if {algo} is not None and {algo}.is_eagle3():\n            return False\n"
+    )
     new_guard = f'{fusion.COMMENT}\n        if {algo} is not None and {algo}.is_eagle3() and getattr(self, "patchcraft_output_captured", False):\n            return False\n'
     assert new.count(new_guard) == 1
     path.write_text(new.replace(new_guard, old_guard))
     tree = resolve_target(str(package))
     result = run(tree, Mode.APPLY, names=[fusion.ROW])
-    assert row(result).status == ModelStatus.PATCHED and row(result).edits[0].detail == "replaced the all-layer EAGLE-3 guard", row(result)
+    assert (
+        row(result).status == ModelStatus.PATCHED
+        and row(result).edits[0].detail == "replaced the all-layer EAGLE-3 guard"
+    ), row(result)
     write_changes(result.changes)
     assert path.read_text() == new
     assert row(run(tree, Mode.CHECK, names=[fusion.ROW])).status == ModelStatus.ALREADY

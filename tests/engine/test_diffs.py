@@ -82,7 +82,11 @@ def test_the_diff_applies_exactly(tmp_path: Path, case: str, tool: str) -> None:
     root = tree(tmp_path / "tree", {rel: before})
     patch_file = tmp_path / "change.diff"
     patch_file.write_bytes(unified_diffs([change(rel, before, after)]).encode("utf-8"))
-    command = ["git", "apply", "--whitespace=nowarn", str(patch_file)] if tool == "git" else ["patch", "-p1", "--quiet", "-i", str(patch_file)]
+    command = (
+        ["git", "apply", "--whitespace=nowarn", str(patch_file)]
+        if tool == "git"
+        else ["patch", "-p1", "--quiet", "-i", str(patch_file)]
+    )
     subprocess.run(command, cwd=root, check=True, capture_output=True)
     assert (root / rel).read_bytes() == after.encode("utf-8")
 
@@ -96,7 +100,10 @@ def test_several_files_apply_in_one_go(tmp_path: Path) -> None:
     assert [(root / c.rel).read_text() for c in changes] == ["x = 2\n", "y = 2\n"]
 
 
-@pytest.mark.xfail(strict=True, reason="a bare CR line ending: difflib splits on it, git reads one line; the diff is refused (known limitation)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="a bare CR line ending: difflib splits on it, git reads one line; the diff is refused (known limitation)",
+)
 def test_a_bare_cr_line_ending(tmp_path: Path) -> None:
     before, after = "a = 1\rb = 2\nc = 3\n", "a = 1\rb = 3\nc = 3\n"
     root = tree(tmp_path / "tree", {"m.py": before})

@@ -50,12 +50,20 @@ def test_applied_runner_row_is_then_already_patched_and_reverts_to_the_same_byte
     tree = _tree(version, tmp_path)
     pristine = _texts(tree)
     row, changes = runner_row(tree, Mode.APPLY)
-    assert row is not None and (row.status, row.message) == (ModelStatus.PATCHED, "added: configured ids reach graph capture")
+    assert row is not None and (row.status, row.message) == (
+        ModelStatus.PATCHED,
+        "added: configured ids reach graph capture",
+    )
     for change in changes:
         change.source.path.write_text(change.after, encoding="utf-8")
     row, changes = runner_row(tree, Mode.VERIFY)
     assert row is not None and changes == ()
-    assert (row.status, row.message, row.compiles, row.idempotent) == (ModelStatus.ALREADY, "configured ids reach graph capture", True, True)
+    assert (row.status, row.message, row.compiles, row.idempotent) == (
+        ModelStatus.ALREADY,
+        "configured ids reach graph capture",
+        True,
+        True,
+    )
     row, changes = runner_row(tree, Mode.REVERT)
     assert row is not None and (row.status, len(changes)) == (ModelStatus.REVERTED, 2)
     for change in changes:
@@ -69,12 +77,19 @@ def test_a_release_that_configures_the_ids_once_needs_no_runner_fix(version: str
     for mode in (Mode.CHECK, Mode.APPLY):
         row, changes = runner_row(tree, mode)
         assert row is not None and changes == () and row.edits == ()
-        assert (row.status, row.message) == (ModelStatus.NOT_NEEDED, "not needed: no call in model_executor/ resets the ids (every call passes the configured ids)")
+        assert (row.status, row.message) == (
+            ModelStatus.NOT_NEEDED,
+            "not needed: no call in model_executor/ resets the ids (every call passes the configured ids)",
+        )
 
 
 def test_reverting_a_runner_patchcraft_never_touched_is_clean(tmp_path: Path) -> None:
     row, changes = runner_row(_tree("0.5.10", tmp_path), Mode.REVERT)
-    assert row is not None and (row.status, row.message, changes) == (ModelStatus.NOT_PATCHED, "no patchcraft edits found", ())
+    assert row is not None and (row.status, row.message, changes) == (
+        ModelStatus.NOT_PATCHED,
+        "no patchcraft edits found",
+        (),
+    )
 
 
 def test_a_syntax_error_in_one_runner_file_is_an_error_row_and_writes_neither(tmp_path: Path) -> None:
@@ -86,7 +101,9 @@ def test_a_syntax_error_in_one_runner_file_is_an_error_row_and_writes_neither(tm
     graph_runner.write_text(text[:at] + "    x = = 1\n" + text[at:], encoding="utf-8")
     row, changes = runner_row(tree, Mode.APPLY)
     assert row is not None and row.status == ModelStatus.ERROR and changes == ()
-    assert row.message.startswith(f"{graph_runner}: syntax error at line ") and row.message.endswith("; nothing was changed")
+    assert row.message.startswith(f"{graph_runner}: syntax error at line ") and row.message.endswith(
+        "; nothing was changed"
+    )
 
 
 def test_a_tree_without_model_executor_has_no_runner_row(tmp_path: Path) -> None:
@@ -101,14 +118,19 @@ def test_a_hand_changed_edit_in_one_runner_file_leaves_the_other_unwritten(tmp_p
     graph_runner = next(c for c in changes if c.rel.endswith("cuda_graph_runner.py"))
     configured = 'getattr(self.model_runner, "eagle_aux_hidden_state_layer_ids", None)'
     assert graph_runner.after.count(configured) == 1
-    graph_runner.source.path.write_text(graph_runner.after.replace(configured, configured.replace("None)", "[])")), encoding="utf-8")
+    graph_runner.source.path.write_text(
+        graph_runner.after.replace(configured, configured.replace("None)", "[])")), encoding="utf-8"
+    )
     row, changes = runner_row(tree, Mode.APPLY)
     assert row is not None and row.status == ModelStatus.ERROR and changes == ()
     assert row.message == (
         f"{graph_runner.source.path}: CudaGraphRunner.__init__: the ids passed to set_eagle3_layers_to_capture were changed by hand; "
         "fix or remove that block by hand, then re-run (file left untouched)"
     )
-    assert [(e.method, e.status) for e in row.edits] == [("__init__", EditStatus.MODIFIED), ("_dummy_run", EditStatus.APPLIED)]
+    assert [(e.method, e.status) for e in row.edits] == [
+        ("__init__", EditStatus.MODIFIED),
+        ("_dummy_run", EditStatus.APPLIED),
+    ]
 
 
 def test_a_half_patched_runner_would_patch_only_the_file_left(tmp_path: Path) -> None:

@@ -22,7 +22,11 @@ from patchcraft.base.sources import Source
 from patchcraft.base.status import EDIT_IN_PLACE, EditStatus
 
 #: Plain +1 with all three sites in one file; an inner helper; the preallocating packer.
-MODELS = [("0.5.10", "llama", "LlamaForCausalLM"), ("0.5.10", "qwen2_moe", "Qwen2MoeForCausalLM"), ("0.5.20", "deepseek_v2", "DeepseekV2ForCausalLM")]
+MODELS = [
+    ("0.5.10", "llama", "LlamaForCausalLM"),
+    ("0.5.10", "qwen2_moe", "Qwen2MoeForCausalLM"),
+    ("0.5.20", "deepseek_v2", "DeepseekV2ForCausalLM"),
+]
 
 
 @functools.lru_cache(maxsize=None)
@@ -101,7 +105,9 @@ def test_a_missing_anchor_is_that_sites_error_and_the_file_is_left_untouched() -
     assert text.count("self.layers_to_capture = []") == 1
     patch = patch_text(text.replace("self.layers_to_capture = []", "self.other = []"), path, sites)
     init = next(s for s in sites if s.kind == "init")
-    assert patch.errors == {init.key: f"{path}: LlamaModel.__init__: expected `self.layers_to_capture = []` in __init__; file left untouched"}
+    assert patch.errors == {
+        init.key: f"{path}: LlamaModel.__init__: expected `self.layers_to_capture = []` in __init__; file left untouched"
+    }
     assert init.key not in patch.outcomes
 
 

@@ -59,7 +59,11 @@ def venv_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INDEX="1")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(_wheel())], check=True, env=env)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(_wheel())],
+        check=True,
+        env=env,
+    )
     return next((venv / "lib").glob("python*/site-packages"))
 
 
@@ -96,7 +100,14 @@ def _differs_from_wheel(package: Path) -> list[str]:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    identity = ("-c", "user.name=patchcraft tests", "-c", "user.email=tests@patchcraft.invalid", "-c", "commit.gpgsign=false")
+    identity = (
+        "-c",
+        "user.name=patchcraft tests",
+        "-c",
+        "user.email=tests@patchcraft.invalid",
+        "-c",
+        "commit.gpgsign=false",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     result = subprocess.run(["git", *identity, *args], cwd=cwd, capture_output=True, text=True, env=env)
     assert result.returncode == 0, f"git {' '.join(args)}: {result.stderr}"
@@ -116,6 +127,7 @@ def checkout(tmp_path: Path) -> Path:
 
 
 # -- the three places a pristine text comes from, each with the full and the partial fix --
+
 
 def _replace_then_revert(capsys, target: tuple[str, ...], model: Path, edits) -> None:
     """The user's path: sed, ``apply --replace-hand-edits`` (proven), verify, revert."""
@@ -142,7 +154,10 @@ def test_an_install_gets_its_record_hashes_back(installed: Path, capsys, edits) 
     code, out, _ = _apply_json(capsys, str(installed), edits, installed / "sglang" / MODEL)
     assert code == 0
     files = {f["path"]: f for f in out["files"]}
-    assert files["sglang/" + MODEL]["replaced"] and files["sglang/" + MODEL]["pristine_from"] == "RECORD + wheel sglang-0.5.10-py3-none-any.whl"
+    assert (
+        files["sglang/" + MODEL]["replaced"]
+        and files["sglang/" + MODEL]["pristine_from"] == "RECORD + wheel sglang-0.5.10-py3-none-any.whl"
+    )
     assert {m["proof"] for m in out["models"]} == {"harness-passed"}, out["models"]
     code, _, err = run_cli(capsys, "revert", *SCOPE, str(installed))
     assert code == 0 and _mismatches(installed) == [], err
@@ -169,7 +184,10 @@ def test_a_cached_release_gets_the_wheel_bytes_back(cached_release: Path, capsys
     model = cached_release / MODEL
     code, out, _ = _apply_json(capsys, str(cached_release), edits, model)
     assert code == 0 and {m["proof"] for m in out["models"]} == {"harness-passed"}, out["models"]
-    assert next(f for f in out["files"] if f["path"].endswith(MODEL))["pristine_from"] == "wheel sglang-0.5.10-py3-none-any.whl"
+    assert (
+        next(f for f in out["files"] if f["path"].endswith(MODEL))["pristine_from"]
+        == "wheel sglang-0.5.10-py3-none-any.whl"
+    )
     code, _, err = run_cli(capsys, "revert", *SCOPE, "--release", VERSION)
     assert code == 0 and _differs_from_wheel(cached_release) == [], err
     _replace_then_revert(capsys, ("--release", VERSION), model, edits)
@@ -201,6 +219,7 @@ def test_the_replaced_file_is_what_apply_makes_of_the_pristine_one(installed: Pa
 
 # -- refusals --
 
+
 @pytest.mark.parametrize("other", [UNRELATED_IN_FORWARD, UNRELATED_ELSEWHERE], ids=["same-method", "other-class"])
 def test_a_hand_edit_elsewhere_is_refused_and_nothing_changes(installed: Path, capsys, other) -> None:
     model = installed / "sglang" / MODEL
@@ -226,7 +245,11 @@ def test_no_pristine_text_for_a_plain_copy(release_copy, capsys) -> None:
     sed_fix(package / MODEL)
     before = (package / MODEL).read_bytes()
     err = _one_line_exit_2(capsys, str(package))
-    assert "deepseek_v2.py: cannot replace its hand edits" in err and "not a git checkout" in err and "no dist-info RECORD" in err, err
+    assert (
+        "deepseek_v2.py: cannot replace its hand edits" in err
+        and "not a git checkout" in err
+        and "no dist-info RECORD" in err
+    ), err
     assert (package / MODEL).read_bytes() == before
 
 
@@ -234,7 +257,10 @@ def test_no_pristine_text_without_a_record_entry(installed: Path, capsys) -> Non
     record = next(installed.glob("sglang-*.dist-info/RECORD"))
     text = record.read_text(encoding="utf-8")
     try:
-        record.write_text("".join(l for l in text.splitlines(keepends=True) if not l.startswith("sglang/" + MODEL + ",")), encoding="utf-8")
+        record.write_text(
+            "".join(l for l in text.splitlines(keepends=True) if not l.startswith("sglang/" + MODEL + ",")),
+            encoding="utf-8",
+        )
         sed_fix(installed / "sglang" / MODEL)
         err = _one_line_exit_2(capsys, str(installed))
         assert "has no entry for sglang/srt/models/deepseek_v2.py" in err, err
@@ -253,6 +279,7 @@ def test_no_pristine_text_without_the_wheel(cached_release: Path, capsys, monkey
 
 
 # -- what a plain apply, verify and verify --smoke say of the sed-fixed tree --
+
 
 @needs_torch
 def test_a_plain_apply_names_the_lines_the_consequence_and_the_command(installed: Path, capsys) -> None:
@@ -301,11 +328,16 @@ def test_verify_names_the_inits_that_never_set_the_flag_without_torch(release_co
     sed_fix(package / MODEL)
     code, out, _ = run_cli(capsys, "verify", "--no-smoke", "--format", "json", *SCOPE, str(package))
     row = next(m for m in json.loads(out)["models"] if m["model"] == "deepseek_v2.DeepseekV2ForCausalLM")
-    assert code == 1 and "Glm4MoeLiteModel, MistralLarge3EagleModel inherit this forward but their __init__ never sets the flag: it crashes at start-up" in row["message"], row
+    assert (
+        code == 1
+        and "Glm4MoeLiteModel, MistralLarge3EagleModel inherit this forward but their __init__ never sets the flag: it crashes at start-up"
+        in row["message"]
+    ), row
     assert "deepseek_v2.py DeepseekV2Model.forward" in row["message"] and "then patchcraft apply" in row["message"], row
 
 
 # -- the pieces --
+
 
 def test_record_digest_is_pips() -> None:
     """The hash of a real file of the wheel, as its RECORD writes it."""

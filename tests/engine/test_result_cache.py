@@ -45,6 +45,7 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
 
 # -- the result cache ------------------------------------------------------------------
 
+
 def test_second_verify_is_served_from_the_cache(package: Path, runs: list, capsys) -> None:
     first = cli(capsys, "verify", "--format", "json", str(package))
     second = cli(capsys, "verify", "--format", "json", str(package))
@@ -69,7 +70,9 @@ def test_a_single_byte_changes_the_result(package: Path, runs: list, capsys, mon
 def test_a_byte_in_a_file_no_model_uses_or_a_new_file_invalidates(package: Path, runs: list, capsys) -> None:
     """The key covers every file the engine may read, and the listing, not just what matters today."""
     cli(capsys, "verify", str(package))
-    other = next(p for p in sorted((package / "srt" / "models").glob("*.py")) if b"layers_to_capture" not in p.read_bytes())
+    other = next(
+        p for p in sorted((package / "srt" / "models").glob("*.py")) if b"layers_to_capture" not in p.read_bytes()
+    )
     flip_one_byte(other, b"import", b"imporT")
     cli(capsys, "verify", str(package))
     (package / "srt" / "models" / "zz_new_model.py").write_text("x = 1\n")
@@ -126,7 +129,9 @@ def test_a_damaged_entry_is_a_miss_and_is_removed(package: Path, runs: list, cap
     assert entry.read_bytes() != b"not a cache entry"  # replaced by a good one
 
 
-def test_an_unusable_cache_directory_just_means_no_cache(package: Path, runs: list, capsys, tmp_path, monkeypatch) -> None:
+def test_an_unusable_cache_directory_just_means_no_cache(
+    package: Path, runs: list, capsys, tmp_path, monkeypatch
+) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("PATCHCRAFT_CACHE", str(blocker))  # <file>/runs cannot be created
@@ -197,7 +202,9 @@ def test_a_warm_verify_does_not_import_libcst(package: Path, tmp_path: Path) -> 
     env.pop("PATCHCRAFT_NO_CACHE", None)
     command = [sys.executable, "-m", "patchcraft", "verify", str(package)]
     cold = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    warm = subprocess.run([sys.executable, "-X", "importtime", *command[1:]], capture_output=True, text=True, env=env, timeout=300)
+    warm = subprocess.run(
+        [sys.executable, "-X", "importtime", *command[1:]], capture_output=True, text=True, env=env, timeout=300
+    )
     imported = {line.split("|")[-1].strip() for line in warm.stderr.splitlines() if line.startswith("import time:")}
     assert "patchcraft.engine.result_cache" in imported  # the trace works
     assert not {name for name in imported if name.split(".")[0] == "libcst"}

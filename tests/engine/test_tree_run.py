@@ -21,18 +21,37 @@ from patchcraft.base.target import SglangTree
 
 
 def _site(kind: str, file: str, cls: str) -> EditSite:
-    return EditSite(kind=kind, path=Path(file), module=Path(file).stem, cls=cls, method="forward" if kind == "forward" else "__init__")
+    return EditSite(
+        kind=kind,
+        path=Path(file),
+        module=Path(file).stem,
+        cls=cls,
+        method="forward" if kind == "forward" else "__init__",
+    )
 
 
 def _plan(name: str, init: str, forward: str, setter: str | None = None) -> ModelPlan:
     sites = [_site("init", init, f"{name}Model"), _site("forward", forward, f"{name}Model")]
     if setter is not None:
-        sites.append(EditSite(kind="setter", path=Path(setter), module=Path(setter).stem, cls=f"{name}ForCausalLM", method="set_eagle3_layers_to_capture"))
+        sites.append(
+            EditSite(
+                kind="setter",
+                path=Path(setter),
+                module=Path(setter).stem,
+                cls=f"{name}ForCausalLM",
+                method="set_eagle3_layers_to_capture",
+            )
+        )
     return ModelPlan(module=name.lower(), cls=name, path=Path(init), sites=tuple(sites))
 
 
 #: C needs b.py, which B needs with shared.py, which A needs with a.py, whose patch fails.
-CHAIN = (_plan("C", "c.py", "b.py"), _plan("B", "b.py", "shared.py"), _plan("A", "a.py", "shared.py"), _plan("D", "d.py", "d.py"))
+CHAIN = (
+    _plan("C", "c.py", "b.py"),
+    _plan("B", "b.py", "shared.py"),
+    _plan("A", "a.py", "shared.py"),
+    _plan("D", "d.py", "d.py"),
+)
 A_BROKEN = {Path("a.py"): "a.py: syntax error at line 3: bad; nothing was changed"}
 
 
@@ -75,6 +94,7 @@ def test_nothing_fails_when_every_file_patches() -> None:
 
 # -- withhold: the harness verdicts -------------------------------------------
 
+
 def _result(*models: ModelResult) -> RunResult:
     files = sorted({f for m in models for f in m.files})
     changes = tuple(FileChange(source=Source(path=Path(f), text=""), rel=f, after="patched") for f in files)
@@ -86,8 +106,18 @@ def _patched(name: str, *files: str) -> ModelResult:
 
 
 #: Listed so that the failure must travel back up: C <- b.py <- B <- shared.py <- A.
-MODELS = (_patched("c.C", "c.py", "b.py"), _patched("b.B", "b.py", "shared.py"), _patched("a.A", "a.py", "shared.py"), _patched("d.D", "d.py"))
-VERDICTS = {"a.A": ("harness-failed", "harness fail: capture: 2 of 4 states"), "b.B": ("harness-passed", ""), "c.C": ("harness-passed", ""), "d.D": ("harness-passed", "")}
+MODELS = (
+    _patched("c.C", "c.py", "b.py"),
+    _patched("b.B", "b.py", "shared.py"),
+    _patched("a.A", "a.py", "shared.py"),
+    _patched("d.D", "d.py"),
+)
+VERDICTS = {
+    "a.A": ("harness-failed", "harness fail: capture: 2 of 4 states"),
+    "b.B": ("harness-passed", ""),
+    "c.C": ("harness-passed", ""),
+    "d.D": ("harness-passed", ""),
+}
 
 
 def test_withhold_drops_every_change_of_a_model_chained_to_a_failed_one() -> None:
@@ -97,15 +127,29 @@ def test_withhold_drops_every_change_of_a_model_chained_to_a_failed_one() -> Non
 
 def test_withheld_models_are_would_patch_and_say_which_file_and_model_hold_them() -> None:
     rows = {m.model: m for m in withhold(_result(*MODELS), VERDICTS).models}
-    assert rows["a.A"].status == ModelStatus.WOULD and rows["a.A"].message == "not written: harness fail: capture: 2 of 4 states"
-    assert rows["b.B"].status == ModelStatus.WOULD and rows["b.B"].message == "not written: shared.py is withheld because a.A failed the harness"
-    assert rows["c.C"].status == ModelStatus.WOULD and rows["c.C"].message == "not written: b.py is withheld because b.B failed the harness"
+    assert (
+        rows["a.A"].status == ModelStatus.WOULD
+        and rows["a.A"].message == "not written: harness fail: capture: 2 of 4 states"
+    )
+    assert (
+        rows["b.B"].status == ModelStatus.WOULD
+        and rows["b.B"].message == "not written: shared.py is withheld because a.A failed the harness"
+    )
+    assert (
+        rows["c.C"].status == ModelStatus.WOULD
+        and rows["c.C"].message == "not written: b.py is withheld because b.B failed the harness"
+    )
     assert rows["d.D"].status == ModelStatus.PATCHED and rows["d.D"].message == "added: setter, init, forward"
 
 
 def test_withheld_models_keep_their_own_proof_the_failed_one_says_harness_failed() -> None:
     rows = {m.model: m for m in withhold(_result(*MODELS), VERDICTS).models}
-    assert [rows[n].proof for n in ("a.A", "b.B", "c.C", "d.D")] == ["harness-failed", "harness-passed", "harness-passed", "harness-passed"]
+    assert [rows[n].proof for n in ("a.A", "b.B", "c.C", "d.D")] == [
+        "harness-failed",
+        "harness-passed",
+        "harness-passed",
+        "harness-passed",
+    ]
 
 
 def test_a_model_already_patched_is_not_withheld_and_does_not_carry_the_block_on() -> None:
@@ -128,8 +172,15 @@ def test_withhold_without_a_failure_changes_nothing_but_the_proofs() -> None:
 
 def test_a_file_with_a_failed_setter_edit_blocks_the_models_that_capture_in_it() -> None:
     """A setter file spreads nothing by itself, but one with an error is not written, whoever it serves."""
-    setter = EditSite(kind="setter", path=Path("s.py"), module="s", cls="AForCausalLM", method="set_eagle3_layers_to_capture")
+    setter = EditSite(
+        kind="setter", path=Path("s.py"), module="s", cls="AForCausalLM", method="set_eagle3_layers_to_capture"
+    )
     plans = (_plan("A", "a.py", "a.py", setter="s.py"), _plan("G", "s.py", "s.py"))
-    failed, blocked = _failed_models(plans, {Path("s.py"): FilePatch(after="", errors={setter.key: "s.py: setter: anchor missing"})}, {})
-    assert failed == {"a.A": "s.py: setter: anchor missing", "g.G": "s.py: not written because a.A failed in the same file; fix that first"}
+    failed, blocked = _failed_models(
+        plans, {Path("s.py"): FilePatch(after="", errors={setter.key: "s.py: setter: anchor missing"})}, {}
+    )
+    assert failed == {
+        "a.A": "s.py: setter: anchor missing",
+        "g.G": "s.py: not written because a.A failed in the same file; fix that first",
+    }
     assert blocked == {Path("a.py"), Path("s.py")}

@@ -46,7 +46,9 @@ def test_written_draft(tmp_path, tiny_target):
     assert t["fc.weight"].shape == (128, 384) and t["fc.weight"].dtype == torch.bfloat16
     assert t["d2t"].dtype == torch.int64 and t["t2d"].dtype == torch.bool
     assert (t["d2t"] + torch.arange(t["d2t"].shape[0])).tolist() == list(range(256))  # identity map
-    again = load_file(str(make_tiny_eagle3_draft(tmp_path / "d2", tiny_target, [-1, 1, 2], tp_size=2) / "model.safetensors"))
+    again = load_file(
+        str(make_tiny_eagle3_draft(tmp_path / "d2", tiny_target, [-1, 1, 2], tp_size=2) / "model.safetensors")
+    )
     assert all(torch.equal(t[k], again[k]) for k in t)
 
 

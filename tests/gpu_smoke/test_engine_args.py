@@ -108,7 +108,13 @@ def test_generate_params_parsed_statically():
         " top_logprobs_num=None): pass\n"
     )
     read = _reader({ENGINE_PATH: src})
-    assert engine_generate_params(read) == {"prompt", "sampling_params", "input_ids", "return_logprob", "top_logprobs_num"}
+    assert engine_generate_params(read) == {
+        "prompt",
+        "sampling_params",
+        "input_ids",
+        "return_logprob",
+        "top_logprobs_num",
+    }
     assert baseline_generate_kwargs(read) == {"return_logprob": True, "top_logprobs_num": 2}
     old = _reader({ENGINE_PATH: "class Engine:\n    def generate(self, prompt=None, return_logprob=False): pass\n"})
     assert baseline_generate_kwargs(old) == {}  # no top_logprobs_num: exact comparison

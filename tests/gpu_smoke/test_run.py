@@ -40,8 +40,12 @@ def test_default_layer_ids_and_prompts():
 
 def _rec(torch, seq, mode, ids, pos, width=6, bs=1):
     return {
-        "seq": seq, "pid": 1, "mode": mode, "batch_size": bs,
-        "input_ids": torch.tensor(ids), "positions": torch.tensor(pos),
+        "seq": seq,
+        "pid": 1,
+        "mode": mode,
+        "batch_size": bs,
+        "input_ids": torch.tensor(ids),
+        "positions": torch.tensor(pos),
         "hidden_states": torch.zeros(len(ids), width),
     }
 
@@ -132,7 +136,8 @@ def _fake_sglang(root, engine_kwargs_fields):
         "                 return_logprob=False, logprob_start_len=None, top_logprobs_num=None):\n"
         "        pass\n"
     )
-    (pkg / "srt" / "model_executor" / "model_runner.py").write_text(textwrap.dedent("""
+    (pkg / "srt" / "model_executor" / "model_runner.py").write_text(
+        textwrap.dedent("""
         import types
 
         class ModelRunner:
@@ -143,8 +148,10 @@ def _fake_sglang(root, engine_kwargs_fields):
             def forward(self, forward_batch, skip_attn_backend_init=False):
                 out = types.SimpleNamespace(hidden_states=forward_batch.fake_hs)
                 return types.SimpleNamespace(logits_output=out)
-    """))
-    (pkg / "__init__.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (pkg / "__init__.py").write_text(
+        textwrap.dedent("""
         import json, os, types
         __version__ = "0.0.0+fake"
 
@@ -200,7 +207,8 @@ def _fake_sglang(root, engine_kwargs_fields):
 
             def shutdown(self):
                 pass
-    """))
+    """)
+    )
     return pkg
 
 
@@ -307,15 +315,23 @@ def _digest_tree(pkg):
 
 
 @pytest.mark.parametrize("bug", [None, "graph-default-layers"])
-def test_run_cuda_smoke_end_to_end_with_fake_sglang(tmp_path, monkeypatch, capsys, fake_env, hf_model, tiny_target, bug):
+def test_run_cuda_smoke_end_to_end_with_fake_sglang(
+    tmp_path, monkeypatch, capsys, fake_env, hf_model, tiny_target, bug
+):
     script, forwards = _prepare(tmp_path, hf_model, bug=bug)
     monkeypatch.setenv("FAKE_SGLANG_SCRIPT", str(script))
     monkeypatch.setenv("FAKE_SGLANG_FORWARDS", str(forwards))
     before = _digest_tree(fake_env)
     work = tmp_path / "work"
     code = smoke.run_cuda_smoke(
-        None, str(tiny_target), None, [-1, 1, 2], "json",
-        max_new_tokens=5, timeout_s=120, work_dir=str(work),
+        None,
+        str(tiny_target),
+        None,
+        [-1, 1, 2],
+        "json",
+        max_new_tokens=5,
+        timeout_s=120,
+        work_dir=str(work),
     )
     out = json.loads(capsys.readouterr().out)
     assert _digest_tree(fake_env) == before  # the "installed" sglang was not modified
@@ -374,8 +390,15 @@ def test_lossless_is_margin_aware_end_to_end(tmp_path, monkeypatch, capsys, fake
     monkeypatch.setenv("FAKE_SGLANG_FORWARDS", str(forwards))
     out_dir = tmp_path / "out"
     code = smoke.run_cuda_smoke(
-        None, str(tiny_target), None, [-1, 1, 2], "text",
-        max_new_tokens=5, timeout_s=120, work_dir=str(tmp_path / "work"), out_dir=str(out_dir),
+        None,
+        str(tiny_target),
+        None,
+        [-1, 1, 2],
+        "text",
+        max_new_tokens=5,
+        timeout_s=120,
+        work_dir=str(tmp_path / "work"),
+        out_dir=str(out_dir),
     )
     summary = json.loads((out_dir / "summary.json").read_text())
     for name in ("spec.log", "base.log", "spec.json", "base.json"):
@@ -413,8 +436,14 @@ def test_engine_timeout_stops_the_run_and_its_children(tmp_path, monkeypatch, ca
     out_dir = tmp_path / "out"
     start = time.monotonic()
     code = smoke.run_cuda_smoke(
-        None, str(tiny_target), None, [-1, 1, 2], "json",
-        timeout_s=8, work_dir=str(tmp_path / "work"), out_dir=str(out_dir),
+        None,
+        str(tiny_target),
+        None,
+        [-1, 1, 2],
+        "json",
+        timeout_s=8,
+        work_dir=str(tmp_path / "work"),
+        out_dir=str(out_dir),
     )
     assert time.monotonic() - start < 60
     out = json.loads(capsys.readouterr().out)
@@ -454,8 +483,10 @@ def test_probe_reads_the_rank_from_torch_distributed_without_tp_rank(tmp_path, m
     out_dir.mkdir()
     monkeypatch.setenv(probe.ENV_DIR, str(out_dir))
     fb = types.SimpleNamespace(
-        forward_mode=types.SimpleNamespace(name="EXTEND"), batch_size=1,
-        input_ids=torch.tensor([3, 4]), positions=torch.tensor([0, 1]),
+        forward_mode=types.SimpleNamespace(name="EXTEND"),
+        batch_size=1,
+        input_ids=torch.tensor([3, 4]),
+        positions=torch.tensor([0, 1]),
     )
     rank = {"r": 1}
     monkeypatch.setattr(torch.distributed, "is_available", lambda: True)

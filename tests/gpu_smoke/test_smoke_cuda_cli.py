@@ -19,12 +19,30 @@ def test_options_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path)
     monkeypatch.setattr("patchcraft.gpu_smoke.run.run_cuda_smoke", fake)
     (tmp_path / "target").mkdir()
     (tmp_path / "draft").mkdir()
-    args = ["smoke", "--device", "cuda", "--tp", "8", "--model-path", str(tmp_path / "target"),
-            "--draft-path", str(tmp_path / "draft"), "--layer-ids", "-1,2,30", "--format", "json"]
+    args = [
+        "smoke",
+        "--device",
+        "cuda",
+        "--tp",
+        "8",
+        "--model-path",
+        str(tmp_path / "target"),
+        "--draft-path",
+        str(tmp_path / "draft"),
+        "--layer-ids",
+        "-1,2,30",
+        "--format",
+        "json",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    assert seen == {"tp": 8, "model_path": str(tmp_path / "target"), "draft_path": str(tmp_path / "draft"),
-                    "layer_ids": [-1, 2, 30], "output_format": "json"}
+    assert seen == {
+        "tp": 8,
+        "model_path": str(tmp_path / "target"),
+        "draft_path": str(tmp_path / "draft"),
+        "layer_ids": [-1, 2, 30],
+        "output_format": "json",
+    }
 
 
 def test_timeout_and_out_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:

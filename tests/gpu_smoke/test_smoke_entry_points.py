@@ -55,7 +55,9 @@ def _gpu_ok_env(tmp_path, pythonpath):
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_script_install_failure_is_exit_2(tmp_path):
     # sglang missing: installing sglang==0.5.10 (the default) fails -> 2, not pip's 1
-    p = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=_gpu_ok_env(tmp_path, []), timeout=120)
+    p = subprocess.run(
+        ["bash", str(SCRIPT)], capture_output=True, text=True, env=_gpu_ok_env(tmp_path, []), timeout=120
+    )
     assert p.returncode == 2, p.stderr
     assert "installing sglang==0.5.10" in p.stderr
     assert "environment error: pip install sglang==0.5.10 failed" in p.stderr
@@ -68,7 +70,9 @@ def test_script_patchcraft_install_failure_is_exit_2(tmp_path):
     dist = site / "sglang-0.5.10.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.10\n")
-    p = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=_gpu_ok_env(tmp_path, [str(site)]), timeout=120)
+    p = subprocess.run(
+        ["bash", str(SCRIPT)], capture_output=True, text=True, env=_gpu_ok_env(tmp_path, [str(site)]), timeout=120
+    )
     assert p.returncode == 2, p.stderr
     assert "installing sglang" not in p.stderr
     assert "environment error: pip install -e .[smoke] failed" in p.stderr
@@ -81,12 +85,17 @@ def _fake_tools(tmp_path):
     tools = {
         "nvidia-smi": "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-fake)'\n",
         "python-fake": "#!/bin/sh\ncat >/dev/null\necho 0.5.10\n",
-        "patchcraft": f"#!/bin/sh\necho \"$*\" >> {tmp_path / 'calls'}\n",
+        "patchcraft": f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n',
     }
     for name, text in tools.items():
         (fake_bin / name).write_text(text)
         (fake_bin / name).chmod(0o755)
-    env = dict(os.environ, PATH=f"{fake_bin}{os.pathsep}{os.environ.get('PATH', '')}", PYTHON=str(fake_bin / "python-fake"), SKIP_INSTALL="1")
+    env = dict(
+        os.environ,
+        PATH=f"{fake_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHON=str(fake_bin / "python-fake"),
+        SKIP_INSTALL="1",
+    )
     env["SMOKE_OUT"] = str(tmp_path / "out")
     return env
 
@@ -109,5 +118,7 @@ def test_script_modes(tmp_path, mode):
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_script_unknown_mode_is_exit_2(tmp_path):
-    p = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=dict(_fake_tools(tmp_path), MODE="patch"), timeout=60)
+    p = subprocess.run(
+        ["bash", str(SCRIPT)], capture_output=True, text=True, env=dict(_fake_tools(tmp_path), MODE="patch"), timeout=60
+    )
     assert p.returncode == 2 and "usage error: MODE=patch (apply or run)" in p.stderr

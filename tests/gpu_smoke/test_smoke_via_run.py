@@ -44,14 +44,21 @@ CHILD = textwrap.dedent(
 
 def test_the_baseline_launch_is_the_plain_worker(tmp_path: Path) -> None:
     launch = engines.baseline_launch({"PYTHONPATH": "/site", probe.ENV_DIR: "/old", "HOME": "/h"})
-    assert launch.command(tmp_path / "job.json") == [sys.executable, "-m", "patchcraft.gpu_smoke.worker", str(tmp_path / "job.json")]
+    assert launch.command(tmp_path / "job.json") == [
+        sys.executable,
+        "-m",
+        "patchcraft.gpu_smoke.worker",
+        str(tmp_path / "job.json"),
+    ]
     assert launch.env["PYTHONPATH"] == os.pathsep.join([str(engines.PROJECT_ROOT), "/site"])
     assert probe.ENV_DIR not in launch.env and launch.env["HOME"] == "/h"
     assert launch.expect_sglang_under is None
 
 
 @pytest.mark.parametrize("overlay", [None, Path("/w/overlay")])
-def test_the_speculative_launch_goes_through_patchcraft_run_with_an_overlay(tmp_path: Path, overlay: Path | None) -> None:
+def test_the_speculative_launch_goes_through_patchcraft_run_with_an_overlay(
+    tmp_path: Path, overlay: Path | None
+) -> None:
     launch = engines.speculative_launch({"PYTHONPATH": "/site"}, Path("/w/sglang-probed"), Path("/w/probe"), overlay)
     worker = [sys.executable, "-m", "patchcraft.gpu_smoke.worker", str(tmp_path / "job.json")]
     through_run = [sys.executable, "-m", "patchcraft", "run", "--overlay", "/w/overlay", "--no-preflight", "--"]
@@ -98,7 +105,10 @@ def test_patchcraft_run_serves_the_patched_model_to_the_worker(probed_release: d
     served = Path(seen[MODULE])
     # The overlay path links to a version directory; the server is given its real path (docs/run.md).
     assert served == probed_release["overlay"].resolve() / "tree" / "sglang" / "srt" / "models" / "deepseek_v2.py"
-    assert "# patchcraft:" in served.read_text() and "# patchcraft:" not in (copy / "srt" / "models" / "deepseek_v2.py").read_text()
+    assert (
+        "# patchcraft:" in served.read_text()
+        and "# patchcraft:" not in (copy / "srt" / "models" / "deepseek_v2.py").read_text()
+    )
     assert Path(seen["sglang.srt.models.mindspore"]).resolve() == (copy / "srt" / "models" / "mindspore.py").resolve()
 
 
@@ -110,7 +120,9 @@ def test_an_install_patched_already_is_refused(probed_release: dict, tmp_path: P
         engines.build_overlay(patched, tmp_path / "overlay")
 
 
-def test_run_cuda_smoke_via_run_end_to_end_with_fake_sglang(tmp_path, monkeypatch, capsys, hf_model, tiny_target) -> None:
+def test_run_cuda_smoke_via_run_end_to_end_with_fake_sglang(
+    tmp_path, monkeypatch, capsys, hf_model, tiny_target
+) -> None:
     """The whole chain with the spec worker started by `patchcraft run --overlay`; the fake's overlay serves nothing."""
     from .test_run import _fake_sglang, _prepare
 
@@ -142,11 +154,24 @@ def test_run_cuda_smoke_via_run_end_to_end_with_fake_sglang(tmp_path, monkeypatc
     monkeypatch.setenv("FAKE_SGLANG_SCRIPT", str(script))
     monkeypatch.setenv("FAKE_SGLANG_FORWARDS", str(forwards))
     work = tmp_path / "work"
-    code = smoke.run_cuda_smoke(None, str(tiny_target), None, [-1, 1, 2], "json", max_new_tokens=5, timeout_s=120, work_dir=str(work), via_run=True)
+    code = smoke.run_cuda_smoke(
+        None,
+        str(tiny_target),
+        None,
+        [-1, 1, 2],
+        "json",
+        max_new_tokens=5,
+        timeout_s=120,
+        work_dir=str(work),
+        via_run=True,
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["ok"], out["checks"]
     assert built == [work / "sglang-probed"]
-    assert [launch.prefix[2:5] for launch in launches] == [("patchcraft", "run", "--overlay"), ()]  # spec through run; baseline plain
+    assert [launch.prefix[2:5] for launch in launches] == [
+        ("patchcraft", "run", "--overlay"),
+        (),
+    ]  # spec through run; baseline plain
     spec_job = json.loads((work / "spec-job.json").read_text())
     assert spec_job["expect_sglang_under"] == str(work / "sglang-probed")
     assert not (work / "overlay").exists() and not (work / "sglang-probed").exists()  # both removed

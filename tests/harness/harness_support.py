@@ -86,7 +86,9 @@ def _block_end(lines: list[str], start: int) -> int:
 def _capture_block(lines: list[str]) -> tuple[int, int]:
     """The inserted ``# patchcraft:`` comment and ``if getattr(self, "capture_embedding_for_eagle3", False)...:`` block of a forward."""
     for index, line in enumerate(lines):
-        if line.lstrip().startswith(f'if getattr(self, "{_FLAG}"') and lines[index - 1].lstrip().startswith("# patchcraft:"):
+        if line.lstrip().startswith(f'if getattr(self, "{_FLAG}"') and lines[index - 1].lstrip().startswith(
+            "# patchcraft:"
+        ):
             return index - 1, _block_end(lines, index)
     raise AssertionError("no inserted capture block found")
 
@@ -108,7 +110,11 @@ def add_without_none_check(text: str) -> str:
     """(b) the capture expression becomes ``hidden_states + residual`` (residual is None there)."""
 
     def edit(block: str) -> str:
-        return re.sub(r"hidden_states(\.clone\(\))? if residual is None else hidden_states \+ residual|hidden_states\.clone\(\)", "hidden_states + residual", block)
+        return re.sub(
+            r"hidden_states(\.clone\(\))? if residual is None else hidden_states \+ residual|hidden_states\.clone\(\)",
+            "hidden_states + residual",
+            block,
+        )
 
     return _edit_capture(text, edit, "capture expression")
 
@@ -117,7 +123,9 @@ def drop_clone(text: str) -> str:
     """(c) the embedding entry is no copy: ``.clone()`` dropped, or ``append`` for the copying ``capture``."""
 
     def edit(block: str) -> str:
-        return block.replace("hidden_states.clone()", "hidden_states").replace(".capture(hidden_states)", ".append(hidden_states)")
+        return block.replace("hidden_states.clone()", "hidden_states").replace(
+            ".capture(hidden_states)", ".append(hidden_states)"
+        )
 
     return _edit_capture(text, edit, ".clone()")
 
@@ -178,7 +186,9 @@ def ids_without_minus_one_set_the_flag(text: str) -> str:
 def flag_init_in_a_branch(text: str) -> str:
     """The flag initialisation moved inside an ``if`` (set on one path of __init__ only)."""
     pattern = re.compile(rf"^([ \t]*)(# patchcraft:[^\n]*\n)[ \t]*(self\.{_FLAG} = False\n)", re.M)
-    return _changed(text, pattern.sub(r"\1if self.layers_to_capture is not None:\n\1    \2\1    \3", text), "flag in a branch")
+    return _changed(
+        text, pattern.sub(r"\1if self.layers_to_capture is not None:\n\1    \2\1    \3", text), "flag in a branch"
+    )
 
 
 def gate_on_a_missing_group(text: str) -> str:
@@ -189,7 +199,9 @@ def gate_on_a_missing_group(text: str) -> str:
 
 def drop_plus_one_block(text: str) -> str:
     """With -1 given, the other ids follow the release's convention test (kept raw by a first-id heuristic)."""
-    pattern = re.compile(r"^[ \t]*# patchcraft: with layer id -1 the other ids[^\n]*\n[ \t]*if [^\n]*\n[ \t]*[^\n]*\n", re.M)
+    pattern = re.compile(
+        r"^[ \t]*# patchcraft: with layer id -1 the other ids[^\n]*\n[ \t]*if [^\n]*\n[ \t]*[^\n]*\n", re.M
+    )
     return _changed(text, pattern.sub("", text), "+1 block after the convention test")
 
 
@@ -203,14 +215,18 @@ def _into_block(text: str, statements: Callable[[str], str], what: str) -> str:
 
 def block_print(text: str) -> str:
     """A ``print()`` in the capture block: eager output unchanged, a graph break under torch.compile."""
-    return _into_block(text, lambda pad: f'{pad}print("patchcraft: capturing the embedding output")\n', "print in block")
+    return _into_block(
+        text, lambda pad: f'{pad}print("patchcraft: capturing the embedding output")\n', "print in block"
+    )
 
 
 def block_item_branch(text: str) -> str:
     """A Python branch on ``.item()`` in the capture block (never taken): a data-dependent graph break."""
     return _into_block(
         text,
-        lambda pad: f"{pad}if hidden_states.float().abs().sum().item() > 1e30:\n{pad}    raise RuntimeError('overflow')\n",
+        lambda pad: (
+            f"{pad}if hidden_states.float().abs().sum().item() > 1e30:\n{pad}    raise RuntimeError('overflow')\n"
+        ),
         ".item() branch in block",
     )
 

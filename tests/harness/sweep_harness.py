@@ -58,15 +58,29 @@ def sweep(version: str) -> tuple[dict[str, int], list[tuple[str, str, str]], str
         package = conftest.copy_release(version, Path(tmp))
         applied = _patchcraft("apply", str(package), "--color", "never")
         if applied.returncode not in (0, 1):
-            return {}, [], f"apply exited {applied.returncode}: {(applied.stderr or applied.stdout).strip()[-300:]}", applied.returncode
+            return (
+                {},
+                [],
+                f"apply exited {applied.returncode}: {(applied.stderr or applied.stdout).strip()[-300:]}",
+                applied.returncode,
+            )
         smoked = _patchcraft("smoke", str(package), "--format", "json")
         try:
             document = json.loads(smoked.stdout)
         except json.JSONDecodeError:
-            return {}, [], f"smoke exited {smoked.returncode}: {(smoked.stderr or smoked.stdout).strip()[-300:]}", applied.returncode
+            return (
+                {},
+                [],
+                f"smoke exited {smoked.returncode}: {(smoked.stderr or smoked.stdout).strip()[-300:]}",
+                applied.returncode,
+            )
     models = document["smoke"]["models"]
     counts = {status: sum(m["status"] == status for m in models) for status in STATUSES}
-    rows = [(m["model"], m["status"], (m["message"] or "").splitlines()[0] if m["message"] else "") for m in models if m["status"] != "pass"]
+    rows = [
+        (m["model"], m["status"], (m["message"] or "").splitlines()[0] if m["message"] else "")
+        for m in models
+        if m["status"] != "pass"
+    ]
     return counts, rows, "", applied.returncode
 
 
@@ -86,11 +100,16 @@ def main(argv: list[str]) -> int:
             totals[status] += counts[status]
         bad += bool(counts["fail"] or counts["error"])
         note = f"  (apply exited {applied})" if applied else ""
-        print(f"{version:<14} {counts['pass']:>4} {counts['fail']:>4} {counts['error']:>5} {counts['skipped']:>4}{note}", flush=True)
+        print(
+            f"{version:<14} {counts['pass']:>4} {counts['fail']:>4} {counts['error']:>5} {counts['skipped']:>4}{note}",
+            flush=True,
+        )
         for model, status, message in rows:
             if status != "skipped" or verbose or not message.startswith(QUIET_SKIPS):
                 print(f"    {status:<7} {model}: {message}", flush=True)
-    print(f"{'total':<14} {totals['pass']:>4} {totals['fail']:>4} {totals['error']:>5} {totals['skipped']:>4}", flush=True)
+    print(
+        f"{'total':<14} {totals['pass']:>4} {totals['fail']:>4} {totals['error']:>5} {totals['skipped']:>4}", flush=True
+    )
     return 1 if bad else 0
 
 

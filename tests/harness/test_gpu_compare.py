@@ -2,6 +2,7 @@ import pytest
 
 from patchcraft.harness import gpu_compare as cmp
 
+
 @pytest.fixture
 def torch():
     return pytest.importorskip("torch")
@@ -113,20 +114,26 @@ def test_summarize_speculation():
 # 0.03).  Prompt 1: clear choices throughout.
 BASE_OUT = [[11, 12, 13, 14, 15, 16], [21, 22, 23, 24]]
 BASE_META = [
-    {"completion_tokens": 6, "output_top_logprobs": [
-        [[-0.21, 11, None], [-2.35, 40, None]],
-        [[-0.48, 12, None], [-1.52, 41, None]],
-        [[-0.90, 13, None], [-1.30, 42, None]],
-        [[-0.72, 14, None], [-0.75, 43, None]],  # near tie: 14 vs 43
-        [[-0.10, 15, None], [-3.10, 44, None]],
-        [[-0.33, 16, None], [-1.90, 45, None]],
-    ]},
-    {"completion_tokens": 4, "output_top_logprobs": [
-        [[-0.05, 21, None], [-3.60, 50, None]],
-        [[-0.62, 22, None], [-1.12, 51, None]],
-        [[-0.41, 23, None], [-1.77, 52, None]],
-        [[-0.26, 24, None], [-2.01, 53, None]],
-    ]},
+    {
+        "completion_tokens": 6,
+        "output_top_logprobs": [
+            [[-0.21, 11, None], [-2.35, 40, None]],
+            [[-0.48, 12, None], [-1.52, 41, None]],
+            [[-0.90, 13, None], [-1.30, 42, None]],
+            [[-0.72, 14, None], [-0.75, 43, None]],  # near tie: 14 vs 43
+            [[-0.10, 15, None], [-3.10, 44, None]],
+            [[-0.33, 16, None], [-1.90, 45, None]],
+        ],
+    },
+    {
+        "completion_tokens": 4,
+        "output_top_logprobs": [
+            [[-0.05, 21, None], [-3.60, 50, None]],
+            [[-0.62, 22, None], [-1.12, 51, None]],
+            [[-0.41, 23, None], [-1.77, 52, None]],
+            [[-0.26, 24, None], [-2.01, 53, None]],
+        ],
+    },
 ]
 
 
@@ -152,7 +159,9 @@ def test_near_tie_flip_does_not_fail():
     assert res.mode == "margin" and res.tie_margin == cmp.DEFAULT_TIE_MARGIN
     assert res.num_tokens_compared == 3 + 4 and res.num_tokens_total == 10
     assert res.near_ties == [{"prompt": 0, "position": 3, "margin": pytest.approx(0.03)}]
-    assert res.info == ["prompt 0: near tie at token 3 (margin 0.03 < 0.25); not compared from there: the outputs differ from token 3 on"]
+    assert res.info == [
+        "prompt 0: near tie at token 3 (margin 0.03 < 0.25); not compared from there: the outputs differ from token 3 on"
+    ]
     assert "7 of 10 tokens compared" in res.message
     # the same data compared exactly (the old check) fails falsely
     assert not cmp.compare_token_ids(spec, BASE_OUT).ok
@@ -173,7 +182,10 @@ def test_clear_margin_divergence_fails():
 
 
 def test_unknown_margin_stops_gating_and_lengths_still_count():
-    metas = [dict(BASE_META[0]), {"completion_tokens": 4, "output_top_logprobs": BASE_META[1]["output_top_logprobs"][:2]}]
+    metas = [
+        dict(BASE_META[0]),
+        {"completion_tokens": 4, "output_top_logprobs": BASE_META[1]["output_top_logprobs"][:2]},
+    ]
     margins = _margins(metas)  # prompt 1: margins for 2 of its 4 tokens only
     res = cmp.compare_token_ids([BASE_OUT[0], [21, 22, 99, 98]], BASE_OUT, margins)
     assert res.ok and res.near_ties[-1] == {"prompt": 1, "position": 2, "margin": None}

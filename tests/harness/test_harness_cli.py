@@ -29,11 +29,16 @@ def _hand_fixed(package: Path, clone: bool, stem: str = "deepseek_v2") -> Path:
     """A model file (deepseek_v2.py by default) with the three sed edits users apply by hand (docs: the field fix)."""
     path = package / "srt" / "models" / f"{stem}.py"
     text = path.read_text(encoding="utf-8")
-    entry = "hidden_states.clone() if residual is None else hidden_states + residual" if clone else (
-        "hidden_states if residual is None else hidden_states + residual"
+    entry = (
+        "hidden_states.clone() if residual is None else hidden_states + residual"
+        if clone
+        else ("hidden_states if residual is None else hidden_states + residual")
     )
     edits = [
-        ("        self.layers_to_capture = []\n", "        self.layers_to_capture = []\n        self.capture_embedding_for_eagle3 = False\n"),
+        (
+            "        self.layers_to_capture = []\n",
+            "        self.layers_to_capture = []\n        self.capture_embedding_for_eagle3 = False\n",
+        ),
         (
             "            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n",
             "            self.model.capture_embedding_for_eagle3 = (-1 in layer_ids)\n"
@@ -77,7 +82,9 @@ def test_verify_refuses_a_hand_fix_without_clone(release_tree: Path, capsys: pyt
     assert "does not append a copy of the embedding output" in err
 
 
-def test_the_field_hand_fix_captures_the_received_tensor_on_a_later_stage(release_tree: Path, capsys: pytest.CaptureFixture) -> None:
+def test_the_field_hand_fix_captures_the_received_tensor_on_a_later_stage(
+    release_tree: Path, capsys: pytest.CaptureFixture
+) -> None:
     """With .clone(), the sed fix is right on one stage; with no first-stage gate it is not on a later one.
 
     (On deepseek_v2.py itself the field fix is incomplete since 0.5.8: Glm4MoeLiteModel runs the same
@@ -111,7 +118,9 @@ def test_without_torch_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, caps
     monkeypatch.setattr(harness, "importlib", fake)
     assert _run(["smoke", str(root_conftest().release_package(RELEASE))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["patchcraft: error: the CPU smoke harness needs torch, which is not installed: pip install 'patchcraft[smoke]'"]
+    assert err == [
+        "patchcraft: error: the CPU smoke harness needs torch, which is not installed: pip install 'patchcraft[smoke]'"
+    ]
 
 
 def test_torch_that_fails_to_import_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -143,7 +152,9 @@ def test_torch_is_not_imported_by_help_apply_no_smoke_or_verify(release_tree: Pa
     assert proc.stdout.strip().splitlines()[-1] == "NO-TORCH", proc.stdout + proc.stderr
 
 
-def test_cuda_device_without_the_gpu_module_is_one_line_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_cuda_device_without_the_gpu_module_is_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     monkeypatch.setitem(sys.modules, "patchcraft.gpu_smoke.run", None)
     assert _run(["smoke", "--device", "cuda"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -38,7 +38,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("mutation, says", [("compile-print", "Failed to trace builtin operator"), ("compile-item-branch", "data-dependent")])
+@pytest.mark.parametrize(
+    "mutation, says", [("compile-print", "Failed to trace builtin operator"), ("compile-item-branch", "data-dependent")]
+)
 @pytest.mark.parametrize("version, stem, label", CASES)
 def test_a_graph_break_in_the_block_fails(version: str, stem: str, label: str, mutation: str, says: str) -> None:
     state = patched(version)

@@ -48,7 +48,9 @@ def test_a_stale_replay_fails() -> None:
     result = row(run, LABELS[0])
     assert result.status == FAIL
     graph = next(c for c in result.checks if c.name == "graph")
-    assert graph.status == FAIL and "replay 1: aux[0] is not the embedding of the new input ids" in graph.detail, graph.detail
+    assert graph.status == FAIL and "replay 1: aux[0] is not the embedding of the new input ids" in graph.detail, (
+        graph.detail
+    )
     assert "the previous ids' embedding" in graph.detail
 
 
@@ -72,7 +74,18 @@ def test_the_device_follows_the_parameter() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_harness_without_cuda_exits_2_with_one_line() -> None:
-    command = [sys.executable, "-m", "patchcraft", "smoke", "--device", "cuda", "--engine", "harness", "--release", "0.5.10"]
+    command = [
+        sys.executable,
+        "-m",
+        "patchcraft",
+        "smoke",
+        "--device",
+        "cuda",
+        "--engine",
+        "harness",
+        "--release",
+        "0.5.10",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output

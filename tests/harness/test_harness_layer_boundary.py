@@ -123,13 +123,17 @@ def test_a_capture_at_the_final_norm_gets_the_last_state(variant: str, ids: list
         aux = subject.run(instance, world)
         states = Scenarios(subject).states
     known = {f"hs[{k}]": t for k, t in enumerate(states)}
-    assert _difference(aux, [states[k] for k in want], known) is None, _difference(aux, [states[k] for k in want], known)
+    assert _difference(aux, [states[k] for k in want], known) is None, _difference(
+        aux, [states[k] for k in want], known
+    )
 
 
 # -- the stand-ins' math, against reference_states -----------------------------------
 
 STREAM = LayerCall(hidden=(0, None), residual=None, batch=(1, None), residual_kind="stream", outputs=None)
-PAIR = LayerCall(hidden=(0, None), residual=(1, None), batch=None, residual_kind="pair", outputs=("hidden_states", "residual"))
+PAIR = LayerCall(
+    hidden=(0, None), residual=(1, None), batch=None, residual_kind="pair", outputs=("hidden_states", "residual")
+)
 
 
 def _embedding() -> torch.Tensor:
@@ -181,7 +185,10 @@ def test_residual_access_from_pp_returns_the_received_pair() -> None:
     pair = {"hidden_states": torch.ones(2), "residual": torch.zeros(2)}
     assert ResidualAccess.from_pp(PPProxyTensors(pair)) == (pair["hidden_states"], pair["residual"])
     assert ResidualAccess.from_pp(PPProxyTensors(pair), residual_in_hidden=True)[1] is None
-    assert ResidualAccess.from_pp(PPProxyTensors({"hidden_states": pair["hidden_states"]}), allow_missing_residual=True)[1] is None
+    assert (
+        ResidualAccess.from_pp(PPProxyTensors({"hidden_states": pair["hidden_states"]}), allow_missing_residual=True)[1]
+        is None
+    )
     with pytest.raises(KeyError):
         ResidualAccess.from_pp(PPProxyTensors({"hidden_states": pair["hidden_states"]}))
 

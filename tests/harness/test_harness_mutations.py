@@ -57,7 +57,13 @@ CASES = [
     # First-id heuristic: with -1 still first, no id is shifted (the trap the setter block avoids).
     ("0.5.15", "deepseek_v2", "DeepseekV2ForCausalLM", "d-keep-minus-one", TWO_EMBEDDINGS),
     # -1 means +1 for the rest: without patchcraft's block after the test, [-1, 2, 4] would stay raw.
-    ("0.5.15", "deepseek_v2", "DeepseekV2ForCausalLM", "no-plus-one-block", ("capture:", "ids [-1, 2, 4]: aux[1] is hs[2], expected hs[3]")),
+    (
+        "0.5.15",
+        "deepseek_v2",
+        "DeepseekV2ForCausalLM",
+        "no-plus-one-block",
+        ("capture:", "ids [-1, 2, 4]: aux[1] is hs[2], expected hs[3]"),
+    ),
     ("0.5.20", "gpt_oss", "GptOssForCausalLM", "d-keep-minus-one", ("capture:",)),
     # Gemma 3 before 0.5.20: no residual at all.
     ("0.5.15", "gemma3_causal", "Gemma3ForCausalLM", "a-no-flag-init", NO_FLAG),
@@ -66,7 +72,13 @@ CASES = [
     ("0.5.15", "gemma3_causal", "Gemma3ForCausalLM", "d-after-loop", ("capture:", "aux[0] is hs[2], expected hs[0]")),
     ("0.5.15", "gemma3_causal", "Gemma3ForCausalLM", "d-keep-minus-one", TWO_EMBEDDINGS),
     # Stand-in parts exist only where the real __init__ assigns them: no pp_group here.
-    ("0.5.15", "gemma3_causal", "Gemma3ForCausalLM", "gate-missing-group", ("capture:", "AttributeError", "no attribute 'pp_group'")),
+    (
+        "0.5.15",
+        "gemma3_causal",
+        "Gemma3ForCausalLM",
+        "gate-missing-group",
+        ("capture:", "AttributeError", "no attribute 'pp_group'"),
+    ),
     # AuxHiddenStatePacker: deepseek_v2 0.5.20 and 0.5.23.
     ("0.5.20", "deepseek_v2", "DeepseekV2ForCausalLM", "a-no-flag-init", NO_FLAG),
     ("0.5.20", "deepseek_v2", "DeepseekV2ForCausalLM", "b-add-none", NONE_ADD),

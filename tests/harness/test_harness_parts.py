@@ -20,7 +20,7 @@ from patchcraft.harness.standins import (  # noqa: E402
     reference_states,
 )
 
-MODEL = '''\
+MODEL = """\
 import torch
 from sglang.srt.distributed import get_pp_group
 from sglang.srt.utils import RMSNorm  # any name imported from sglang: a stand-in
@@ -55,7 +55,7 @@ class TinyModel(torch.nn.Module):
                 aux_hidden_states.append(hidden_states + residual)
             hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
         return hidden_states, aux_hidden_states
-'''
+"""
 
 
 @pytest.fixture
@@ -99,11 +99,16 @@ def test_free_names_resolve_to_real_torch_stand_ins_or_name_error(source: ModelS
     from patchcraft.harness.assemble import _MISSING, Program, Sources
 
     program = Program(ModelGraph(source.path.parent), Sources(source.path.parent), "patched")
-    resolved = {name: program._resolve(name, source) for name in ("torch", "get_pp_group", "RMSNorm", "_FLAG_DEFAULT", "undefined_name", "len")}
+    resolved = {
+        name: program._resolve(name, source)
+        for name in ("torch", "get_pp_group", "RMSNorm", "_FLAG_DEFAULT", "undefined_name", "len")
+    }
     assert resolved["torch"] is torch
     assert callable(resolved["get_pp_group"]) and resolved["get_pp_group"]().is_first_rank
     assert isinstance(resolved["RMSNorm"], Nothing) and isinstance(resolved["_FLAG_DEFAULT"], Nothing)
-    assert resolved["undefined_name"] is _MISSING and resolved["len"] is _MISSING  # builtins, or a NameError as in SGLang
+    assert (
+        resolved["undefined_name"] is _MISSING and resolved["len"] is _MISSING
+    )  # builtins, or a NameError as in SGLang
 
 
 def test_nothing_is_falsy_callable_and_a_context_manager() -> None:
@@ -121,7 +126,9 @@ def test_the_layer_call_convention_is_read_from_the_forward(source: ModelSource)
 
 
 def test_stand_in_layers_add_the_residual_in_place_like_fused_kernels() -> None:
-    call = LayerCall(hidden=(0, None), residual=(1, None), batch=None, residual_kind="pair", outputs=("hidden_states", "residual"))
+    call = LayerCall(
+        hidden=(0, None), residual=(1, None), batch=None, residual_kind="pair", outputs=("hidden_states", "residual")
+    )
     embedding = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
     first, second = StandInLayer(0, call), StandInLayer(1, call)
     hidden, residual = first(embedding, None)
@@ -132,7 +139,9 @@ def test_stand_in_layers_add_the_residual_in_place_like_fused_kernels() -> None:
 
 
 def test_reference_states_match_the_stand_in_layers_bit_for_bit() -> None:
-    call = LayerCall(hidden=(0, None), residual=(1, None), batch=None, residual_kind="pair", outputs=("hidden_states", "residual"))
+    call = LayerCall(
+        hidden=(0, None), residual=(1, None), batch=None, residual_kind="pair", outputs=("hidden_states", "residual")
+    )
     embedding = torch.randn(5, 8, generator=torch.Generator().manual_seed(0))
     states = reference_states(embedding, 4)
     hidden, residual = embedding.clone(), None
@@ -145,7 +154,14 @@ def test_reference_states_match_the_stand_in_layers_bit_for_bit() -> None:
 
 
 def test_the_layer_boundary_residual_lives_on_the_forward_batch() -> None:
-    call = LayerCall(hidden=(0, None), residual=None, batch=(1, None), residual_kind="stream", outputs=None, captures=("capture_output",))
+    call = LayerCall(
+        hidden=(0, None),
+        residual=None,
+        batch=(1, None),
+        residual_kind="stream",
+        outputs=None,
+        captures=("capture_output",),
+    )
     batch, captured = ForwardBatch(), []
     ResidualBatch.start(batch)
     embedding = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
@@ -159,13 +175,18 @@ def test_differences_name_the_tensors() -> None:
     known = {f"hs[{k}]": t for k, t in enumerate(states)}
     assert _difference([states[0], states[2]], [states[0], states[2]], known) is None
     assert _difference([states[2]], [states[0]], known) == "aux[0] is hs[2], expected hs[0] (got [hs[2]])"
-    assert "expected 1 aux states [hs[0]], got 2 [hs[0], hs[0]]" in _difference([states[0], states[0]], [states[0]], known)
+    assert "expected 1 aux states [hs[0]], got 2 [hs[0], hs[0]]" in _difference(
+        [states[0], states[0]], [states[0]], known
+    )
 
 
 def test_a_bom_and_crlf_file_keeps_its_line_numbers(tmp_path: Path) -> None:
     path = tmp_path / "tiny_crlf.py"
     path.write_bytes(("\ufeff" + MODEL.replace("\n", "\r\n")).encode("utf-8"))
     forward = ModelSource.read(path).method("TinyModel", "forward")
-    assert forward is not None and forward.line == MODEL.splitlines().index("    def forward(self, input_ids, positions, forward_batch):") + 1
+    assert (
+        forward is not None
+        and forward.line == MODEL.splitlines().index("    def forward(self, input_ids, positions, forward_batch):") + 1
+    )
     assert "capture_embedding_for_eagle3" not in forward.reverted().text
     assert layer_call(forward).residual_kind == "pair"

@@ -68,7 +68,9 @@ def test_every_patched_model_class_passes(version: str, label: str) -> None:
     if label in KNOWN_LIMITATIONS:
         assert result.status == ERROR, f"{label} now runs ({result.status}): remove it from KNOWN_LIMITATIONS"
         pytest.xfail(f"harness limitation: {KNOWN_LIMITATIONS[label]} ({result.message})")
-    assert result.status == PASS, f"{result.message}\n" + "\n".join(f"  {c.name}: {c.status}: {c.detail}" for c in result.checks)
+    assert result.status == PASS, f"{result.message}\n" + "\n".join(
+        f"  {c.name}: {c.status}: {c.detail}" for c in result.checks
+    )
 
 
 def test_each_release_has_patched_model_classes_that_ran() -> None:

@@ -53,7 +53,10 @@ def test_native_ids_come_first_where_the_release_already_feeds_them(tmp_path, re
     assert report.fixes == (Fix((0, 3, 31), False, "run"), Fix((-1, 2, 30), True, "run"))
     first, *rest = report.suggestion_text.splitlines()
     assert "[0, 3, 31]" in first and "no patch needed" in first
-    assert "release-specific" in rest[0] and "[-1, 2, 30] after `patchcraft apply` means the same on every release" in rest[0]
+    assert (
+        "release-specific" in rest[0]
+        and "[-1, 2, 30] after `patchcraft apply` means the same on every release" in rest[0]
+    )
     # The fix applied: the native ids on the install as it is.
     fixed = kimi_check(tmp_path, release_package(version), [0, 3, 31])
     assert fixed.ok, fixed.verdict
@@ -85,7 +88,19 @@ def test_0_5_10_needs_the_patch(tmp_path, release_copy):
 def test_json_lists_every_fix(tmp_path, capsys):
     draft = sglang_draft(tmp_path / "draft", [2, 30, 58])
     target = kimi_target(tmp_path / "target")
-    code, out, _ = cli(capsys, "check-draft", str(draft), "--target", str(target), "--trained-on", TRAINED, "--release", "0.5.23", "--format", "json")
+    code, out, _ = cli(
+        capsys,
+        "check-draft",
+        str(draft),
+        "--target",
+        str(target),
+        "--trained-on",
+        TRAINED,
+        "--release",
+        "0.5.23",
+        "--format",
+        "json",
+    )
     data = json.loads(out)
     assert code == 1
     assert data["fixes"] == [
@@ -113,11 +128,22 @@ def test_a_forward_that_captures_nothing_never_passes(tmp_path, capsys, version)
     draft = sglang_draft(tmp_path / "draft", [2, 20, 37], fc_in=3 * HIDDEN)
     target = tmp_path / "target"
     target.mkdir()
-    (target / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": {"num_hidden_layers": 40, "hidden_size": HIDDEN}}))
-    code, out, _ = cli(capsys, "check-draft", str(draft), "--target", str(target), "--release", version, "--model", QWEN35)
+    (target / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Qwen3_5ForConditionalGeneration"],
+                "text_config": {"num_hidden_layers": 40, "hidden_size": HIDDEN},
+            }
+        )
+    )
+    code, out, _ = cli(
+        capsys, "check-draft", str(draft), "--target", str(target), "--release", version, "--model", QWEN35
+    )
     assert code == 1
     assert "FAIL  run          nothing is captured" in out
-    code, out, _ = cli(capsys, "explain", "--release", version, "--model", QWEN35, "--layer-ids", "2,20,37", "--num-layers", "40")
+    code, out, _ = cli(
+        capsys, "explain", "--release", version, "--model", QWEN35, "--layer-ids", "2,20,37", "--num-layers", "40"
+    )
     assert code == 1 and "SGLang feeds the draft: nothing" in out and "nothing is captured" in out
 
 
@@ -136,7 +162,10 @@ def mutated(release_copy, replacement: str) -> Path:
 
 
 def test_an_uncloned_layer_zero_capture_fails_and_is_never_suggested(tmp_path, release_copy):
-    package = mutated(release_copy, "                        aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)\n")
+    package = mutated(
+        release_copy,
+        "                        aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)\n",
+    )
     report = kimi_check(tmp_path, package, [0, 3, 31])
     assert check_by_name(report, "run").ok is False
     assert "not a copy" in check_by_name(report, "run").message
@@ -144,13 +173,17 @@ def test_an_uncloned_layer_zero_capture_fails_and_is_never_suggested(tmp_path, r
 
 
 def test_a_cloned_layer_zero_capture_is_offered_natively(tmp_path, release_copy):
-    package = mutated(release_copy, "                        aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)\n")
+    package = mutated(
+        release_copy,
+        "                        aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)\n",
+    )
     report = kimi_check(tmp_path, package, [2, 30, 58])
     assert report.fixes[0] == Fix((0, 3, 31), False, "run")
     assert kimi_check(tmp_path, package, [0, 3, 31]).ok
 
 
 # -- the overlay: the files `patchcraft run` serves ------------------------------------------
+
 
 def test_check_draft_runs_the_overlay_files_and_the_preflight_shares_the_verdict(tmp_path, release_copy, capsys):
     from patchcraft.commands.run import parse_server_args, preflight
@@ -167,21 +200,46 @@ def test_check_draft_runs_the_overlay_files_and_the_preflight_shares_the_verdict
     code, out, _ = cli(capsys, *args, "--overlay", str(overlay))
     data = json.loads(out)
     assert code == 0, data["verdict"]
-    assert data["explain"]["served_source"] == "run" and data["explain"]["run"]["fed"][0] == {"hs": 0, "copy": True, "what": ""}
-    argv = ["--model-path", str(target), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft)]
+    assert data["explain"]["served_source"] == "run" and data["explain"]["run"]["fed"][0] == {
+        "hs": 0,
+        "copy": True,
+        "what": "",
+    }
+    argv = [
+        "--model-path",
+        str(target),
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(draft),
+    ]
     assert preflight(parse_server_args(argv), overlay / "tree" / "sglang", TRAINED) == 0
     assert "by running the code on the CPU harness" in capsys.readouterr().out
 
 
 def test_a_directory_that_is_no_overlay_is_one_line_exit_2(tmp_path, capsys):
     draft = sglang_draft(tmp_path / "draft", [-1, 2, 30])
-    code, out, err = cli(capsys, "check-draft", str(draft), "--num-layers", "61", "--model", "kimi_k25", "--overlay", str(tmp_path))
+    code, out, err = cli(
+        capsys, "check-draft", str(draft), "--num-layers", "61", "--model", "kimi_k25", "--overlay", str(tmp_path)
+    )
     assert code == 2 and "not an overlay" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    code, _, err = cli(capsys, "explain", "--layer-ids", "0,3,31", "--num-layers", "61", "--overlay", str(tmp_path), "--release", "0.5.23")
+    code, _, err = cli(
+        capsys,
+        "explain",
+        "--layer-ids",
+        "0,3,31",
+        "--num-layers",
+        "61",
+        "--overlay",
+        str(tmp_path),
+        "--release",
+        "0.5.23",
+    )
     assert code == 2 and "--overlay is the target" in err
 
 
 # -- without torch: the static reading, and it says so -------------------------------------
+
 
 def test_without_torch_the_static_reading_answers_and_says_so(tmp_path, monkeypatch, capsys):
     import sys
@@ -195,5 +253,7 @@ def test_without_torch_the_static_reading_answers_and_says_so(tmp_path, monkeypa
     native = kimi_check(tmp_path, release_package("0.5.23"), [0, 3, 31])
     assert not native.ok and check_by_name(native, "run").ok is False and "install torch" in native.verdict
     draft, target = sglang_draft(tmp_path / "d", [2, 30, 58]), kimi_target(tmp_path / "t")
-    code, out, _ = cli(capsys, "check-draft", str(draft), "--target", str(target), "--trained-on", TRAINED, "--release", "0.5.23")
+    code, out, _ = cli(
+        capsys, "check-draft", str(draft), "--target", str(target), "--trained-on", TRAINED, "--release", "0.5.23"
+    )
     assert code == 1 and "(static reading)" in out and "[static reading]" in out

@@ -84,9 +84,16 @@ def test_read_manifest(ov: dict[str, Path]) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [(None, "not an overlay ("), ("{not json", "not an overlay ("), ("[]", "not an overlay manifest"), ('{"modules": []}', "not an overlay manifest")],
+    [
+        (None, "not an overlay ("),
+        ("{not json", "not an overlay ("),
+        ("[]", "not an overlay manifest"),
+        ('{"modules": []}', "not an overlay manifest"),
+    ],
 )
-def test_a_directory_that_is_no_overlay_is_one_line_naming_the_manifest(tmp_path: Path, text: str | None, message: str) -> None:
+def test_a_directory_that_is_no_overlay_is_one_line_naming_the_manifest(
+    tmp_path: Path, text: str | None, message: str
+) -> None:
     if text is not None:
         (tmp_path / MANIFEST).write_text(text, encoding="utf-8")
     with pytest.raises(PatchcraftError) as caught:
@@ -94,14 +101,26 @@ def test_a_directory_that_is_no_overlay_is_one_line_naming_the_manifest(tmp_path
     assert str(caught.value).startswith(f"{tmp_path / MANIFEST}: {message}") and "\n" not in str(caught.value)
 
 
-def test_walk_lists_itself_then_folders_before_files_and_never_follows_links(ov: dict[str, Path], tmp_path: Path) -> None:
+def test_walk_lists_itself_then_folders_before_files_and_never_follows_links(
+    ov: dict[str, Path], tmp_path: Path
+) -> None:
     overlay = ov["overlay"]
     outside = tmp_path / "outside"
     (outside / "deep").mkdir(parents=True)
     (overlay / "link").symlink_to(outside)
     listing = walk(overlay)
     rels = [str(path.relative_to(overlay)) for path, _ in listing]
-    assert rels == [".", "tree", "tree/sglang", "tree/sglang/srt", "tree/sglang/srt/models", SERVED, "link", MANIFEST, BOOTSTRAP]
+    assert rels == [
+        ".",
+        "tree",
+        "tree/sglang",
+        "tree/sglang/srt",
+        "tree/sglang/srt/models",
+        SERVED,
+        "link",
+        MANIFEST,
+        BOOTSTRAP,
+    ]
     assert stat.S_ISLNK(dict(listing)[overlay / "link"].st_mode)
 
 
@@ -141,7 +160,10 @@ def test_the_parent_directory_counts_unless_sticky(ov: dict[str, Path]) -> None:
 @as_root
 def test_a_file_owned_by_another_user_is_named(ov: dict[str, Path]) -> None:
     os.chown(ov["served"], NOBODY, NOBODY)
-    assert untrusted(ov["overlay"]) == f"{ov['served']}: owned by uid {NOBODY}, not by this user (uid {os.getuid()}) or root"
+    assert (
+        untrusted(ov["overlay"])
+        == f"{ov['served']}: owned by uid {NOBODY}, not by this user (uid {os.getuid()}) or root"
+    )
     assert untrusted(ov["overlay"], owners=[os.getuid(), NOBODY]) is None
 
 
@@ -176,7 +198,9 @@ def test_untrusted_directory(tmp_path: Path) -> None:
     shared.chmod(0o1777)
     assert untrusted_directory(shared) == f"{shared}: writable by group or others (mode 1777)"
     assert untrusted_directory(shared, sticky_ok=True) is None
-    assert untrusted_directory(tmp_path / "absent") == f"{tmp_path / 'absent'}: cannot be read (No such file or directory)"
+    assert (
+        untrusted_directory(tmp_path / "absent") == f"{tmp_path / 'absent'}: cannot be read (No such file or directory)"
+    )
 
 
 # -- intact -----------------------------------------------------------------------------
@@ -189,7 +213,9 @@ def test_an_intact_overlay_has_no_damage(ov: dict[str, Path]) -> None:
 def test_a_same_size_edit_is_named(ov: dict[str, Path]) -> None:
     data = ov["served"].read_bytes()
     ov["served"].write_bytes(data.replace(b"True", b"Fals"))
-    assert damage(ov["overlay"]) == [f"{ov['served']}: changed since the overlay was built (its sha256 is not the manifest's)"]
+    assert damage(ov["overlay"]) == [
+        f"{ov['served']}: changed since the overlay was built (its sha256 is not the manifest's)"
+    ]
 
 
 def test_a_missing_file_is_named(ov: dict[str, Path]) -> None:
@@ -251,7 +277,9 @@ def test_a_changed_installed_file_is_named(ov: dict[str, Path]) -> None:
 
 def test_a_removed_installed_file_is_named(ov: dict[str, Path]) -> None:
     ov["original"].unlink()
-    assert stale(ov["overlay"]) == [f"{ov['original']} (sglang.srt.models.llama): unreadable (No such file or directory)"]
+    assert stale(ov["overlay"]) == [
+        f"{ov['original']} (sglang.srt.models.llama): unreadable (No such file or directory)"
+    ]
 
 
 # -- all of it, in order ----------------------------------------------------------------
@@ -266,7 +294,9 @@ def test_problems_owner_first_then_damage_then_staleness(ov: dict[str, Path]) ->
     ov["original"].write_bytes(b"changed = 1\n")
     assert problems(ov["overlay"]) == stale(ov["overlay"]) != []
     ov["bootstrap"].write_bytes(b"# planted\n")
-    assert problems(ov["overlay"]) == [f"{ov['bootstrap']}: changed since the overlay was built (its sha256 is not the manifest's)"]
+    assert problems(ov["overlay"]) == [
+        f"{ov['bootstrap']}: changed since the overlay was built (its sha256 is not the manifest's)"
+    ]
     ov["bootstrap"].chmod(0o666)
     assert problems(ov["overlay"]) == [f"{ov['bootstrap']}: writable by group or others (mode 666)"]
 
@@ -282,7 +312,10 @@ def test_require_usable_is_one_line_with_how_to_rebuild(ov: dict[str, Path], tmp
     with pytest.raises(PatchcraftError) as caught:
         require_usable(ov["overlay"])
     overlay = ov["overlay"]
-    assert str(caught.value) == f"{overlay}: {ov['served']}: missing from the overlay: rebuild it with `patchcraft overlay build --out {overlay}`"
+    assert (
+        str(caught.value)
+        == f"{overlay}: {ov['served']}: missing from the overlay: rebuild it with `patchcraft overlay build --out {overlay}`"
+    )
 
 
 # -- readable ---------------------------------------------------------------------------

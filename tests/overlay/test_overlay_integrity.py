@@ -38,7 +38,11 @@ def world(tmp_path_factory: pytest.TempPathFactory):
         package = install_release(RELEASE, venv, "/usr/bin/python3.11" if SYSTEM_PYTHON else sys.executable)
         python = venv / "bin" / "python"
         overlay = root / "overlay"
-        build = subprocess.run(PATCHCRAFT + ["overlay", "build", str(package), "--out", str(overlay), "--no-smoke"], capture_output=True, text=True)
+        build = subprocess.run(
+            PATCHCRAFT + ["overlay", "build", str(package), "--out", str(overlay), "--no-smoke"],
+            capture_output=True,
+            text=True,
+        )
         assert build.returncode == 0, build.stderr
         yield {"root": root, "python": python, "package": package, "overlay": overlay}
     finally:
@@ -54,7 +58,11 @@ def child(world: dict, pythonpath: str, as_nobody: bool = False, code: str = CHI
 
 def served(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 0, proc.stderr
-    return proc.stdout.split("ORIGIN ", 1)[1].split("\n", 1)[0].strip() if "ORIGIN " in proc.stdout else proc.stdout.strip()
+    return (
+        proc.stdout.split("ORIGIN ", 1)[1].split("\n", 1)[0].strip()
+        if "ORIGIN " in proc.stdout
+        else proc.stdout.strip()
+    )
 
 
 def patched(path: str) -> bool:
@@ -111,7 +119,9 @@ DAMAGE = {
     "bootstrap reduced to MODULES = {}": lambda o: (o / "sitecustomize.py").write_text("MODULES = {}\n"),
     "table emptied": lambda o: (o / "patchcraft_modules.tsv").write_text(""),
     "overlay file emptied": lambda o: (o / _served_rel(o)).write_text(""),
-    "overlay file reverted": lambda o: (o / _served_rel(o)).write_bytes(Path(_manifest(o)["modules"][MODULE]["original"]).read_bytes()),
+    "overlay file reverted": lambda o: (o / _served_rel(o)).write_bytes(
+        Path(_manifest(o)["modules"][MODULE]["original"]).read_bytes()
+    ),
 }
 
 
@@ -124,7 +134,16 @@ def _served_rel(overlay: Path) -> str:
 
 
 def _damaged_name(overlay: Path, how: str) -> str:
-    return str(overlay / ("patchcraft_modules.tsv" if how == "table emptied" else "sitecustomize.py" if "bootstrap" in how else _served_rel(overlay)))
+    return str(
+        overlay
+        / (
+            "patchcraft_modules.tsv"
+            if how == "table emptied"
+            else "sitecustomize.py"
+            if "bootstrap" in how
+            else _served_rel(overlay)
+        )
+    )
 
 
 @pytest.mark.parametrize("how", list(DAMAGE))
@@ -132,7 +151,18 @@ def test_a_damaged_overlay_is_refused_naming_the_file(world: dict, how: str) -> 
     overlay = clone(world, "damaged")
     name = _damaged_name(overlay, how)
     DAMAGE[how](overlay)
-    run = patchcraft("run", "--target", str(world["package"]), "--overlay", str(overlay), "--no-preflight", "--", str(world["python"]), "-c", "print('LAUNCHED')")
+    run = patchcraft(
+        "run",
+        "--target",
+        str(world["package"]),
+        "--overlay",
+        str(overlay),
+        "--no-preflight",
+        "--",
+        str(world["python"]),
+        "-c",
+        "print('LAUNCHED')",
+    )
     assert run.returncode == 2 and "LAUNCHED" not in run.stdout, run.stdout + run.stderr
     assert name in run.stderr and run.stderr.count("\n") == 1, run.stderr
     for command in (["verify", "--overlay", str(overlay)], ["smoke", "--overlay", str(overlay)]):
@@ -151,7 +181,9 @@ def test_a_same_size_edit_is_found_after_the_digest_memo_is_warm(world: dict, tm
     assert (tmp_path / "cache" / "digests" / f"{os.getuid()}.marshal").is_file()
     served_file = overlay / _served_rel(overlay)
     before = os.stat(served_file)
-    served_file.write_bytes(served_file.read_bytes().replace(b"capture_embedding_for_eagle3", b"capture_embedding_for_eaglex", 1))
+    served_file.write_bytes(
+        served_file.read_bytes().replace(b"capture_embedding_for_eagle3", b"capture_embedding_for_eaglex", 1)
+    )
     os.utime(served_file, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert os.stat(served_file).st_size == before.st_size
     second = patchcraft("verify", "--overlay", str(overlay), env=env)
@@ -170,7 +202,19 @@ def test_the_bootstrap_itself_refuses_a_damaged_overlay(world: dict, how: str) -
 @pytest.mark.parametrize("how", list(DAMAGE))
 def test_run_rebuilds_a_damaged_cache_entry(world: dict, how: str, tmp_path: Path) -> None:
     env = dict(os.environ, PATCHCRAFT_CACHE=str(tmp_path / "cache"))
-    command = ["run", "--target", str(world["package"]), "--no-smoke", "--no-preflight", "--", str(world["python"]), "-c", CHILD, str(world["package"]), MODULE]
+    command = [
+        "run",
+        "--target",
+        str(world["package"]),
+        "--no-smoke",
+        "--no-preflight",
+        "--",
+        str(world["python"]),
+        "-c",
+        CHILD,
+        str(world["package"]),
+        MODULE,
+    ]
     first = patchcraft(*command, env=env)
     origin = served(first)
     assert patched(origin)
@@ -214,7 +258,21 @@ def test_rebuilding_under_a_poller_never_serves_the_unpatched_file(world: dict) 
     overlay = world["root"] / "polled"
     assert patchcraft("overlay", "build", str(world["package"]), "--out", str(overlay), "--no-smoke").returncode == 0
     stop = world["root"] / "stop-poller"
-    poller = subprocess.Popen([sys.executable, "-c", POLLER, str(world["python"]), str(world["package"]), MODULE, str(overlay), str(stop), CHILD], stdout=subprocess.PIPE, text=True)
+    poller = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            POLLER,
+            str(world["python"]),
+            str(world["package"]),
+            MODULE,
+            str(overlay),
+            str(stop),
+            CHILD,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         for _ in range(3):
             proc = patchcraft("overlay", "build", str(world["package"]), "--out", str(overlay), "--no-smoke")
@@ -260,14 +318,30 @@ def test_a_planted_entry_in_a_shared_cache_is_not_executed(world: dict) -> None:
     marker = world["root"] / "PLANTED"
     subprocess.run(NOBODY + ["/usr/bin/python3", "-c", PLANT, str(entry), str(marker)], check=True)
     assert entry.stat().st_uid == 65534
-    command = ["run", "--target", str(world["package"]), "--no-smoke", "--no-preflight", "--", str(world["python"]), "-c", CHILD, str(world["package"]), MODULE]
+    command = [
+        "run",
+        "--target",
+        str(world["package"]),
+        "--no-smoke",
+        "--no-preflight",
+        "--",
+        str(world["python"]),
+        "-c",
+        CHILD,
+        str(world["package"]),
+        MODULE,
+    ]
     proc = patchcraft(*command, env=env)
     assert not marker.exists(), "the planted sitecustomize ran"
     origin = served(proc)
     assert patched(origin) and origin.startswith(str(private_tmp)), origin
     assert "owned by uid 65534" in proc.stderr and "private overlay" in proc.stderr, proc.stderr
-    refused = patchcraft("run", "--target", str(world["package"]), "--overlay", str(entry), "--no-preflight", "--", "true", env=env)
-    assert refused.returncode == 2 and "owned by uid 65534" in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+    refused = patchcraft(
+        "run", "--target", str(world["package"]), "--overlay", str(entry), "--no-preflight", "--", "true", env=env
+    )
+    assert refused.returncode == 2 and "owned by uid 65534" in refused.stderr and refused.stderr.count("\n") == 1, (
+        refused.stderr
+    )
     assert not marker.exists()
 
 
@@ -292,7 +366,10 @@ def test_a_root_owned_image_overlay_is_accepted_for_another_user(world: dict) ->
 
     version = world["overlay"].resolve()
     assert untrusted(world["overlay"], owners={65534, 0}) is None
-    assert untrusted(world["overlay"], owners={65534}) == f"{world['overlay']}: owned by uid 0, not by this user (uid {os.getuid()}) or root"
+    assert (
+        untrusted(world["overlay"], owners={65534})
+        == f"{world['overlay']}: owned by uid 0, not by this user (uid {os.getuid()}) or root"
+    )
     writable = clone(world, "group-writable")
     os.chmod(writable / "tree", 0o775)
     assert "writable by group or others" in (untrusted(writable) or "")
@@ -301,10 +378,13 @@ def test_a_root_owned_image_overlay_is_accepted_for_another_user(world: dict) ->
 
 # -- 5. one bootstrap per process -----------------------------------------------------------
 
-COUNTS = CHILD + """
+COUNTS = (
+    CHILD
+    + """
 finders = [f for f in sys.meta_path if getattr(f, "patchcraft_overlay", None)]
 print("FINDERS", len(finders), "META_PATH", len(sys.meta_path))
 """
+)
 
 
 def test_two_overlays_on_the_path_one_finder_their_sitecustomize_once(world: dict) -> None:
@@ -328,7 +408,11 @@ def test_different_overlays_for_the_same_module_refuse_naming_both(world: dict, 
     other = tmp_path / "other-overlay"
     assert patchcraft("overlay", "build", str(copy), "--out", str(other), "--no-smoke").returncode == 0
     out = served(child(world, os.pathsep.join([str(world["overlay"]), str(other)])))
-    assert out.startswith("IMPORTERROR patchcraft overlay: ") and str(world["overlay"].resolve()) in out and str(other.resolve()) in out, out
+    assert (
+        out.startswith("IMPORTERROR patchcraft overlay: ")
+        and str(world["overlay"].resolve()) in out
+        and str(other.resolve()) in out
+    ), out
 
 
 # -- 8. proof recorded in the manifest --------------------------------------------------------
@@ -364,12 +448,31 @@ def test_the_static_line_is_shown_without_torch(world: dict, tmp_path: Path) -> 
 def test_prune_removes_unused_overlays_and_stale_temp_dirs_never_one_in_use(world: dict, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     env = dict(os.environ, PATCHCRAFT_CACHE=str(cache))
-    used = served(patchcraft("run", "--target", str(world["package"]), "--no-smoke", "--no-preflight", "--", str(world["python"]), "-c", CHILD, str(world["package"]), MODULE, env=env))
+    used = served(
+        patchcraft(
+            "run",
+            "--target",
+            str(world["package"]),
+            "--no-smoke",
+            "--no-preflight",
+            "--",
+            str(world["python"]),
+            "-c",
+            CHILD,
+            str(world["package"]),
+            MODULE,
+            env=env,
+        )
+    )
     overlays = cache / "overlays"
     (entry,) = [p for p in overlays.iterdir() if not p.name.startswith(".")]
     in_use = entry.resolve()
     # A server still running on it: its bootstrap holds the lock.
-    server = subprocess.Popen([str(world["python"]), "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env={"PYTHONPATH": str(in_use)})
+    server = subprocess.Popen(
+        [str(world["python"]), "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        env={"PYTHONPATH": str(in_use)},
+    )
     # An unused overlay, and what a build killed mid-write leaves (a lock nobody holds; an older patchcraft's temp dir).
     unused = overlays / "0"
     shutil.copytree(in_use, overlays / ".0-unused")
@@ -418,7 +521,9 @@ def test_the_bootstrap_is_stdlib_only_and_inert_when_imported() -> None:
     tree = ast.parse(Path(bootstrap.__file__).read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(
+        sys.stdlib_module_names
+    )
     assert not any(getattr(f, "patchcraft_overlay", None) for f in sys.meta_path)
 
 
@@ -453,17 +558,32 @@ def test_the_preflight_never_says_ok_about_a_damaged_overlay(world: dict, tmp_pa
     """An overlay file reverted to the original: refused before the preflight (--overlay), or rebuilt and then preflighted (run)."""
     from drafts import kimi_target, sglang_draft
 
-    server = ["--", sys.executable, "-c", "print('LAUNCHED')", "--model-path", str(kimi_target(tmp_path / "kimi")),
-              "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(sglang_draft(tmp_path / "draft", [-1, 2, 30]))]
+    server = [
+        "--",
+        sys.executable,
+        "-c",
+        "print('LAUNCHED')",
+        "--model-path",
+        str(kimi_target(tmp_path / "kimi")),
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(sglang_draft(tmp_path / "draft", [-1, 2, 30])),
+    ]
     flags = ["--target", str(world["package"]), "--no-smoke", "--trained-on", "hf:0,3,31"]
     overlay = clone(world, "reverted")
     DAMAGE["overlay file reverted"](overlay)
     refused = patchcraft("run", *flags, "--overlay", str(overlay), *server)
     assert refused.returncode == 2 and "LAUNCHED" not in refused.stdout, refused.stdout + refused.stderr
-    assert _damaged_name(overlay, "overlay file reverted") in refused.stderr and "after patchcraft apply" not in refused.stdout + refused.stderr
+    assert (
+        _damaged_name(overlay, "overlay file reverted") in refused.stderr
+        and "after patchcraft apply" not in refused.stdout + refused.stderr
+    )
     env = dict(os.environ, PATCHCRAFT_CACHE=str(tmp_path / "cache"))
     assert patchcraft("run", *flags, *server, env=env).returncode == 0
     (entry,) = [p for p in (tmp_path / "cache" / "overlays").iterdir() if not p.name.startswith(".")]
     DAMAGE["overlay file reverted"](entry.resolve())
     rebuilt = patchcraft("run", *flags, *server, env=env)
-    assert rebuilt.returncode == 0 and "LAUNCHED" in rebuilt.stdout and "rebuilt" in rebuilt.stderr, rebuilt.stdout + rebuilt.stderr
+    assert rebuilt.returncode == 0 and "LAUNCHED" in rebuilt.stdout and "rebuilt" in rebuilt.stderr, (
+        rebuilt.stdout + rebuilt.stderr
+    )

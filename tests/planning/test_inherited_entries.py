@@ -71,7 +71,9 @@ def test_apply_then_verify_confirms_mellum_is_covered(tmp_path, capsys):
 
 def test_explain_answers_for_mellum(tmp_path, capsys):
     package = fork(tmp_path, "0.5.10")
-    code, out, err = cli(capsys, "explain", str(package), "--model", "mellum", "--layer-ids", "2,16,29", "--num-layers", "32")
+    code, out, err = cli(
+        capsys, "explain", str(package), "--model", "mellum", "--layer-ids", "2,16,29", "--num-layers", "32"
+    )
     assert f"model    {ROW}, 32 layers" in out, err
     assert "LlamaForCausalLM.set_eagle3_layers_to_capture" in out
     assert "SGLang feeds the draft: hs[3], hs[17], hs[30]" in out
@@ -84,6 +86,11 @@ def test_inherited_rows_stay_out_of_a_whole_tree_run_and_of_named_models(tmp_pat
     assert ROW not in labels
     # llama.py's own inheriting entry classes (Phi3ForCausalLM, ...) stay folded into Llama's row.
     assert [p.label for p in plan_tree(tree, ["llama"])] == [
-        "llama.LlamaForCausalLM", "llama4.Llama4ForCausalLM", "mllama4.Llama4ForConditionalGeneration"
+        "llama.LlamaForCausalLM",
+        "llama4.Llama4ForCausalLM",
+        "mllama4.Llama4ForConditionalGeneration",
     ]
-    assert any(p.inherits == "llama.LlamaForCausalLM" and p.label == ROW for p in plan_models(scan(tree.models_dir), inheriting=True))
+    assert any(
+        p.inherits == "llama.LlamaForCausalLM" and p.label == ROW
+        for p in plan_models(scan(tree.models_dir), inheriting=True)
+    )

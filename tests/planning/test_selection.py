@@ -111,6 +111,7 @@ def test_sampled_real_files_plan_as_in_the_whole_tree(version: str) -> None:
 
 # -- the closure: no subset half-patches a sibling ------------------------------------
 
+
 def _readers(graph) -> list[tuple[str, tuple, tuple | None]]:
     """Every class running a capturing forward: (label, forward site key, init site key or None)."""
     found = []
@@ -119,11 +120,13 @@ def _readers(graph) -> list[tuple[str, tuple, tuple | None]]:
         if forward is None:
             continue
         init = _init_owner(graph, cls)
-        found.append((
-            cls.label,
-            (str(forward[0].path), forward[0].name, "forward"),
-            (str(init.path), init.name, "init") if init is not None else None,
-        ))
+        found.append(
+            (
+                cls.label,
+                (str(forward[0].path), forward[0].name, "forward"),
+                (str(init.path), init.name, "init") if init is not None else None,
+            )
+        )
     return found
 
 
@@ -159,7 +162,9 @@ def test_the_check_sees_a_half_patched_sibling() -> None:
     graph = scan(tree.models_dir)
     plans = plan_models(graph)
     named_only = [p for p in plans if p.module == "deepseek_v2"]
-    patched = {site.key for plan in named_only for site in plan.sites if site.kind != "init" or site.cls == "DeepseekV2Model"}
+    patched = {
+        site.key for plan in named_only for site in plan.sites if site.kind != "init" or site.cls == "DeepseekV2Model"
+    }
     assert "glm4_moe_lite.Glm4MoeLiteModel" in _crashing(_readers(graph), patched)
     closed = {site.key for plan in select(plans, tree, ["deepseek_v2"]) for site in plan.sites}
     assert not _crashing(_readers(graph), closed)

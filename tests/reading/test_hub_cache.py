@@ -53,7 +53,12 @@ def test_hf_home_wins_over_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
 
 def test_hf_hub_cache_wins_over_everything(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name, value in [("XDG_CACHE_HOME", "xdg"), ("HF_HOME", "hf"), ("HUGGINGFACE_HUB_CACHE", "old"), ("HF_HUB_CACHE", "new")]:
+    for name, value in [
+        ("XDG_CACHE_HOME", "xdg"),
+        ("HF_HOME", "hf"),
+        ("HUGGINGFACE_HUB_CACHE", "old"),
+        ("HF_HUB_CACHE", "new"),
+    ]:
         monkeypatch.setenv(name, str(tmp_path / value))
     assert hub_cache() == tmp_path / "new"
 
@@ -86,7 +91,9 @@ def test_repo_ids(text: str) -> None:
     assert looks_like_repo_id(text)
 
 
-@pytest.mark.parametrize("text", ["./x", "/abs/path", "~/model", "a/b/c", "org/..", "../name", "a..b/c", "", "-org/name", "org/", "org name"])
+@pytest.mark.parametrize(
+    "text", ["./x", "/abs/path", "~/model", "a/b/c", "org/..", "../name", "a..b/c", "", "-org/name", "org/", "org name"]
+)
 def test_local_paths_and_junk_are_not_repo_ids(text: str) -> None:
     assert not looks_like_repo_id(text)
 
@@ -139,7 +146,9 @@ def test_a_commit_hash_as_revision_needs_no_ref(monkeypatch: pytest.MonkeyPatch,
     assert find_snapshot("org/target").path is None  # no refs/main
 
 
-def test_a_revision_that_is_neither_a_ref_nor_a_commit_is_not_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_revision_that_is_neither_a_ref_nor_a_commit_is_not_found(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     hub = tmp_path / "hub"
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     cached(hub, "org/target", COMMIT, ref=None)

@@ -29,7 +29,7 @@ from patchcraft.base.target import SglangTree
 
 LLAMA_IMPORT = "from sglang.srt.models.llama import LlamaForCausalLM as Base, LlamaModel\n"
 #: An inner model of its own, so that the subclass needs other sites than Llama (and is a plan of its own).
-SUB_MODEL = '''
+SUB_MODEL = """
 class SubModel(LlamaModel):
     def forward(self, input_ids, positions, forward_batch):
         aux_hidden_states = []
@@ -40,12 +40,12 @@ class SubModel(LlamaModel):
             hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
         return hidden_states, aux_hidden_states
 
-'''
-INIT = '''
+"""
+INIT = """
     def __init__(self, config, quant_config=None, prefix=""):
         super().__init__(config, quant_config, prefix)
         self.model = SubModel(config, quant_config, prefix)
-'''
+"""
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> SglangTree:
@@ -73,15 +73,22 @@ def _labels(tree: SglangTree, stem: str) -> list[str]:
 SUBCLASSES = {
     "alias": LLAMA_IMPORT + SUB_MODEL + "class AliasForCausalLM(Base):" + INIT,
     "module_attr": "from sglang.srt.models import llama as L\nfrom sglang.srt.models.llama import LlamaModel\n"
-    + SUB_MODEL + "class AttrForCausalLM(L.LlamaForCausalLM):" + INIT,
-    "relative": "from .llama import LlamaForCausalLM, LlamaModel\n" + SUB_MODEL + "class RelForCausalLM(LlamaForCausalLM):" + INIT,
+    + SUB_MODEL
+    + "class AttrForCausalLM(L.LlamaForCausalLM):"
+    + INIT,
+    "relative": "from .llama import LlamaForCausalLM, LlamaModel\n"
+    + SUB_MODEL
+    + "class RelForCausalLM(LlamaForCausalLM):"
+    + INIT,
     # Through a class of the same file, which derives from Llama.
     "same_file": LLAMA_IMPORT + SUB_MODEL + "class Mid(Base):\n    pass\n\n\nclass SameForCausalLM(Mid):" + INIT,
     # Through another importer: chain.py's class derives from alias.py's.
     "chain": "from sglang.srt.models.alias import AliasForCausalLM, SubModel\n\n\nclass ChainForCausalLM(AliasForCausalLM):\n    pass\n",
     # A base list with a comment that hides a parenthesis: unreadable, so the file is loaded.
-    "comment": "from .llama import LlamaForCausalLM, LlamaModel\n" + SUB_MODEL
-    + "class CommentForCausalLM(LlamaModel  # not it ) :\n    , LlamaForCausalLM):" + INIT,
+    "comment": "from .llama import LlamaForCausalLM, LlamaModel\n"
+    + SUB_MODEL
+    + "class CommentForCausalLM(LlamaModel  # not it ) :\n    , LlamaForCausalLM):"
+    + INIT,
 }
 
 
@@ -103,7 +110,9 @@ def test_a_base_reached_through_a_module_that_imports_it(tmp_path: Path, renamed
         {
             "reexport": f"from sglang.srt.models.llama import {names}\n",
             "user": "from sglang.srt.models import reexport as m\n"
-            + SUB_MODEL.replace("(LlamaModel)", f"(m.{inner})") + f"class UserForCausalLM(m.{outer}):" + INIT,
+            + SUB_MODEL.replace("(LlamaModel)", f"(m.{inner})")
+            + f"class UserForCausalLM(m.{outer}):"
+            + INIT,
         },
     )
     assert _labels(tree, "llama") == ["llama.LlamaForCausalLM", "user.UserForCausalLM"]
@@ -114,8 +123,11 @@ def test_an_import_cycle_leaves_no_subclass_out(tmp_path: Path) -> None:
     tree = _tree(
         tmp_path,
         {
-            "a": "from .llama import LlamaForCausalLM, LlamaModel\n" + SUB_MODEL
-            + "class AForCausalLM(LlamaForCausalLM):" + INIT + "\n    def later(self):\n        from .b import helper\n",
+            "a": "from .llama import LlamaForCausalLM, LlamaModel\n"
+            + SUB_MODEL
+            + "class AForCausalLM(LlamaForCausalLM):"
+            + INIT
+            + "\n    def later(self):\n        from .b import helper\n",
             "b": "from .a import AForCausalLM, SubModel as Base\n\n\nclass SubModel(Base):\n    pass\n\n\n"
             "class BForCausalLM(AForCausalLM):" + INIT + "\n\ndef helper():\n    pass\n",
         },
@@ -137,7 +149,9 @@ def test_importers_that_only_use_layers_are_not_parsed(tmp_path: Path) -> None:
     texts = ModelTexts(prefilter.read_models(tree.models_dir))
     reach = prefilter.Reach(ModelGraph(models_dir=tree.models_dir), texts)
     reach.load({"llama", "alias", "layers", "broken"})
-    assert set(reach.graph.loaded) == {"llama", "alias"}, "files whose bases name no class with the setter need no parse"
+    assert set(reach.graph.loaded) == {"llama", "alias"}, (
+        "files whose bases name no class with the setter need no parse"
+    )
 
 
 def test_real_importers_that_reuse_only_layers_are_left_out() -> None:
@@ -179,6 +193,7 @@ def test_unreadable_class_lines_mean_any_name() -> None:
 
 
 # -- which files import which ------------------------------------------------------------
+
 
 def test_importers_follow_every_import_form() -> None:
     data = {

@@ -30,7 +30,7 @@ def fake_release(root: Path, source: str) -> Path:
     return root
 
 
-SMALL = '''
+SMALL = """
 def add_cli_args(parser):
     parser.add_argument("--model-path", "--model", type=str)
     parser.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int)
@@ -41,7 +41,7 @@ def add_cli_args(parser):
     parser.add_argument("--speculative-aux", type=str)
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("positional")
-'''
+"""
 
 
 # -- the flag table, read from the release's source ---------------------------------
@@ -100,7 +100,10 @@ def test_0_5_10_flags_and_their_dests() -> None:
 def test_0_5_23_fields_honour_cli_name_aliases_and_no_cli() -> None:
     flags = release_flags(release_package("0.5.23"))
     assert flags is not None
-    assert flags.options["--model"] == "model_path" and flags.options["--speculative-draft-model"] == "speculative_draft_model_path"
+    assert (
+        flags.options["--model"] == "model_path"
+        and flags.options["--speculative-draft-model"] == "speculative_draft_model_path"
+    )
     # Arg(cli_name="--fp8-gemm-backend") on field fp8_gemm_runner_backend: the cli_name replaces the field's own spelling
     assert flags.options["--fp8-gemm-backend"] == "fp8_gemm_runner_backend"
     assert "--fp8-gemm-runner-backend" not in flags.options
@@ -138,7 +141,9 @@ def test_defaults_when_nothing_is_given() -> None:
 
 def test_equals_form_aliases_and_the_last_one_wins() -> None:
     package = release_package("0.5.23")
-    parsed = parse_server_args(["--tp-size=2", "--tensor-parallel-size", "4", "--model", "a", "--model-path=b"], package)
+    parsed = parse_server_args(
+        ["--tp-size=2", "--tensor-parallel-size", "4", "--model", "a", "--model-path=b"], package
+    )
     assert parsed.tp == 4 and parsed.model_path == "b"
 
 
@@ -195,7 +200,9 @@ def test_unknown_flags_and_the_double_dash_are_ignored() -> None:
 
 
 def test_without_the_release_flags_the_known_spellings_are_read() -> None:
-    parsed = parse_server_args(["--speculative-draft-model", "d", "--tensor-parallel-size", "2", "--speculative-algo", "E"], None)
+    parsed = parse_server_args(
+        ["--speculative-draft-model", "d", "--tensor-parallel-size", "2", "--speculative-algo", "E"], None
+    )
     assert (parsed.draft_path, parsed.tp) == ("d", 2)
     assert parsed.algorithm is None
     assert list(parsed.unchecked) == ["algorithm"]
@@ -263,7 +270,18 @@ def test_config_values_become_tokens_as_sglang_writes_them(tmp_path: Path) -> No
         "enable-x: true\ndisable-y: false\nlist: [1, two]\nempty: []\nmapping: {k: 1}\nnumber: 3\ntext: hi\n",
     )
     # a true bool is the bare flag, a false one and an empty list are dropped, a mapping is JSON
-    assert config_flags(config) == ["--enable-x", "--list", "1", "two", "--mapping", '{"k": 1}', "--number", "3", "--text", "hi"]
+    assert config_flags(config) == [
+        "--enable-x",
+        "--list",
+        "1",
+        "two",
+        "--mapping",
+        '{"k": 1}',
+        "--number",
+        "3",
+        "--text",
+        "hi",
+    ]
 
 
 def test_an_empty_config_file_has_no_flags(tmp_path: Path) -> None:

@@ -39,12 +39,16 @@ def test_plain_plus_one_sets_the_inner_model_and_reports_no_embedding_before_app
     run = _run("0.5.10", "llama", "LlamaForCausalLM", [-1, 2, 30], 32)
     assert run.holder is not None and run.holder.label == "llama.LlamaModel"
     assert run.embedding is False and run.takes_ids and run.error is None
-    assert [f"{c.owner.label}.{c.func.name}" for c in run.calls] == ["llama.LlamaForCausalLM.set_eagle3_layers_to_capture"]
+    assert [f"{c.owner.label}.{c.func.name}" for c in run.calls] == [
+        "llama.LlamaForCausalLM.set_eagle3_layers_to_capture"
+    ]
 
 
 def test_inner_helper_qwen2_moe_runs_the_inner_setter_too() -> None:
     run = _run("0.5.10", "qwen2_moe", "Qwen2MoeForCausalLM", [-1, 2, 30], 32)
-    assert run.layers_to_capture == (0, 3, 31) and run.holder is not None and run.holder.label == "qwen2_moe.Qwen2MoeModel"
+    assert (
+        run.layers_to_capture == (0, 3, 31) and run.holder is not None and run.holder.label == "qwen2_moe.Qwen2MoeModel"
+    )
     assert [c.owner.label for c in run.calls] == ["qwen2_moe.Qwen2MoeForCausalLM", "qwen2_moe.Qwen2MoeModel"]
     assert _run("0.5.10", "qwen2_moe", "Qwen2MoeForCausalLM", None, 32).layers_to_capture == (2, 16, 29)
 
@@ -60,7 +64,12 @@ def test_inner_helper_marking_a_layer_past_the_last_raises_as_sglang_would(ids: 
 @pytest.mark.parametrize("version", ["0.5.13", "0.5.15"])
 def test_first_id_heuristic_deepseek_v2_shifts_only_when_the_first_id_is_1(version: str) -> None:
     """Unpatched, [-1, 2, 30] keeps -1 raw: the shift is skipped for every id."""
-    assert _captured(version, "deepseek_v2", "DeepseekV2ForCausalLM", 61) == [(2, 30, 58), (-1, 2, 30), (0, 3, 31), (2, 30, 58)]
+    assert _captured(version, "deepseek_v2", "DeepseekV2ForCausalLM", 61) == [
+        (2, 30, 58),
+        (-1, 2, 30),
+        (0, 3, 31),
+        (2, 30, 58),
+    ]
 
 
 def test_max_heuristic_gpt_oss_keeps_ids_raw_only_when_the_largest_is_the_layer_count() -> None:
@@ -69,9 +78,17 @@ def test_max_heuristic_gpt_oss_keeps_ids_raw_only_when_the_largest_is_the_layer_
 
 
 def test_delegation_kimi_k25_runs_deepseek_v2s_setter_on_its_language_model() -> None:
-    assert _captured("0.5.15", "kimi_k25", "KimiK25ForConditionalGeneration", 61) == [(2, 30, 58), (-1, 2, 30), (0, 3, 31), (2, 30, 58)]
+    assert _captured("0.5.15", "kimi_k25", "KimiK25ForConditionalGeneration", 61) == [
+        (2, 30, 58),
+        (-1, 2, 30),
+        (0, 3, 31),
+        (2, 30, 58),
+    ]
     run = _run("0.5.15", "kimi_k25", "KimiK25ForConditionalGeneration", [0, 3, 31], 61)
-    assert [c.owner.label for c in run.calls] == ["kimi_k25.KimiK25ForConditionalGeneration", "deepseek_v2.DeepseekV2ForCausalLM"]
+    assert [c.owner.label for c in run.calls] == [
+        "kimi_k25.KimiK25ForConditionalGeneration",
+        "deepseek_v2.DeepseekV2ForCausalLM",
+    ]
     assert run.holder is not None and run.holder.label == "deepseek_v2.DeepseekV2Model"
 
 
@@ -95,20 +112,34 @@ def _patched_run(version: str, module: str, cls: str, layer_ids: list[int] | Non
     plan = plan_model(graph, graph.classes[(module, cls)])
     path = models / f"{module}.py"
     patched = ModelGraph(models_dir=models)
-    patched.load(module, patch_text(path.read_text(encoding="utf-8"), path, [s for s in plan.sites if s.path == path]).after.encode())
+    patched.load(
+        module,
+        patch_text(path.read_text(encoding="utf-8"), path, [s for s in plan.sites if s.path == path]).after.encode(),
+    )
     return run_setter(patched, patched.classes[(module, cls)], layer_ids, num_layers)
 
 
 def test_patched_plain_setter_drops_minus_one_sets_the_flag_and_shifts_the_rest() -> None:
     run = _patched_run("0.5.10", "llama", "LlamaForCausalLM", [-1, 2, 30], 32)
     assert (run.layers_to_capture, run.embedding) == ((3, 31), True)
-    assert [(r.layers_to_capture, r.embedding) for r in (_patched_run("0.5.10", "llama", "LlamaForCausalLM", ids, 32) for ids in (None, [0, 3, 31]))] == [((2, 16, 29), False), ((1, 4, 32), False)]
+    assert [
+        (r.layers_to_capture, r.embedding)
+        for r in (_patched_run("0.5.10", "llama", "LlamaForCausalLM", ids, 32) for ids in (None, [0, 3, 31]))
+    ] == [((2, 16, 29), False), ((1, 4, 32), False)]
 
 
 def test_patched_first_id_heuristic_shifts_the_other_ids_whenever_minus_one_is_given() -> None:
     """With -1 the other ids are layer outputs (+1), whatever the first-id test chose; without it, the release's rule."""
-    runs = [_patched_run("0.5.15", "deepseek_v2", "DeepseekV2ForCausalLM", ids, 61) for ids in ([-1, 2, 30], [-1, 1, 29], [0, 3, 31], [1, 29, 57])]
-    assert [(r.layers_to_capture, r.embedding) for r in runs] == [((3, 31), True), ((2, 30), True), ((0, 3, 31), False), ((2, 30, 58), False)]
+    runs = [
+        _patched_run("0.5.15", "deepseek_v2", "DeepseekV2ForCausalLM", ids, 61)
+        for ids in ([-1, 2, 30], [-1, 1, 29], [0, 3, 31], [1, 29, 57])
+    ]
+    assert [(r.layers_to_capture, r.embedding) for r in runs] == [
+        ((3, 31), True),
+        ((2, 30), True),
+        ((0, 3, 31), False),
+        ((2, 30, 58), False),
+    ]
 
 
 def test_guarded_delegation_mllama4_reaches_the_inherited_llama_setter() -> None:
@@ -117,7 +148,7 @@ def test_guarded_delegation_mllama4_reaches_the_inherited_llama_setter() -> None
     assert [c.owner.label for c in run.calls] == ["mllama4.Llama4ForConditionalGeneration", "llama.LlamaForCausalLM"]
 
 
-GUARDED = '''
+GUARDED = """
 class Wrapper:
     def __init__(self, config):
         self.language_model = build_language_model(config)
@@ -125,7 +156,7 @@ class Wrapper:
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         if hasattr(self.language_model, "set_eagle3_layers_to_capture"):
             self.language_model.set_eagle3_layers_to_capture(layer_ids)
-'''
+"""
 
 
 def test_a_hasattr_that_swallowed_an_unknown_is_not_evaluable(tmp_path: Path) -> None:

@@ -70,7 +70,9 @@ def fork_apply(package: Path, sabotage: Sabotage = None) -> int:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         # pytest's capture replaced sys.stdout/stderr with files of its own: use the real ones
-        sys.stdin, sys.stdout, sys.stderr = (open(fd, mode, closefd=False) for fd, mode in ((0, "r"), (1, "w"), (2, "w")))
+        sys.stdin, sys.stdout, sys.stderr = (
+            open(fd, mode, closefd=False) for fd, mode in ((0, "r"), (1, "w"), (2, "w"))
+        )
         _close_inherited_descriptors()
         os.nice(5)  # the watching parent must see the short write phase: it runs first
         if sabotage is not None:
@@ -289,10 +291,14 @@ def _schedule(lane: Lane, rng: random.Random, figures: CrashFigures, sabotage: S
         job.deadline = job.started + rng.uniform(0.0, lane.duration * 1.05)
 
 
-def campaign(lanes: list[Lane], runs: int, rng: random.Random, sabotage: Sabotage = None, until_lost: bool = False) -> CrashFigures:
+def campaign(
+    lanes: list[Lane], runs: int, rng: random.Random, sabotage: Sabotage = None, until_lost: bool = False
+) -> CrashFigures:
     """Run ``runs`` killed applies over the lanes; check every state and every re-run."""
     first = lanes[0]
-    figures = CrashFigures(reference_exit=first.exit_code, files_patched=len(first.changed), files_per_tree=len(first.original))
+    figures = CrashFigures(
+        reference_exit=first.exit_code, files_patched=len(first.changed), files_per_tree=len(first.original)
+    )
     figures.duration = max(lane.duration for lane in lanes)
     figures.write_phase = max(lane.write_phase for lane in lanes)
     figures.rename_phase = max(lane.rename_phase for lane in lanes)
@@ -341,7 +347,9 @@ def classify(lane: Lane, killed: bool, figures: CrashFigures):
     return state
 
 
-def _finished(lane: Lane, job: Job, status: int, figures: CrashFigures, seen: set, rng: random.Random, sabotage: Sabotage) -> None:
+def _finished(
+    lane: Lane, job: Job, status: int, figures: CrashFigures, seen: set, rng: random.Random, sabotage: Sabotage
+) -> None:
     killed, code = outcome_of(status)
     if job.kind == "kill":
         if not killed and code != lane.exit_code and not sabotage:
@@ -380,6 +388,7 @@ def _next_start(lane: Lane, rng: random.Random, figures: CrashFigures) -> None:
 
 
 # -- the console script itself ------------------------------------------------
+
 
 def subprocess_runs(lane: Lane, kills: int, rng: random.Random) -> dict:
     """Kill ``python -m patchcraft apply`` itself: a few runs, with interpreter start-up."""

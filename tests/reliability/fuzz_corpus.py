@@ -62,8 +62,18 @@ BASES = (
 )
 KEEP_METHODS = ("__init__", "forward", SETTER)
 ANCHORS = (
-    "layers_to_capture", "aux_hidden_states", SETTER, "forward", "__init__", "residual",
-    "hidden_states", "model", "pp_group", "start_layer", "layer_ids", "capture_aux_hidden_states",
+    "layers_to_capture",
+    "aux_hidden_states",
+    SETTER,
+    "forward",
+    "__init__",
+    "residual",
+    "hidden_states",
+    "model",
+    "pp_group",
+    "start_layer",
+    "layer_ids",
+    "capture_aux_hidden_states",
 )
 #: Revert is checked on every REVERT_EVERY-th case (it is checked on every real file elsewhere).
 REVERT_EVERY = 4
@@ -98,10 +108,7 @@ def _mini_module(text: str, inner: str, outer: str) -> str:
     for stmt in module.body:
         if isinstance(stmt, cst.ClassDef) and stmt.name.value in (inner, outer):
             keep = KEEP_METHODS if stmt.name.value == inner else ("__init__", SETTER, "_init_model")
-            kept = [
-                item for item in stmt.body.body
-                if isinstance(item, cst.FunctionDef) and item.name.value in keep
-            ]
+            kept = [item for item in stmt.body.body if isinstance(item, cst.FunctionDef) and item.name.value in keep]
             body.append(stmt.with_changes(body=stmt.body.with_changes(body=kept)))
     return module.with_changes(body=body, header=()).code
 
@@ -155,6 +162,7 @@ class _Collector(cst.CSTVisitor):
 
 # -- mutations -----------------------------------------------------------------
 
+
 @dataclass
 class Edit:
     """Replace lines [start, end] (1-based, inclusive; end = start - 1 inserts) with ``lines``."""
@@ -197,7 +205,12 @@ def mutation(base: Base, lines: list, rng: random.Random) -> Optional[Edit]:
         if second.start <= first.end:
             return None
         gap = lines[first.end : second.start - 1]
-        return Edit(kind, first.start, second.end, lines[second.start - 1 : second.end] + gap + lines[first.start - 1 : first.end])
+        return Edit(
+            kind,
+            first.start,
+            second.end,
+            lines[second.start - 1 : second.end] + gap + lines[first.start - 1 : first.end],
+        )
     if kind == "comment":
         return Edit(kind, span.start, span.start - 1, [f"{span.indent}# fuzz: a comment the user added{nl}"])
     if kind == "blank":
@@ -223,6 +236,7 @@ def mutate(base: Base, rng: random.Random) -> tuple[str, list]:
 
 
 # -- one case ------------------------------------------------------------------
+
 
 @dataclass
 class Tally:
@@ -297,7 +311,9 @@ def _check_patched(where: OneFileTree, data: bytes, code: int, check_revert: boo
         return "violation", f"verify refuses the patched file: {exc}"
     if verify.changes:
         return "violation", "not idempotent: a second apply would change the file again"
-    if any(m.status not in (ModelStatus.ALREADY, ModelStatus.UNSUPPORTED) or m.compiles is False for m in verify.models):
+    if any(
+        m.status not in (ModelStatus.ALREADY, ModelStatus.UNSUPPORTED) or m.compiles is False for m in verify.models
+    ):
         return "violation", f"patched but not verified: {[(m.model, m.status) for m in verify.models]}"
     if check_revert and revert_text(source.text, where.path) != decode(where.path, data).text:
         return "violation", "revert is not byte-identical"

@@ -50,8 +50,10 @@ def record(name: str, values: Mapping) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
         (Path(directory) / f"{name}.json").write_text(json.dumps(values, indent=2, sort_keys=True, default=str) + "\n")
 
+
 #: The release matrix the project supports.
 from patchcraft.base.releases import MATRIX  # noqa: E402  (the one list: patchcraft/base/releases.py)
+
 MODEL_DIR = Path("srt") / "models"
 #: Root ignores file modes; without these capabilities it obeys them like any other user.
 NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner,-linux_immutable", "--"]
@@ -152,7 +154,9 @@ def temp_files(directory: Path) -> list[Path]:
     return stale_temp_files(directory)
 
 
-def patchcraft_cli(*args: str, obey_modes: bool = False, env: Mapping[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def patchcraft_cli(
+    *args: str, obey_modes: bool = False, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """Run the real command line, as a user would."""
     command = [sys.executable, "-m", "patchcraft", *args]
     if obey_modes:

@@ -26,7 +26,13 @@ _FIGURES: dict = {}
 
 def _start(*args: str, env: dict | None = None) -> subprocess.Popen:
     environment = {**os.environ, "NO_COLOR": "1", **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "patchcraft", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+    return subprocess.Popen(
+        [sys.executable, "-m", "patchcraft", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
 
 
 def _finish(process: subprocess.Popen) -> tuple[int, str]:
@@ -56,7 +62,12 @@ def test_second_apply_waits_says_so_and_rereads(tree: Path, tmp_path: Path) -> N
     log = tmp_path / "stderr"
     try:
         with log.open("w") as sink:
-            waiter = subprocess.Popen([sys.executable, "-m", "patchcraft", "apply", str(tree)], stdout=subprocess.DEVNULL, stderr=sink, env={**os.environ, "NO_COLOR": "1"})
+            waiter = subprocess.Popen(
+                [sys.executable, "-m", "patchcraft", "apply", str(tree)],
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+                env={**os.environ, "NO_COLOR": "1"},
+            )
         _wait_for_message(log, waiter)
         write_changes(run(resolve_target(str(tree)), Mode.APPLY).changes)  # the first run's work
         patched = {rel: data for rel, data in snapshot(tree).items() if not rel.endswith(LOCK_NAME)}
@@ -66,7 +77,10 @@ def test_second_apply_waits_says_so_and_rereads(tree: Path, tmp_path: Path) -> N
     stderr = log.read_text()
     assert code == 0, stderr
     lines = stderr.splitlines()
-    assert f"patchcraft: another patchcraft run (pid {os.getpid()}) is writing {models}; waiting for it to finish, then re-reading the files" in lines
+    assert (
+        f"patchcraft: another patchcraft run (pid {os.getpid()}) is writing {models}; waiting for it to finish, then re-reading the files"
+        in lines
+    )
     assert "patchcraft: the other run finished; continuing with fresh reads" in lines
     assert "Rewriting" not in stderr and "already-patched" in stderr
     assert snapshot(tree) == patched  # nothing rewritten, nothing doubled
@@ -85,7 +99,10 @@ def test_lock_timeout_is_a_clean_refusal(tree: Path) -> None:
     finally:
         held.release()
     assert code == 2, stderr
-    assert f"patchcraft: error: {models / LOCK_NAME}: another patchcraft run (pid {os.getpid()}) has held this tree for over 0.3 s; nothing was changed" in stderr
+    assert (
+        f"patchcraft: error: {models / LOCK_NAME}: another patchcraft run (pid {os.getpid()}) has held this tree for over 0.3 s; nothing was changed"
+        in stderr
+    )
     assert snapshot(tree) == before
     _FIGURES["timeout"] = {"exit": code}
     record("concurrency", _FIGURES)
@@ -120,7 +137,12 @@ def test_two_applies_at_once_on_a_shared_file(tree: Path, tmp_path: Path) -> Non
         assert shared.count(MARKER) == 3  # setter, init, forward: each once
         verify = run(resolve_target(str(tree)), Mode.VERIFY, ("qwen2", "qwen3"))
         assert all(m.status == ModelStatus.ALREADY for m in verify.models), [(m.model, m.status) for m in verify.models]
-    _FIGURES["two applies, different models, shared file"] = {"rounds": ROUNDS, "both_exit_0": ROUNDS, "waits": waited, "tree_as_sequential": ROUNDS}
+    _FIGURES["two applies, different models, shared file"] = {
+        "rounds": ROUNDS,
+        "both_exit_0": ROUNDS,
+        "waits": waited,
+        "tree_as_sequential": ROUNDS,
+    }
     record("concurrency", _FIGURES)
 
 
@@ -137,7 +159,11 @@ def test_apply_and_revert_at_once(tree: Path, tmp_path: Path) -> None:
         state = snapshot(tree)
         assert state in (original, patched)
         outcomes.append("original" if state == original else "patched")
-    _FIGURES["apply and revert at once"] = {"rounds": ROUNDS, "final": {o: outcomes.count(o) for o in set(outcomes)}, "mixed_trees": 0}
+    _FIGURES["apply and revert at once"] = {
+        "rounds": ROUNDS,
+        "final": {o: outcomes.count(o) for o in set(outcomes)},
+        "mixed_trees": 0,
+    }
     record("concurrency", _FIGURES)
 
 
@@ -158,6 +184,8 @@ def test_file_changed_between_read_and_write_is_refused(tree: Path) -> None:
 def test_a_killed_holders_lock_file_does_not_block(tree: Path) -> None:
     """A lock file left by a killed run (no process holds it) is simply reused."""
     (tree / MODEL_DIR / LOCK_NAME).write_text("999999\n")
-    result = subprocess.run([sys.executable, "-m", "patchcraft", "apply", str(tree)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "patchcraft", "apply", str(tree)], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0 and "waiting" not in result.stderr, result.stderr
     assert not (tree / MODEL_DIR / LOCK_NAME).exists()

@@ -30,7 +30,16 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
     figures = campaign(lanes, RUNS, rng)
     console = subprocess_runs(lanes[0], kills=3, rng=rng)
     elapsed = time.monotonic() - started
-    record("crash", {**figures.as_dict(), "seed": SEED, "lanes": len(lanes), "console_script": console, "test_seconds": round(elapsed, 1)})
+    record(
+        "crash",
+        {
+            **figures.as_dict(),
+            "seed": SEED,
+            "lanes": len(lanes),
+            "console_script": console,
+            "test_seconds": round(elapsed, 1),
+        },
+    )
 
     assert figures.runs == RUNS
     assert figures.lost == 0, figures.lost_files[:3]

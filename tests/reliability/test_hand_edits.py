@@ -73,7 +73,13 @@ def _counts(text: str) -> dict:
     setter = _method(text, "DeepseekV2ForCausalLM", "set_eagle3_layers_to_capture")
     return {
         "flag initialised": init.count("self.capture_embedding_for_eagle3 = False"),
-        "embedding captured": len(re.findall(r"^\s*if (self\.capture_embedding_for_eagle3\b|getattr\(self, \"capture_embedding_for_eagle3\")", forward, re.M)),
+        "embedding captured": len(
+            re.findall(
+                r"^\s*if (self\.capture_embedding_for_eagle3\b|getattr\(self, \"capture_embedding_for_eagle3\")",
+                forward,
+                re.M,
+            )
+        ),
         "-1 handled in setter": setter.count("-1 in layer_ids"),
         "markers": text.count(MARKER),
     }
@@ -93,7 +99,9 @@ def test_sed_fix_in_every_combination(tmp_path: Path, version: str, edits: tuple
     statuses = {e.kind: e.status for e in result.edits}
     # DeepseekV2 on 0.5.6 and 0.5.10 captures a deferred all-reduce sum: its setter also gets the fusion mark
     # (docs/fusion.md), so even the full sed fix leaves patchcraft one edit to make.
-    assert statuses == {**{e: "hand-applied" if e in edits else "applied" for e in EDITS}, "fusion-mark": "applied"}, result
+    assert statuses == {**{e: "hand-applied" if e in edits else "applied" for e in EDITS}, "fusion-mark": "applied"}, (
+        result
+    )
     assert result.status == ModelStatus.PATCHED
 
     patched = model.read_text(encoding="utf-8")
@@ -104,7 +112,9 @@ def test_sed_fix_in_every_combination(tmp_path: Path, version: str, edits: tuple
     assert counts["markers"] == 3 - len(edits) + 1, counts  # + the fusion mark
 
     verify = run(tree, Mode.VERIFY)
-    assert all(m.status == ModelStatus.ALREADY and m.compiles for m in verify.models), [(m.model, m.status, m.message) for m in verify.models]
+    assert all(m.status == ModelStatus.ALREADY and m.compiles for m in verify.models), [
+        (m.model, m.status, m.message) for m in verify.models
+    ]
     assert not verify.changes  # idempotent
     # revert takes out patchcraft's blocks only: the user's hand edits stay
     assert revert_text(patched, model) == hand
@@ -124,14 +134,22 @@ def _names_the_block(text: str, named: int, changed: int) -> bool:
     header = named
     while header <= len(lines) and lines[header - 1].lstrip().startswith("#"):
         header += 1
-    if header > len(lines) or header > changed or lines[header - 1].lstrip().startswith(("def ", "async def ", "class ")):
+    if (
+        header > len(lines)
+        or header > changed
+        or lines[header - 1].lstrip().startswith(("def ", "async def ", "class "))
+    ):
         return False  # naming the whole method or class is not naming the line
     indent = len(lines[header - 1]) - len(lines[header - 1].lstrip())
     end = header
     for number in range(header + 1, len(lines) + 1):
         line = lines[number - 1]
         depth = len(line) - len(line.lstrip())
-        if line.strip() and depth <= indent and not line.lstrip().startswith(("else", "elif", "except", "finally", ")")):
+        if (
+            line.strip()
+            and depth <= indent
+            and not line.lstrip().startswith(("else", "elif", "except", "finally", ")"))
+        ):
             break
         end = number
     return named <= changed <= end
@@ -150,7 +168,11 @@ def _apply(model: Path, package: Path) -> None:
 #: How a user might change each inserted block: (kind, old, new).
 CHANGED_BLOCKS = (
     ("init", "self.capture_embedding_for_eagle3 = False", "self.capture_embedding_for_eagle3 = True"),
-    ("setter", "layer_ids = [val for val in layer_ids if val >= 0]", "layer_ids = [val for val in layer_ids if val > 0]"),
+    (
+        "setter",
+        "layer_ids = [val for val in layer_ids if val >= 0]",
+        "layer_ids = [val for val in layer_ids if val > 0]",
+    ),
     ("forward", "hidden_states.clone() if residual is None", "hidden_states if residual is None"),
 )
 
@@ -184,9 +206,14 @@ def test_half_done_setter_is_refused_naming_its_line(tmp_path: Path) -> None:
     text = model.read_text(encoding="utf-8")
     old = "            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n"
     assert text.count(old) == 1
-    model.write_text(text.replace(old, "            self.model.capture_embedding_for_eagle3 = (-1 in layer_ids)\n" + old), encoding="utf-8")
+    model.write_text(
+        text.replace(old, "            self.model.capture_embedding_for_eagle3 = (-1 in layer_ids)\n" + old),
+        encoding="utf-8",
+    )
     data = model.read_bytes()
-    flag_line = data.decode().splitlines().index("            self.model.capture_embedding_for_eagle3 = (-1 in layer_ids)") + 1
+    flag_line = (
+        data.decode().splitlines().index("            self.model.capture_embedding_for_eagle3 = (-1 in layer_ids)") + 1
+    )
 
     result = patchcraft_cli("apply", str(package))
     assert result.returncode == 2, result.stderr
@@ -201,7 +228,9 @@ def test_half_done_setter_is_refused_naming_its_line(tmp_path: Path) -> None:
 def test_error_lines_are_single(tmp_path: Path) -> None:
     """A refusal of the whole run is exactly one ``patchcraft: error:`` line."""
     package, model = _tree(tmp_path, "0.5.10")
-    model.write_bytes(model.read_bytes().replace(b"def set_eagle3_layers_to_capture(", b"def set_eagle3_layers_to_capture((", 1))
+    model.write_bytes(
+        model.read_bytes().replace(b"def set_eagle3_layers_to_capture(", b"def set_eagle3_layers_to_capture((", 1)
+    )
     result = patchcraft_cli("apply", str(package))
     assert result.returncode == 2
     assert len(error_lines(result.stderr)) == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -230,7 +259,9 @@ def _move_capture_before_return(text: str) -> str:
 HAND_FIXES = {
     "misplaced": (_move_capture_before_return, "is misplaced"),
     "uncloned": (
-        lambda text: text.replace("append(hidden_states.clone() if residual is None else hidden_states + residual)", "append(hidden_states)"),
+        lambda text: text.replace(
+            "append(hidden_states.clone() if residual is None else hidden_states + residual)", "append(hidden_states)"
+        ),
         "does not append a copy",
     ),
 }
@@ -255,7 +286,9 @@ def test_a_wrong_hand_fix_fails_verify_naming_its_line(tmp_path: Path, stem: str
     mutate, words = HAND_FIXES[fault]
     model.write_text(mutate(model.read_text(encoding="utf-8")), encoding="utf-8")
     data = model.read_bytes()
-    block_line = next(n for n, line in enumerate(data.decode().splitlines(), 1) if "if self.capture_embedding_for_eagle3:" in line)
+    block_line = next(
+        n for n, line in enumerate(data.decode().splitlines(), 1) if "if self.capture_embedding_for_eagle3:" in line
+    )
 
     result = patchcraft_cli("verify", "--no-runner", "--no-smoke", "--model", stem, str(package))
     assert result.returncode != 0, result.stdout
@@ -263,5 +296,9 @@ def test_a_wrong_hand_fix_fails_verify_naming_its_line(tmp_path: Path, stem: str
     [line] = [l for l in output.splitlines() if words in l]
     assert f"line {block_line}:" in line, (block_line, line)
     assert model.read_bytes() == data
-    _FIGURES.setdefault("wrong hand fix", {})[f"{stem} {fault}"] = {"outcome": "refused", "exit": result.returncode, "message": line.split(".py: ", 1)[-1].strip()}
+    _FIGURES.setdefault("wrong hand fix", {})[f"{stem} {fault}"] = {
+        "outcome": "refused",
+        "exit": result.returncode,
+        "message": line.split(".py: ", 1)[-1].strip(),
+    }
     record("hand_edits", _FIGURES)

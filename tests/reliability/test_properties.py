@@ -45,7 +45,9 @@ def _verified(package: Path) -> bool:
 
 def _only_insertions(before: str, after: str) -> bool:
     """Every line of ``before`` is in ``after``, in order, unchanged (line endings included)."""
-    matcher = difflib.SequenceMatcher(None, before.splitlines(keepends=True), after.splitlines(keepends=True), autojunk=False)
+    matcher = difflib.SequenceMatcher(
+        None, before.splitlines(keepends=True), after.splitlines(keepends=True), autojunk=False
+    )
     return all(op in ("equal", "insert") for op, *_ in matcher.get_opcodes())
 
 
@@ -136,7 +138,11 @@ def test_tabs_and_trailing_whitespace_elsewhere(tmp_path: Path) -> None:
     assert _only_insertions(text, after)
     assert _verified(package)
     assert revert_text(after, model) == text
-    _note("whitespace", file="0.5.10/qwen2.py", trailing_whitespace_lines=sum(1 for l in decorated if l.endswith(" \t \n")))
+    _note(
+        "whitespace",
+        file="0.5.10/qwen2.py",
+        trailing_whitespace_lines=sum(1 for l in decorated if l.endswith(" \t \n")),
+    )
 
 
 def test_tab_indented_file(tmp_path: Path) -> None:
@@ -193,7 +199,9 @@ def test_mode_owner_and_symlink_inside_the_tree(tmp_path: Path) -> None:
 def test_latin1_coding_cookie(tmp_path: Path) -> None:
     package = reduced_release("0.5.10", tmp_path, ["llama"], executor=False)
     model = package / MODEL_DIR / "llama.py"
-    text = "# -*- coding: latin-1 -*-\n# Auteur : Ren\u00e9e M\u00fcller, \u00a9 caf\u00e9\n" + model.read_text(encoding="utf-8")
+    text = "# -*- coding: latin-1 -*-\n# Auteur : Ren\u00e9e M\u00fcller, \u00a9 caf\u00e9\n" + model.read_text(
+        encoding="utf-8"
+    )
     data = text.encode("latin-1")
     model.write_bytes(data)
     _apply(package)
@@ -211,7 +219,7 @@ def test_latin1_coding_cookie(tmp_path: Path) -> None:
 
 #: A model file small enough to import without torch or SGLang, shaped like the
 #: real ones (plain +1 setter, list collector, residual): the engine plans it as usual.
-TOY = '''\
+TOY = """\
 class ToyModel:
     def __init__(self, num_layers=4):
         self.start_layer, self.end_layer = 0, num_layers
@@ -236,7 +244,7 @@ class ToyForCausalLM:
             self.model.layers_to_capture = [2]
         else:
             self.model.layers_to_capture = [val + 1 for val in layer_ids]
-'''
+"""
 PROBE = (
     "import sys; sys.path.insert(0, sys.argv[1]); import toy; m = toy.ToyForCausalLM(); "
     "print(getattr(m.model, 'capture_embedding_for_eagle3', 'old code'))"
@@ -246,7 +254,9 @@ PROBE = (
 def _import_fresh(models: Path) -> str:
     """Import toy.py in a new interpreter; what its new or old code says."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    done = subprocess.run([sys.executable, "-c", PROBE, str(models)], capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(models)], capture_output=True, text=True, env=env, check=True
+    )
     return done.stdout.strip()
 
 
@@ -260,7 +270,11 @@ def test_stale_bytecode_never_runs(tmp_path: Path, invalidation: str, monkeypatc
     package = reduced_release("0.5.10", tmp_path, ["qwen2"], executor=False)
     models = package / MODEL_DIR
     (models / "toy.py").write_text(TOY, encoding="utf-8")
-    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH if invalidation == "unchecked-hash" else py_compile.PycInvalidationMode.TIMESTAMP
+    mode = (
+        py_compile.PycInvalidationMode.UNCHECKED_HASH
+        if invalidation == "unchecked-hash"
+        else py_compile.PycInvalidationMode.TIMESTAMP
+    )
     assert compileall.compile_dir(str(models), quiet=1, invalidation_mode=mode)
     assert _import_fresh(models) == "old code"
     cached = sorted(p.name for p in (models / "__pycache__").iterdir())
@@ -293,7 +307,13 @@ def test_drop_stale_bytecode_covers_every_cache_entry(tmp_path: Path) -> None:
     source.write_text("x = 1\n")
     cache = tmp_path / "__pycache__"
     cache.mkdir()
-    names = ["llama.cpython-311.pyc", "llama.cpython-311.opt-1.pyc", "llama.cpython-39.pyc", "llama4.cpython-311.pyc", "llama_x.cpython-311.pyc"]
+    names = [
+        "llama.cpython-311.pyc",
+        "llama.cpython-311.opt-1.pyc",
+        "llama.cpython-39.pyc",
+        "llama4.cpython-311.pyc",
+        "llama_x.cpython-311.pyc",
+    ]
     for name in names:
         (cache / name).write_bytes(b"")
     drop_stale_bytecode(source)

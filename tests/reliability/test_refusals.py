@@ -28,7 +28,9 @@ def tree(tmp_path: Path) -> Path:
     return reduced_release("0.5.10", tmp_path / "t", KEEP, executor=False)
 
 
-def _refused(name: str, root: Path, *args: str, needles: tuple = (), obey_modes: bool = False, whole: Path | None = None) -> str:
+def _refused(
+    name: str, root: Path, *args: str, needles: tuple = (), obey_modes: bool = False, whole: Path | None = None
+) -> str:
     """Run ``apply ARGS``; assert exit 2, one error line with ``needles``, nothing changed."""
     watched = whole or root
     before = snapshot(watched)
@@ -41,7 +43,11 @@ def _refused(name: str, root: Path, *args: str, needles: tuple = (), obey_modes:
         assert needle in errors[0], (needle, errors[0])
     assert snapshot(watched) == before, "a file changed"
     assert not temp_files(root / MODEL_DIR) if (root / MODEL_DIR).is_dir() else True
-    _FIGURES[name] = {"exit": result.returncode, "message": scrub(errors[0].replace(str(root), "<tree>")), "files_changed": 0}
+    _FIGURES[name] = {
+        "exit": result.returncode,
+        "message": scrub(errors[0].replace(str(root), "<tree>")),
+        "files_changed": 0,
+    }
     record("refusals", _FIGURES)
     return errors[0]
 
@@ -87,7 +93,11 @@ def test_write_failing_half_way_is_rolled_back(tree: Path, monkeypatch: pytest.M
     assert snapshot(tree) == before
     assert not temp_files(tree / MODEL_DIR)
     message = "patchcraft: error: " + scrub(str(raised.value).replace(str(tree), "<tree>"))
-    _FIGURES["write fails on the 2nd of several files (in process)"] = {"exit": 2, "files_changed": 0, "message": message}
+    _FIGURES["write fails on the 2nd of several files (in process)"] = {
+        "exit": 2,
+        "files_changed": 0,
+        "message": message,
+    }
     record("refusals", _FIGURES)
 
 
@@ -150,7 +160,9 @@ def test_empty_file_another_model_inherits_from(tree: Path) -> None:
 
 def test_syntax_error(tree: Path) -> None:
     model = _model(tree)
-    model.write_bytes(model.read_bytes().replace(b"def set_eagle3_layers_to_capture(", b"def set_eagle3_layers_to_capture((", 1))
+    model.write_bytes(
+        model.read_bytes().replace(b"def set_eagle3_layers_to_capture(", b"def set_eagle3_layers_to_capture((", 1)
+    )
     _refused("syntax error", tree, str(tree), needles=("llama.py", "syntax error at line"))
 
 
@@ -171,7 +183,9 @@ def test_ambiguous_anchor_two_inner_models(tree: Path) -> None:
     start = text.index("class LlamaModel(")
     end = text.index("\nclass ", start + 1)
     model.write_text(text[:end] + "\n\n" + text[start:end] + text[end:], encoding="utf-8")
-    message = _refused("ambiguous anchor (inner model defined twice)", tree, str(model), needles=("LlamaModel", "found 2"))
+    message = _refused(
+        "ambiguous anchor (inner model defined twice)", tree, str(model), needles=("LlamaModel", "found 2")
+    )
     assert "llama.py" in message
 
 

@@ -18,7 +18,11 @@ from patchcraft.transforms._definite_assignment import binds, bound_on_every_pat
 def _at_point(code: str) -> tuple[cst.FunctionDef, tuple]:
     func = cst.parse_module(textwrap.dedent(code)).body[0]
     assert isinstance(func, cst.FunctionDef)
-    marked = [chain for stmt, chain in walk_statements(func) if isinstance(stmt, cst.SimpleStatementLine) and "point()" in cst.Module(body=()).code_for_node(stmt)]
+    marked = [
+        chain
+        for stmt, chain in walk_statements(func)
+        if isinstance(stmt, cst.SimpleStatementLine) and "point()" in cst.Module(body=()).code_for_node(stmt)
+    ]
     [chain] = marked
     return func, chain
 
@@ -37,21 +41,49 @@ CASES = {
     "annotated with a value": ("def f():\n    x: int = 1\n    point()\n", True, True),
     "annotated without a value": ("def f():\n    x: int\n    point()\n", False, False),
     "an attribute, not the name": ("def f(self):\n    self.x = 1\n    point()\n", False, False),
-    "only inside a loop (may run zero times)": ("def f(n):\n    for i in n:\n        x = i\n    point()\n", False, True),
+    "only inside a loop (may run zero times)": (
+        "def f(n):\n    for i in n:\n        x = i\n    point()\n",
+        False,
+        True,
+    ),
     "only inside a while": ("def f():\n    while g():\n        x = 1\n    point()\n", False, True),
     "in an if without else": ("def f(c):\n    if c:\n        x = 1\n    point()\n", False, True),
     "in both branches": ("def f(c):\n    if c:\n        x = 1\n    else:\n        x = 2\n    point()\n", True, True),
-    "in if, elif and else": ("def f(c, d):\n    if c:\n        x = 1\n    elif d:\n        x = 2\n    else:\n        x = 3\n    point()\n", True, True),
-    "in if and elif, no else": ("def f(c, d):\n    if c:\n        x = 1\n    elif d:\n        x = 2\n    point()\n", False, True),
+    "in if, elif and else": (
+        "def f(c, d):\n    if c:\n        x = 1\n    elif d:\n        x = 2\n    else:\n        x = 3\n    point()\n",
+        True,
+        True,
+    ),
+    "in if and elif, no else": (
+        "def f(c, d):\n    if c:\n        x = 1\n    elif d:\n        x = 2\n    point()\n",
+        False,
+        True,
+    ),
     "in one-line branches": ("def f(c):\n    if c: x = 1\n    else: x = 2\n    point()\n", True, True),
     "in a with body": ("def f():\n    with g():\n        x = 1\n    point()\n", True, True),
-    "in try and every handler": ("def f():\n    try:\n        x = 1\n    except ValueError:\n        x = 2\n    point()\n", True, True),
-    "in try but not its handler": ("def f():\n    try:\n        x = 1\n    except ValueError:\n        pass\n    point()\n", False, True),
+    "in try and every handler": (
+        "def f():\n    try:\n        x = 1\n    except ValueError:\n        x = 2\n    point()\n",
+        True,
+        True,
+    ),
+    "in try but not its handler": (
+        "def f():\n    try:\n        x = 1\n    except ValueError:\n        pass\n    point()\n",
+        False,
+        True,
+    ),
     "in a finally": ("def f():\n    try:\n        g()\n    finally:\n        x = 1\n    point()\n", True, True),
-    "in an enclosing block, before the point's branch": ("def f(c):\n    x = 1\n    if c:\n        point()\n", True, True),
+    "in an enclosing block, before the point's branch": (
+        "def f(c):\n    x = 1\n    if c:\n        point()\n",
+        True,
+        True,
+    ),
     "earlier in the point's own branch": ("def f(c):\n    if c:\n        x = 1\n        point()\n", True, True),
     "in a sibling branch only": ("def f(c):\n    if c:\n        x = 1\n    else:\n        point()\n", False, False),
-    "in the loop holding the point, after it": ("def f(n):\n    for i in n:\n        point()\n        x = i\n", False, False),
+    "in the loop holding the point, after it": (
+        "def f(n):\n    for i in n:\n        point()\n        x = i\n",
+        False,
+        False,
+    ),
 }
 
 

@@ -27,9 +27,19 @@ def test_plain_output_never_imports_rich_and_colour_does(package: Path, tmp_path
     env.pop("NO_COLOR", None)
 
     def imported(*options: str) -> set:
-        run = subprocess.run([sys.executable, "-X", "importtime", "-m", "patchcraft", "verify", *options, str(package)], capture_output=True, text=True, env=env, timeout=300)
+        run = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "patchcraft", "verify", *options, str(package)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert run.returncode == 1, run.stderr[-2000:]  # an unpatched release
-        return {line.split("|")[-1].strip().split(".")[0] for line in run.stderr.splitlines() if line.startswith("import time:")}
+        return {
+            line.split("|")[-1].strip().split(".")[0]
+            for line in run.stderr.splitlines()
+            if line.startswith("import time:")
+        }
 
     assert "rich" not in imported("--color", "never")
     assert "rich" in imported("--color", "always")

@@ -36,6 +36,7 @@ HIDE_CURSOR = b"\x1b[?25l"
 TERMINAL_VARIABLES = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
 MODEL = "llama.LlamaForCausalLM"
 
+
 class Terminal:
     """A pseudo-terminal (raw: no newline translation), read as it is written: a full one would block the writer."""
 
@@ -81,13 +82,20 @@ def on_terminal(*argv: str, env: dict[str, str] | None = None) -> tuple[int, byt
     """``patchcraft ARGV`` as a process, stderr on a pseudo-terminal, stdout piped."""
     terminal = Terminal()
     proc = subprocess.run(
-        [sys.executable, "-m", "patchcraft", *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal.slave, env=env or plain_env(), timeout=300
+        [sys.executable, "-m", "patchcraft", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=terminal.slave,
+        env=env or plain_env(),
+        timeout=300,
     )
     return proc.returncode, proc.stdout, terminal.drawn()
 
 
 def piped(*argv: str, env: dict[str, str] | None = None) -> tuple[int, bytes, bytes]:
-    proc = subprocess.run([sys.executable, "-m", "patchcraft", *argv], capture_output=True, env=env or plain_env(), timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchcraft", *argv], capture_output=True, env=env or plain_env(), timeout=300
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -136,11 +144,19 @@ def applied(trees: dict[str, Path]) -> dict[str, tuple[int, bytes, bytes]]:
         for name in TERMINAL_VARIABLES:
             env.delenv(name, raising=False)
         argv = ("apply", "--color", "never", "--model", MODEL)
-        runs = {"piped": in_process(*argv, str(trees["piped"])), "terminal": in_process(*argv, str(trees["terminal"]), terminal=Terminal())}
-    return {name: (code, out.replace(str(trees[name]).encode(), b"PKG"), err.replace(str(trees[name]).encode(), b"PKG")) for name, (code, out, err) in runs.items()}
+        runs = {
+            "piped": in_process(*argv, str(trees["piped"])),
+            "terminal": in_process(*argv, str(trees["terminal"]), terminal=Terminal()),
+        }
+    return {
+        name: (code, out.replace(str(trees[name]).encode(), b"PKG"), err.replace(str(trees[name]).encode(), b"PKG"))
+        for name, (code, out, err) in runs.items()
+    }
 
 
-def test_apply_on_a_terminal_shows_the_harness_line_and_nothing_else(applied: dict[str, tuple[int, bytes, bytes]]) -> None:
+def test_apply_on_a_terminal_shows_the_harness_line_and_nothing_else(
+    applied: dict[str, tuple[int, bytes, bytes]],
+) -> None:
     code, out, err = applied["terminal"]
     assert re.search(rb"apply: harness \d+/3 models  \w+\.\w+", err), err[:400]
     assert err.count(HIDE_CURSOR) == 1
@@ -158,7 +174,9 @@ def smoke_piped(trees: dict[str, Path], applied: dict) -> tuple[int, bytes, byte
     return without_timings(piped("smoke", "--model", MODEL, str(trees["piped"])))
 
 
-def test_smoke_on_a_terminal_counts_models_and_clears_the_line(trees: dict[str, Path], smoke_piped: tuple[int, bytes, bytes]) -> None:
+def test_smoke_on_a_terminal_counts_models_and_clears_the_line(
+    trees: dict[str, Path], smoke_piped: tuple[int, bytes, bytes]
+) -> None:
     code, out, err = without_timings(on_terminal("smoke", "--model", MODEL, str(trees["piped"])))
     assert re.search(rb"smoke \d+/3 models  \w+\.\w+", err) and b"smoke  importing torch" in err, err[:400]
     assert err.count(HIDE_CURSOR) == 1 and err.endswith(smoke_piped[2])
@@ -173,16 +191,22 @@ def test_smoke_piped_draws_nothing(smoke_piped: tuple[int, bytes, bytes]) -> Non
 
 
 def test_smoke_format_json_draws_nothing_on_a_terminal(trees: dict[str, Path], applied: dict) -> None:
-    code, out, err = in_process("smoke", "--format", "json", "--model", MODEL, str(trees["terminal"]), terminal=Terminal())
+    code, out, err = in_process(
+        "smoke", "--format", "json", "--model", MODEL, str(trees["terminal"]), terminal=Terminal()
+    )
     assert code == 0 and err == b""
     assert json.loads(out)["command"] == "smoke"
 
 
-def test_smoke_draws_nothing_under_term_dumb(trees: dict[str, Path], applied: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_smoke_draws_nothing_under_term_dumb(
+    trees: dict[str, Path], applied: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TERM", "dumb")
     code, out, err = in_process("smoke", "--model", MODEL, str(trees["terminal"]), terminal=Terminal())
     assert code == 0 and err.startswith(b"smoke (cpu) sglang 0.5.2 at ") and b"\x1b" not in err
-    assert without_timings((code, out, err)) == without_timings(in_process("smoke", "--model", MODEL, str(trees["terminal"])))
+    assert without_timings((code, out, err)) == without_timings(
+        in_process("smoke", "--model", MODEL, str(trees["terminal"]))
+    )
 
 
 # -- fetch: a spinner while there is work, nothing when the release is there ------------------
@@ -199,7 +223,11 @@ def test_fetch_spins_while_unpacking_and_is_silent_once_fetched(tmp_path: Path) 
     assert (code, out) == (0, f"{dest / 'sglang'}\n".encode())
     assert b"fetching sglang 9.9.9  unpacking" in err and FRAMES.sub(b"", err) == b""
     assert on_terminal("fetch", "9.9.9", "--dest", str(dest), env=env) == (0, out, b"")
-    assert piped("fetch", "9.9.9", "--dest", str(tmp_path / "again"), env=env) == (0, f"{tmp_path / 'again' / 'sglang'}\n".encode(), b"")
+    assert piped("fetch", "9.9.9", "--dest", str(tmp_path / "again"), env=env) == (
+        0,
+        f"{tmp_path / 'again' / 'sglang'}\n".encode(),
+        b"",
+    )
 
 
 # -- the rules, in process: console.progress on a pseudo-terminal -----------------------------
@@ -223,7 +251,9 @@ def test_a_terminal_gets_a_transient_line() -> None:
     assert b"work 2/3 steps  step 2" in drawn and FRAMES.sub(b"", drawn) == b""
 
 
-@pytest.mark.parametrize("env", [{"TERM": "dumb"}, {"TERM": "unknown"}, {"TTY_INTERACTIVE": "0"}, {"TTY_COMPATIBLE": "0"}])
+@pytest.mark.parametrize(
+    "env", [{"TERM": "dumb"}, {"TERM": "unknown"}, {"TTY_INTERACTIVE": "0"}, {"TTY_COMPATIBLE": "0"}]
+)
 def test_rich_rules_turn_the_line_off(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -50,9 +50,8 @@ def fork(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     return root
 
 
-
-
 # -- the documented schema, read from docs/json.md --------------------------------
+
 
 def doc_tables() -> dict[str, dict[str, str]]:
     """``{section title: {first cell: second cell}}`` for every table in docs/json.md."""
@@ -101,7 +100,9 @@ def check_object(value: dict, fields: dict[str, str], optional: tuple[str, ...] 
 def check_document(document: dict, code: int, with_diff: bool = False) -> None:
     tables = doc_tables()
     judged = document["command"] in ("verify", "apply", "check")
-    check_object(document, tables["The document"], optional=(() if with_diff else ("diff",)) + (() if judged else ("files",)))
+    check_object(
+        document, tables["The document"], optional=(() if with_diff else ("diff",)) + (() if judged else ("files",))
+    )
     for entry in document.get("files", []):
         check_object(entry, tables["A file"])
     assert document["schema"] == machine_output.SCHEMA_VERSION
@@ -127,6 +128,7 @@ def line_at(root: Path, rel: str, number: int) -> str:
 
 # -- JSON ----------------------------------------------------------------------------
 
+
 def test_json_verify_matches_the_documented_schema(fork: Path, capsys) -> None:
     code, out, err = cli(capsys, "verify", "--format", "json", f"{MODELS}/qwen3.py")
     document = json.loads(out)
@@ -134,7 +136,9 @@ def test_json_verify_matches_the_documented_schema(fork: Path, capsys) -> None:
     check_document(document, code)
     assert document["command"] == "verify"
     assert [m["model"] for m in document["models"]] == list(QWEN)
-    assert document["targets"] == [{"root": str(fork), "package": str(fork / "python" / "sglang"), "sglang_version": RELEASE}]
+    assert document["targets"] == [
+        {"root": str(fork), "package": str(fork / "python" / "sglang"), "sglang_version": RELEASE}
+    ]
     qwen3 = document["models"][2]
     assert [(e["kind"], e["file"], e["status"]) for e in qwen3["edits"]] == [
         ("setter", f"{MODELS}/qwen3.py", "applied"),
@@ -160,7 +164,9 @@ def test_json_apply_then_verify(fork: Path, capsys) -> None:
     assert code == 0 and json.loads(out)["summary"]["by_status"] == {"already-patched": 3}
 
 
-@pytest.mark.parametrize(("argv", "with_diff"), [(("diff",), True), (("apply", "--check"), False), (("apply", "--check", "--diff"), True)])
+@pytest.mark.parametrize(
+    ("argv", "with_diff"), [(("diff",), True), (("apply", "--check"), False), (("apply", "--check", "--diff"), True)]
+)
 def test_json_has_a_diff_only_when_asked(fork: Path, capsys, argv: tuple[str, ...], with_diff: bool) -> None:
     code, out, _ = cli(capsys, *argv, "--format", "json", f"{MODELS}/llama.py")
     document = json.loads(out)
@@ -180,6 +186,7 @@ def test_json_revert_matches_the_schema(fork: Path, capsys) -> None:
 
 
 # -- GitHub annotations --------------------------------------------------------------
+
 
 def workflow_commands(out: str) -> list[dict[str, str]]:
     found = []
@@ -205,7 +212,10 @@ def test_github_verify_annotates_each_missing_model_at_its_method(fork: Path, ca
         assert item["level"] == "error" and item["title"] == "patchcraft verify"
         assert (fork / item["file"]).is_file()  # relative to the working directory
         assert re.match(r"\s+def set_eagle3_layers_to_capture\(", line_at(fork, item["file"], int(item["line"])))
-        assert re.search(r"missing setter \(\w+\.set_eagle3_layers_to_capture\), init \(Qwen2Model\.__init__( in qwen2\.py)?\), forward", item["message"])
+        assert re.search(
+            r"missing setter \(\w+\.set_eagle3_layers_to_capture\), init \(Qwen2Model\.__init__( in qwen2\.py)?\), forward",
+            item["message"],
+        )
     assert "qwen3.Qwen3ForCausalLM" in err  # the human summary still goes to stderr
 
 
@@ -232,10 +242,15 @@ def test_github_points_at_a_missing_edit_in_another_file(fork: Path, capsys) -> 
     assert code == 1 and len(qwen3) == 1
     assert qwen3[0]["file"] == f"{MODELS}/qwen2.py"
     assert re.match(r"\s+def __init__\(", line_at(fork, qwen3[0]["file"], int(qwen3[0]["line"])))
-    assert qwen3[0]["message"] == "qwen3.Qwen3ForCausalLM: missing init (Qwen2Model.__init__ in qwen2.py), forward (Qwen2Model.forward in qwen2.py)"
+    assert (
+        qwen3[0]["message"]
+        == "qwen3.Qwen3ForCausalLM: missing init (Qwen2Model.__init__ in qwen2.py), forward (Qwen2Model.forward in qwen2.py)"
+    )
 
 
-def test_github_paths_outside_the_working_directory_are_absolute(fork: Path, capsys, monkeypatch, tmp_path: Path) -> None:
+def test_github_paths_outside_the_working_directory_are_absolute(
+    fork: Path, capsys, monkeypatch, tmp_path: Path
+) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -246,6 +261,7 @@ def test_github_paths_outside_the_working_directory_are_absolute(fork: Path, cap
 
 
 # -- levels and escaping, on records built by hand ---------------------------------
+
 
 def _result(mode: Mode, *models: ModelResult) -> RunResult:
     tree = SglangTree(package=Path("/nowhere/sglang"), root=Path("/nowhere"))
@@ -282,12 +298,22 @@ def test_github_levels(mode: Mode, status: str, level: str | None) -> None:
 
 def test_github_escapes_data_and_properties() -> None:
     lines = machine_output.github_lines([_result(Mode.VERIFY, _model("unsupported", "50% a:b,c\r\nd"))], 2)
-    assert machine_output._command("error", None, None, "patchcraft", "bad: x\ny") == "::error title=patchcraft::bad: x%0Ay"
-    assert lines[0] == "::warning file=/nowhere/sglang/srt/models/mod.py,title=patchcraft verify::mod.Cls: unsupported: 50%25 a:b,c%0D%0Ad"
-    assert machine_output._command("error", "a,b:c.py", 3, "t:1,2", "m") == "::error file=a%2Cb%3Ac.py,line=3,title=t%3A1%2C2::m"
+    assert (
+        machine_output._command("error", None, None, "patchcraft", "bad: x\ny")
+        == "::error title=patchcraft::bad: x%0Ay"
+    )
+    assert (
+        lines[0]
+        == "::warning file=/nowhere/sglang/srt/models/mod.py,title=patchcraft verify::mod.Cls: unsupported: 50%25 a:b,c%0D%0Ad"
+    )
+    assert (
+        machine_output._command("error", "a,b:c.py", 3, "t:1,2", "m")
+        == "::error file=a%2Cb%3Ac.py,line=3,title=t%3A1%2C2::m"
+    )
 
 
 # -- the CI configs of docs/ci.md, run as written ------------------------------------
+
 
 def ci_blocks() -> list:
     text = (ROOT / "docs" / "ci.md").read_text()
@@ -322,7 +348,9 @@ def test_ci_job_verifies_the_installed_sglang(tmp_path: Path, capsys, monkeypatc
 
 
 def test_ci_step_for_a_fork_annotates_repository_paths(fork: Path, capsys) -> None:
-    steps = next(b for b in ci_blocks() if isinstance(b, list) and any("actions/checkout" in str(s.get("uses")) for s in b))
+    steps = next(
+        b for b in ci_blocks() if isinstance(b, list) and any("actions/checkout" in str(s.get("uses")) for s in b)
+    )
     (command,) = patchcraft_commands(steps)
     code, out, _ = cli(capsys, *command)
     found = workflow_commands(out)

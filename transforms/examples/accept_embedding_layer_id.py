@@ -12,7 +12,9 @@ TRANSFORM: Transform = accept_embedding_layer_id
 
 
 def _site(cls: str, pp: str = "self.pp_group") -> EditSite:
-    return example_site(accept_embedding_layer_id.KIND, cls, SETTER, SetterParams(target="self.model", param="layer_ids", pp=pp))
+    return example_site(
+        accept_embedding_layer_id.KIND, cls, SETTER, SetterParams(target="self.model", param="layer_ids", pp=pp)
+    )
 
 
 _SITE = _site("DeepseekV2ForCausalLM")
@@ -21,7 +23,7 @@ EXAMPLES = [
     Example(
         title="plain +1 setter with a pipeline-parallel guard",
         site=_SITE,
-        before='''\
+        before="""\
 class DeepseekV2ForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
         if not self.pp_group.is_last_rank:
@@ -34,8 +36,8 @@ class DeepseekV2ForCausalLM(nn.Module):
         else:
             self.capture_aux_hidden_states = True
             self.model.layers_to_capture = [val + 1 for val in layer_ids]
-''',
-        after='''\
+""",
+        after="""\
 class DeepseekV2ForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
         # patchcraft: layer id -1 = embedding output (hs[0]); drop it before the ids are converted
@@ -64,12 +66,12 @@ class DeepseekV2ForCausalLM(nn.Module):
         else:
             self.capture_aux_hidden_states = True
             self.model.layers_to_capture = [val + 1 for val in layer_ids]
-''',
+""",
     ),
     Example(
         title="first-id heuristic: -1 leaves before `layer_ids[0] == 1` is tested, and with -1 the rest is +1 whatever it chose",
         site=_SITE,
-        before='''\
+        before="""\
 class DeepseekV2ForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
         if not self.pp_group.is_last_rank:
@@ -85,8 +87,8 @@ class DeepseekV2ForCausalLM(nn.Module):
                 self.model.layers_to_capture = [val + 1 for val in layer_ids]
             else:
                 self.model.layers_to_capture = list(layer_ids)
-''',
-        after='''\
+""",
+        after="""\
 class DeepseekV2ForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
         # patchcraft: layer id -1 = embedding output (hs[0]); drop it before the ids are converted
@@ -121,12 +123,12 @@ class DeepseekV2ForCausalLM(nn.Module):
             # patchcraft: with layer id -1 the other ids are layer outputs (+1), whatever the test above chose
             if self.model.capture_embedding_for_eagle3:
                 self.model.layers_to_capture = [val + 1 for val in layer_ids]
-''',
+""",
     ),
     Example(
         title="max heuristic (gpt-oss): with -1 given, the ids are +1 even when the test keeps them raw",
         site=_site("GptOssForCausalLM"),
-        before='''\
+        before="""\
 class GptOssForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
         num_layers = self.config.num_hidden_layers
@@ -137,8 +139,8 @@ class GptOssForCausalLM(nn.Module):
                 self.model.layers_to_capture = list(layer_ids)
             else:
                 self.model.layers_to_capture = [val + 1 for val in layer_ids]
-''',
-        after='''\
+""",
+        after="""\
 class GptOssForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
         # patchcraft: layer id -1 = embedding output (hs[0]); drop it before the ids are converted
@@ -168,12 +170,12 @@ class GptOssForCausalLM(nn.Module):
             # patchcraft: with layer id -1 the other ids are layer outputs (+1), whatever the test above chose
             if self.model.capture_embedding_for_eagle3:
                 self.model.layers_to_capture = [val + 1 for val in layer_ids]
-''',
+""",
     ),
     Example(
         title="inner helper, pipeline group from a function: the guard uses the setter's own group",
         site=_site("Qwen3NextForCausalLM", pp="get_pp_group()"),
-        before='''\
+        before="""\
 class Qwen3NextForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[list[int]] = None):
         if not get_pp_group().is_last_rank:
@@ -185,8 +187,8 @@ class Qwen3NextForCausalLM(nn.Module):
             self.model.set_eagle3_layers_to_capture([2, num_layers // 2, num_layers - 3])
         else:
             self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])
-''',
-        after='''\
+""",
+        after="""\
 class Qwen3NextForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[list[int]] = None):
         # patchcraft: layer id -1 = embedding output (hs[0]); drop it before the ids are converted
@@ -214,12 +216,12 @@ class Qwen3NextForCausalLM(nn.Module):
             self.model.set_eagle3_layers_to_capture([2, num_layers // 2, num_layers - 3])
         else:
             self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])
-''',
+""",
     ),
     Example(
         title="no pipeline parallelism in the model: no stage check",
         site=_site("Gemma3ForCausalLM", pp=""),
-        before='''\
+        before="""\
 class Gemma3ForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
         if layer_ids is None:
@@ -229,8 +231,8 @@ class Gemma3ForCausalLM(nn.Module):
         else:
             self.capture_aux_hidden_states = True
             self.model.layers_to_capture = [val + 1 for val in layer_ids]
-''',
-        after='''\
+""",
+        after="""\
 class Gemma3ForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
         # patchcraft: layer id -1 = embedding output (hs[0]); drop it before the ids are converted
@@ -251,12 +253,12 @@ class Gemma3ForCausalLM(nn.Module):
         else:
             self.capture_aux_hidden_states = True
             self.model.layers_to_capture = [val + 1 for val in layer_ids]
-''',
+""",
     ),
     Example.unchanged(
         title="the sed fix from the field is recognised as hand-applied",
         site=_SITE,
-        text='''\
+        text="""\
 class DeepseekV2ForCausalLM(nn.Module):
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         if layer_ids is None:
@@ -264,6 +266,6 @@ class DeepseekV2ForCausalLM(nn.Module):
         else:
             self.model.capture_embedding_for_eagle3 = (-1 in layer_ids)
             self.model.layers_to_capture = [val + 1 for val in layer_ids if val >= 0]
-''',
+""",
     ),
 ]

@@ -19,7 +19,7 @@ EXAMPLES = [
     Example(
         title="list collector with `hidden_states + residual` at the loop top",
         site=_site("DeepseekV2Model"),
-        before='''\
+        before="""\
 class DeepseekV2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         if self.pp_group.is_first_rank:
@@ -33,8 +33,8 @@ class DeepseekV2Model(nn.Module):
                 aux_hidden_states.append(hidden_states + residual)
             hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
         return hidden_states, aux_hidden_states
-''',
-        after='''\
+""",
+        after="""\
 class DeepseekV2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         if self.pp_group.is_first_rank:
@@ -53,12 +53,12 @@ class DeepseekV2Model(nn.Module):
                 aux_hidden_states.append(hidden_states + residual)
             hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
         return hidden_states, aux_hidden_states
-''',
+""",
     ),
     Example(
         title="collector created before the embedding: the capture goes after it, right before the loop",
         site=_site("LlamaModel", gate=""),
-        before='''\
+        before="""\
 class LlamaModel(nn.Module):
     def forward(self, input_ids):
         aux_hidden_states = []
@@ -69,8 +69,8 @@ class LlamaModel(nn.Module):
                 aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)
             hidden_states, residual = self.layers[i](hidden_states, residual)
         return hidden_states, aux_hidden_states
-''',
-        after='''\
+""",
+        after="""\
 class LlamaModel(nn.Module):
     def forward(self, input_ids):
         aux_hidden_states = []
@@ -86,12 +86,12 @@ class LlamaModel(nn.Module):
                 aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)
             hidden_states, residual = self.layers[i](hidden_states, residual)
         return hidden_states, aux_hidden_states
-''',
+""",
     ),
     Example(
         title="two-batch overlap: the loop sits in the non-TBO branch, and so does the capture",
         site=_site("MiniMaxM2Model"),
-        before='''\
+        before="""\
 class MiniMaxM2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         if self.pp_group.is_first_rank:
@@ -109,8 +109,8 @@ class MiniMaxM2Model(nn.Module):
                         aux_hidden_states.append(hidden_states + residual)
                     hidden_states, residual = self.layers[i](hidden_states=hidden_states, residual=residual)
         return hidden_states, aux_hidden_states
-''',
-        after='''\
+""",
+        after="""\
 class MiniMaxM2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         if self.pp_group.is_first_rank:
@@ -133,12 +133,12 @@ class MiniMaxM2Model(nn.Module):
                         aux_hidden_states.append(hidden_states + residual)
                     hidden_states, residual = self.layers[i](hidden_states=hidden_states, residual=residual)
         return hidden_states, aux_hidden_states
-''',
+""",
     ),
     Example(
         title="collector passed into the layers, gated on the layer's `_is_layer_to_capture` flag",
         site=_site("Qwen3NextModel", gate=""),
-        before='''\
+        before="""\
 class Qwen3NextModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -154,8 +154,8 @@ class Qwen3NextModel(nn.Module):
                 ),
             )
         return hidden_states, aux_hidden_states
-''',
-        after='''\
+""",
+        after="""\
 class Qwen3NextModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -176,12 +176,12 @@ class Qwen3NextModel(nn.Module):
                 ),
             )
         return hidden_states, aux_hidden_states
-''',
+""",
     ),
     Example(
         title="Gemma: bare hidden_states in two alternative loops and a post-loop capture",
         site=_site("Gemma3TextModel", gate=""),
-        before='''\
+        before="""\
 class Gemma3TextModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -200,8 +200,8 @@ class Gemma3TextModel(nn.Module):
         if len(self.layers) in self.layers_to_capture:
             aux_hidden_states.append(hidden_states)
         return self.norm(hidden_states), aux_hidden_states
-''',
-        after='''\
+""",
+        after="""\
 class Gemma3TextModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -223,12 +223,12 @@ class Gemma3TextModel(nn.Module):
         if len(self.layers) in self.layers_to_capture:
             aux_hidden_states.append(hidden_states)
         return self.norm(hidden_states), aux_hidden_states
-''',
+""",
     ),
     Example(
         title="boundary captures: an existing boundary-0 capture before the loop stays after ours",
         site=_site("GptOssModel"),
-        before='''\
+        before="""\
 class GptOssModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -241,8 +241,8 @@ class GptOssModel(nn.Module):
             if i + 1 in self.layers_to_capture:
                 aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)
         return hidden_states, aux_hidden_states
-''',
-        after='''\
+""",
+        after="""\
 class GptOssModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -260,12 +260,12 @@ class GptOssModel(nn.Module):
             if i + 1 in self.layers_to_capture:
                 aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)
         return hidden_states, aux_hidden_states
-''',
+""",
     ),
     Example(
         title="AuxHiddenStatePacker: the count includes the embedding, and its `append` copies (no second copy)",
         site=_site("DeepseekV2Model", copies=True),
-        before='''\
+        before="""\
 class DeepseekV2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -282,8 +282,8 @@ class DeepseekV2Model(nn.Module):
         if len(aux_hidden_states) == 0:
             return hidden_states
         return hidden_states, aux_hidden_states.finalize()
-''',
-        after='''\
+""",
+        after="""\
 class DeepseekV2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -305,12 +305,12 @@ class DeepseekV2Model(nn.Module):
         if len(aux_hidden_states) == 0:
             return hidden_states
         return hidden_states, aux_hidden_states.finalize()
-''',
+""",
     ),
     Example(
         title="layer-boundary forward: no local `residual`, so the release's own `aux.capture` (which copies)",
         site=_site("Qwen2Model"),
-        before='''\
+        before="""\
 class Qwen2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         if self.pp_group.is_first_rank:
@@ -329,8 +329,8 @@ class Qwen2Model(nn.Module):
                 else None,
             )
         return hidden_states, aux_hidden_states
-''',
-        after='''\
+""",
+        after="""\
 class Qwen2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         if self.pp_group.is_first_rank:
@@ -352,12 +352,12 @@ class Qwen2Model(nn.Module):
                 else None,
             )
         return hidden_states, aux_hidden_states
-''',
+""",
     ),
     Example(
         title="`residual` first bound inside the loop (0.5.12 Gemma4): the capture never reads it",
         site=_site("Gemma4TextModel", gate=""),
-        before='''\
+        before="""\
 class Gemma4TextModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -368,8 +368,8 @@ class Gemma4TextModel(nn.Module):
             hidden_states, residual = layer(positions, hidden_states, forward_batch)
         hidden_states, _ = self.norm(hidden_states, residual)
         return hidden_states, aux_hidden_states
-''',
-        after='''\
+""",
+        after="""\
 class Gemma4TextModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -383,12 +383,12 @@ class Gemma4TextModel(nn.Module):
             hidden_states, residual = layer(positions, hidden_states, forward_batch)
         hidden_states, _ = self.norm(hidden_states, residual)
         return hidden_states, aux_hidden_states
-''',
+""",
     ),
     Example(
         title="`residual` bound in one branch only: not bound on every path, so not read",
         site=_site("LlamaModel"),
-        before='''\
+        before="""\
 class LlamaModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch, pp_proxy_tensors=None):
         if self.pp_group.is_first_rank:
@@ -402,8 +402,8 @@ class LlamaModel(nn.Module):
                 aux_hidden_states.append(hidden_states)
             hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch)
         return hidden_states, aux_hidden_states
-''',
-        after='''\
+""",
+        after="""\
 class LlamaModel(nn.Module):
     def forward(self, input_ids, positions, forward_batch, pp_proxy_tensors=None):
         if self.pp_group.is_first_rank:
@@ -420,12 +420,12 @@ class LlamaModel(nn.Module):
                 aux_hidden_states.append(hidden_states)
             hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch)
         return hidden_states, aux_hidden_states
-''',
+""",
     ),
     Example.unchanged(
         title="the sed fix from the field is recognised as hand-applied",
         site=_site("DeepseekV2Model"),
-        text='''\
+        text="""\
 class DeepseekV2Model(nn.Module):
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.embed_tokens(input_ids)
@@ -440,6 +440,6 @@ class DeepseekV2Model(nn.Module):
                 aux_hidden_states.append(hidden_states + residual)
             hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
         return hidden_states, aux_hidden_states
-''',
+""",
     ),
 ]

@@ -13,20 +13,29 @@ from .._contract import Transform
 TRANSFORM: Transform = configure_ids_before_graphs
 
 _GRAPH_SITE = runner_site(
-    Path("cuda_graph_runner.py"), "CudaGraphRunner", "__init__", PassIds(runner="self.model_runner", attr=ATTR, model="model")
+    Path("cuda_graph_runner.py"),
+    "CudaGraphRunner",
+    "__init__",
+    PassIds(runner="self.model_runner", attr=ATTR, model="model"),
 )
 _RUNNER_SITE = runner_site(
     Path("model_runner.py"),
     "ModelRunner",
     "initialize",
-    RememberIds(name="eagle_aux_hidden_state_layer_ids", attr=ATTR, model="model", anchors=frozenset({"init_cuda_graphs"}), where=BEFORE_CAPTURE),
+    RememberIds(
+        name="eagle_aux_hidden_state_layer_ids",
+        attr=ATTR,
+        model="model",
+        anchors=frozenset({"init_cuda_graphs"}),
+        where=BEFORE_CAPTURE,
+    ),
 )
 
 EXAMPLES = [
     Example(
         title="the graph runner passes the configured ids, not none",
         site=_GRAPH_SITE,
-        before='''\
+        before="""\
 class CudaGraphRunner:
     def __init__(self, model_runner):
         self.model_runner = model_runner
@@ -35,8 +44,8 @@ class CudaGraphRunner:
             self.model_runner.model.set_eagle3_layers_to_capture()
 
         self.capture()
-''',
-        after='''\
+""",
+        after="""\
 class CudaGraphRunner:
     def __init__(self, model_runner):
         self.model_runner = model_runner
@@ -48,12 +57,12 @@ class CudaGraphRunner:
             )
 
         self.capture()
-''',
+""",
     ),
     Example(
         title="the draft's ids are read before the graphs are captured",
         site=_RUNNER_SITE,
-        before='''\
+        before="""\
 class ModelRunner:
     def initialize(self, min_per_gpu_memory):
         server_args = self.server_args
@@ -71,8 +80,8 @@ class ModelRunner:
                 eagle_aux_hidden_state_layer_ids = None
 
             self.model.set_eagle3_layers_to_capture(eagle_aux_hidden_state_layer_ids)
-''',
-        after='''\
+""",
+        after="""\
 class ModelRunner:
     def initialize(self, min_per_gpu_memory):
         server_args = self.server_args
@@ -100,18 +109,18 @@ class ModelRunner:
                 eagle_aux_hidden_state_layer_ids = None
 
             self.model.set_eagle3_layers_to_capture(eagle_aux_hidden_state_layer_ids)
-''',
+""",
     ),
     Example.unchanged(
         title="a call already passing the runner's ids by hand is recognised, not doubled",
         site=_GRAPH_SITE,
-        text='''\
+        text="""\
 class CudaGraphRunner:
     def __init__(self, model_runner):
         self.model_runner = model_runner
         self.model_runner.model.set_eagle3_layers_to_capture(
             self.model_runner.eagle_aux_hidden_state_layer_ids
         )
-''',
+""",
     ),
 ]

@@ -15,15 +15,15 @@ EXAMPLES = [
     Example(
         title="flag goes right after the capture list",
         site=_SITE,
-        before='''\
+        before="""\
 class DeepseekV2Model(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.layers_to_capture = []
         if get_moe_a2a_backend().is_deepep():
             self.enable_a2a_moe = True
-''',
-        after='''\
+""",
+        after="""\
 class DeepseekV2Model(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -32,16 +32,16 @@ class DeepseekV2Model(nn.Module):
         self.capture_embedding_for_eagle3 = False
         if get_moe_a2a_backend().is_deepep():
             self.enable_a2a_moe = True
-''',
+""",
     ),
     Example.unchanged(
         title="a hand-applied flag (sed) is recognised, not doubled",
         site=_SITE,
-        text='''\
+        text="""\
 class DeepseekV2Model(nn.Module):
     def __init__(self, config):
         self.layers_to_capture = []
         self.capture_embedding_for_eagle3 = False
-''',
+""",
     ),
 ]

@@ -17,7 +17,7 @@ EXAMPLES = [
     Example(
         title="EAGLE-3 turns off the deferred all-reduce on the layers the setter marked",
         site=_SITE,
-        before='''\
+        before="""\
 class LayerCommunicator:
     def should_fuse_mlp_allreduce_with_next_layer(
         self, forward_batch: ForwardBatch
@@ -32,8 +32,8 @@ class LayerCommunicator:
         if get_attn_tp_context().input_scattered:
             return False
         return apply_flashinfer_allreduce_fusion(batch_size) and self._context.tp_size > 1
-''',
-        after='''\
+""",
+        after="""\
 class LayerCommunicator:
     def should_fuse_mlp_allreduce_with_next_layer(
         self, forward_batch: ForwardBatch
@@ -51,12 +51,12 @@ class LayerCommunicator:
         if get_attn_tp_context().input_scattered:
             return False
         return apply_flashinfer_allreduce_fusion(batch_size) and self._context.tp_size > 1
-''',
+""",
     ),
     Example.unchanged(
         title="a guard for EAGLE-3 written by hand is recognised, not doubled",
         site=_SITE,
-        text='''\
+        text="""\
 class LayerCommunicator:
     def should_fuse_mlp_allreduce_with_next_layer(self, forward_batch):
         if is_dp_attention_enabled() and self._speculative_algo.is_eagle():
@@ -64,6 +64,6 @@ class LayerCommunicator:
         if self._speculative_algo.is_eagle3():
             return False
         return True
-''',
+""",
     ),
 ]

@@ -11,13 +11,18 @@ from .._contract import Transform
 
 TRANSFORM: Transform = mark_captured_outputs
 
-_SITE = example_site(mark_captured_outputs.KIND, "Glm4MoeForCausalLM", SETTER, MarkParams(target="self.model", communicator="layer_communicator"))
+_SITE = example_site(
+    mark_captured_outputs.KIND,
+    "Glm4MoeForCausalLM",
+    SETTER,
+    MarkParams(target="self.model", communicator="layer_communicator"),
+)
 
 EXAMPLES = [
     Example(
         title="the setter marks the layers whose output a capture reads",
         site=_SITE,
-        before='''\
+        before="""\
 class Glm4MoeForCausalLM:
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         if layer_ids is None:
@@ -25,8 +30,8 @@ class Glm4MoeForCausalLM:
             self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
         else:
             self.model.layers_to_capture = [val + 1 for val in layer_ids]
-''',
-        after='''\
+""",
+        after="""\
 class Glm4MoeForCausalLM:
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         if layer_ids is None:
@@ -38,6 +43,6 @@ class Glm4MoeForCausalLM:
         for _index, _layer in enumerate(getattr(self.model, "layers", ())):
             if hasattr(_layer, "layer_communicator"):
                 _layer.layer_communicator.patchcraft_output_captured = _index + 1 in self.model.layers_to_capture
-''',
+""",
     ),
 ]
