@@ -138,7 +138,7 @@ def _cuda(
     if options.targets:
         raise PatchcraftError("--device cuda tests the installed sglang; it takes no TARGET")
     try:
-        from patchcraft.gpu_smoke.run import run_cuda_smoke
+        from patchcraft.gpu_smoke.cuda_smoke import run_cuda_smoke
     except ImportError as exc:
         raise PatchcraftError(f"the CUDA smoke test is not available in this patchcraft ({exc})") from None
     fmt: Sequence[str] = ("text", "json")

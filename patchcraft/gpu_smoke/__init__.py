@@ -9,9 +9,9 @@ Modules (torch / transformers / sglang are imported lazily, only where used):
 * :mod:`.probe` - recording probe, installed only into a temporary copy of sglang
 * :mod:`.worker` - one engine run in a child process
 * :mod:`.engines` - starting the workers (directly, or through ``patchcraft run`` with an overlay), time bounds
-* :mod:`.records` - probe records matched to the prompts and compared with the reference
+* :mod:`.probe_records` - probe records matched to the prompts and compared with the reference
 * :mod:`.summary` - the frozen summary record and its JSON (``patchcraft.ui.console`` renders the text)
-* :mod:`.run` - :func:`run_cuda_smoke`: prepare, run the engines, compare (exit 0 pass / 1 fail;
+* :mod:`.cuda_smoke` - :func:`run_cuda_smoke`: prepare, run the engines, compare (exit 0 pass / 1 fail;
   a :class:`~patchcraft.base.errors.PatchcraftError`, exit 2, for the environment)
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 
 def run_cuda_smoke(*args, **kwargs) -> int:  # thin lazy wrapper
-    from .run import run_cuda_smoke as _run
+    from .cuda_smoke import run_cuda_smoke as _run
 
     return _run(*args, **kwargs)
 

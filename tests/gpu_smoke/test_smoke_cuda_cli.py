@@ -16,7 +16,7 @@ def test_options_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path)
         seen.update(kwargs)
         return 0
 
-    monkeypatch.setattr("patchcraft.gpu_smoke.run.run_cuda_smoke", fake)
+    monkeypatch.setattr("patchcraft.gpu_smoke.cuda_smoke.run_cuda_smoke", fake)
     (tmp_path / "target").mkdir()
     (tmp_path / "draft").mkdir()
     args = [
@@ -47,7 +47,7 @@ def test_options_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path)
 
 def test_timeout_and_out_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     seen: dict = {}
-    monkeypatch.setattr("patchcraft.gpu_smoke.run.run_cuda_smoke", lambda **kwargs: seen.update(kwargs) or 0)
+    monkeypatch.setattr("patchcraft.gpu_smoke.cuda_smoke.run_cuda_smoke", lambda **kwargs: seen.update(kwargs) or 0)
     result = CliRunner().invoke(cli, ["smoke", "--device", "cuda", "--timeout", "150", "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert seen["timeout_s"] == 150 and seen["out_dir"] == str(tmp_path / "out")
@@ -86,7 +86,7 @@ def test_layer_ids_below_minus_one_are_usage_errors() -> None:
 
 def test_via_run_and_mem_fraction_reach_run_cuda_smoke(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict = {}
-    monkeypatch.setattr("patchcraft.gpu_smoke.run.run_cuda_smoke", lambda **kwargs: seen.update(kwargs) or 0)
+    monkeypatch.setattr("patchcraft.gpu_smoke.cuda_smoke.run_cuda_smoke", lambda **kwargs: seen.update(kwargs) or 0)
     result = CliRunner().invoke(cli, ["smoke", "--device", "cuda", "--via-run", "--mem-fraction-static", "0.5"])
     assert result.exit_code == 0, result.output
     assert seen["via_run"] is True and seen["mem_fraction_static"] == 0.5

@@ -11,7 +11,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_smoke.sh"
 
 def test_package_import_is_lazy():
     code = (
-        "import sys, patchcraft.gpu_smoke, patchcraft.gpu_smoke.run, patchcraft.gpu_smoke.worker, patchcraft.gpu_smoke.engines;"
+        "import sys, patchcraft.gpu_smoke, patchcraft.gpu_smoke.cuda_smoke, patchcraft.gpu_smoke.worker, patchcraft.gpu_smoke.engines;"
         "print(sorted(m for m in ('torch', 'transformers', 'sglang', 'safetensors') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -2,7 +2,7 @@
 
 No GPU: the launch is checked as data, the overlay against a real release
 (0.5.10, unpatched), and the whole chain end to end against the fake sglang
-of test_run.py.
+of test_cuda_smoke.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.gpu_smoke import engines, probe
-from patchcraft.gpu_smoke import run as smoke
+from patchcraft.gpu_smoke import cuda_smoke as smoke
 
 RELEASE = "0.5.10"
 MODULE = "sglang.srt.models.deepseek_v2"
@@ -124,7 +124,7 @@ def test_run_cuda_smoke_via_run_end_to_end_with_fake_sglang(
     tmp_path, monkeypatch, capsys, hf_model, tiny_target
 ) -> None:
     """The whole chain with the spec worker started by `patchcraft run --overlay`; the fake's overlay serves nothing."""
-    from .test_run import _fake_sglang, _prepare
+    from .test_cuda_smoke import _fake_sglang, _prepare
 
     from patchcraft.gpu_smoke.engine_args import build_engine_kwargs
     from patchcraft.overlay.build import build

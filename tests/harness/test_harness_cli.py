@@ -155,7 +155,7 @@ def test_torch_is_not_imported_by_help_apply_no_smoke_or_verify(release_tree: Pa
 def test_cuda_device_without_the_gpu_module_is_one_line_exit_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setitem(sys.modules, "patchcraft.gpu_smoke.run", None)
+    monkeypatch.setitem(sys.modules, "patchcraft.gpu_smoke.cuda_smoke", None)
     assert _run(["smoke", "--device", "cuda"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "CUDA smoke test is not available" in err[0]
@@ -163,9 +163,9 @@ def test_cuda_device_without_the_gpu_module_is_one_line_exit_2(
 
 def test_cuda_device_calls_the_gpu_smoke_test(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    fake = types.ModuleType("patchcraft.gpu_smoke.run")
+    fake = types.ModuleType("patchcraft.gpu_smoke.cuda_smoke")
     fake.run_cuda_smoke = lambda **kwargs: calls.append(kwargs) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "patchcraft.gpu_smoke.run", fake)
+    monkeypatch.setitem(sys.modules, "patchcraft.gpu_smoke.cuda_smoke", fake)
     assert _run(["smoke", "--device", "cuda", "--format", "json"]) == 0
     assert calls == [{"tp": None, "model_path": None, "draft_path": None, "layer_ids": None, "output_format": "json"}]
 

@@ -17,8 +17,8 @@ import pytest
 
 from patchcraft.ui import console
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.gpu_smoke import records
-from patchcraft.gpu_smoke import run as smoke
+from patchcraft.gpu_smoke import probe_records as records
+from patchcraft.gpu_smoke import cuda_smoke as smoke
 from patchcraft.gpu_smoke.engine_args import build_engine_kwargs
 from patchcraft.harness.gpu_summary import engine_failure
 

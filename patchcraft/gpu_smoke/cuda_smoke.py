@@ -51,7 +51,7 @@ from .engine_args import (
     server_args_fields,
 )
 from .engines import EngineRunFailed, baseline_launch, build_overlay, run_engine, speculative_launch
-from .records import assign_records, compare_items, compare_items_embedding_only, load_records
+from .probe_records import assign_records, compare_items, compare_items_embedding_only, load_records
 from patchcraft.harness.gpu_summary import (
     Comparison,
     CudaSmokeSummary,
