@@ -10,7 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tools.coverage import main
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tools/ is not installed (not in the wheel)
+
+from tools.coverage import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], Path(__file__).resolve().parent.parent / "docs" / "coverage.md"))

@@ -23,11 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-from patchcraft.base.errors import PatchcraftError
-from patchcraft.base.releases import ALL_RELEASES, newest_release
-from tools.sweep import sweep, text_row, write_history
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tools/ is not installed (not in the wheel)
+
+from patchcraft.base.errors import PatchcraftError  # noqa: E402
+from patchcraft.base.releases import ALL_RELEASES, newest_release  # noqa: E402
+from tools.sweep import sweep, text_row, write_history  # noqa: E402
+
 PAGE = ROOT / "docs" / "coverage.md"
 
 

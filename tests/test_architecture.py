@@ -246,3 +246,19 @@ def test_tests_mirror_the_source() -> None:
         if not (ROOT / "tests" / path).is_file()
     ]
     assert missing == []
+
+
+@pytest.mark.parametrize("script", ["sweep.py", "coverage_table.py"])
+def test_the_tool_scripts_find_tools_without_an_install(script: str, tmp_path: Path) -> None:
+    """scripts/ put the checkout on sys.path themselves: tools/ is not installed, and they run from any directory."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "ModuleNotFoundError" not in proc.stderr, proc.stderr
