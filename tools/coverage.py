@@ -306,7 +306,9 @@ def generate(versions: Iterable[str] = MATRIX, between: Iterable[str] = BETWEEN)
 def main(argv: Sequence[str], page: Path = OUT) -> int:
     """Write ``page``; with ``--check``, exit 1 if it differs from what would be written."""
     if "-h" in argv or "--help" in argv:
-        print("usage: python scripts/coverage_table.py [--check]   (rewrite docs/coverage.md; --check: exit 1 if it is out of date)")
+        print(
+            "usage: python scripts/coverage_table.py [--check]   (rewrite docs/coverage.md; --check: exit 1 if it is out of date)"
+        )
         return 0
     text = generate()
     if "--check" in argv:
