@@ -7,6 +7,7 @@ shape is all the check reads), so no torch is needed to write them.
 from __future__ import annotations
 
 import json
+import struct
 from functools import lru_cache
 from pathlib import Path
 
