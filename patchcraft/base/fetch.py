@@ -7,6 +7,9 @@ installed, and never a dependency of patchcraft.
 
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
 import os
 import re
 import shutil
@@ -35,10 +38,31 @@ def find_wheel(wheels: Path, version: str) -> Path | None:
 
 
 def download_wheel(version: str, wheels: Path) -> Path:
+    """The cached wheel of SGLang ``version``, downloaded with ``pip download --no-deps`` if not there yet.
+
+    pip writes into a private staging directory and the finished wheel is
+    moved into ``wheels`` with one ``os.replace``: a concurrent process
+    (two ``patchcraft run`` launches on a fresh node, two CI jobs) sees the
+    whole wheel or none, and two downloads of the same release each put an
+    identical file in place.
+    """
     found = find_wheel(wheels, version)
     if found:
         return found
     ensure_directory(wheels)
+    staging = Path(tempfile.mkdtemp(prefix=".download-", dir=wheels))
+    try:
+        downloaded = _pip_download(version, staging)
+        final = wheels / downloaded.name
+        os.replace(downloaded, final)
+    except OSError as exc:
+        raise PatchcraftError(f"{wheels}: cannot store the sglang {version} wheel ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def _pip_download(version: str, into: Path) -> Path:
     command = [
         sys.executable,
         "-m",
@@ -48,22 +72,64 @@ def download_wheel(version: str, wheels: Path) -> Path:
         "--only-binary=:all:",
         "-q",
         "-d",
-        str(wheels),
+        str(into),
         f"sglang=={version}",
     ]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PatchcraftError(f"cannot run pip to download sglang=={version}: {exc}") from None
-    found = find_wheel(wheels, version)
+    found = find_wheel(into, version)
     if proc.returncode != 0 or found is None:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise PatchcraftError(f"pip could not download sglang=={version}: {last}")
     return found
 
 
+def _sources(archive: zipfile.ZipFile) -> list[str]:
+    """The ``sglang/**.py`` members of a wheel: what patchcraft reads."""
+    return [name for name in archive.namelist() if name.startswith("sglang/") and name.endswith(".py")]
+
+
+def _record(archive: zipfile.ZipFile) -> dict[str, str]:
+    """``{member: "sha256=<urlsafe b64>"}`` from the wheel's ``*.dist-info/RECORD`` (empty if it has none)."""
+    names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+    if not names:
+        return {}
+    rows = archive.read(names[0]).decode("utf-8", "replace").splitlines()
+    return {path: digest for path, digest, *_ in csv.reader(rows) if digest.startswith("sha256=")}
+
+
+def _digest(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
+
+
+def _check_against_record(wheel: Path, package: Path, names: list[str], record: dict[str, str]) -> None:
+    """Every source file of ``package`` (``dest/sglang``) has the bytes the wheel's RECORD lists for it."""
+    root = package.parent
+    for name in names:
+        try:
+            data = (root / name).read_bytes()
+        except OSError as exc:
+            raise PatchcraftError(
+                f"{root / name}: missing or unreadable in the unpacked release ({exc.strerror or exc}); "
+                f"remove {package} and fetch again"
+            ) from None
+        expected = record.get(name)
+        if expected is not None and _digest(data) != expected:
+            raise PatchcraftError(
+                f"{root / name}: its bytes differ from {wheel.name}'s RECORD; remove {package} and fetch again"
+            )
+
+
 def unpack(wheel: Path, dest: Path) -> Path:
-    """Unpack the ``sglang/`` Python sources of ``wheel`` into ``dest/sglang`` atomically."""
+    """Unpack the ``sglang/`` Python sources of ``wheel`` into ``dest/sglang`` atomically; return ``dest/sglang``.
+
+    Each file is checked against the wheel's RECORD (sha256) before the
+    package is moved into place with one ``os.replace``. A concurrent unpack
+    of the same release that got there first wins: its copy is checked the
+    same way and returned, and this one's is thrown away.
+    """
     package = dest / "sglang"
     if (package / "srt" / "models").is_dir():
         return package
@@ -71,12 +137,21 @@ def unpack(wheel: Path, dest: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest))
     try:
         with zipfile.ZipFile(wheel) as archive:
-            for name in archive.namelist():
-                if name.startswith("sglang/") and name.endswith(".py"):
-                    archive.extract(name, staging)
-        os.replace(staging / "sglang", package)
+            names, record = _sources(archive), _record(archive)
+            for name in names:
+                archive.extract(name, staging)
+        _check_against_record(wheel, staging / "sglang", names, record)
+        try:
+            os.replace(staging / "sglang", package)
+        except OSError:
+            if not (package / "srt" / "models").is_dir():
+                raise
+            _check_against_record(wheel, package, names, record)  # the winner's copy
     except (OSError, zipfile.BadZipFile) as exc:
-        raise PatchcraftError(f"{wheel}: cannot unpack ({exc})") from None
+        raise PatchcraftError(
+            f"{wheel}: cannot unpack ({getattr(exc, 'strerror', None) or exc}); "
+            f"if the wheel is damaged, remove it and fetch again"
+        ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return package
