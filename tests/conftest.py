@@ -1,4 +1,14 @@
-"""Shared fixtures: real SGLang releases fetched once into the cache, copied per test."""
+"""Shared fixtures: a private cache per run, real SGLang releases fetched once (in parallel), copied per test.
+
+The suite is hermetic: :func:`pytest_configure` points ``PATCHCRAFT_CACHE``
+at a new directory for the whole run (the xdist workers inherit it), so no
+test reads or writes the user's ``~/.cache/patchcraft`` run results,
+digests, verdicts, overlays or unpacked releases. Only downloaded wheels are
+shared (:mod:`suite_cache`): the user's are linked in, each one's sources
+checked against its RECORD when unpacked, and the wheels this run downloads
+are added to the user's store at the end. Tiers (docs/contributing.md):
+the default run deselects ``slow``; ``-m slow`` is the full tier.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +20,37 @@ from pathlib import Path
 
 import pytest
 
+import suite_cache
 from patchcraft.base.fetch import PATCHED_PARTS, cache_dir, copy_parts, fetch, find_wheel
+from patchcraft.base.releases import MINOR_RELEASES
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "golden"
 #: Parts of a release a test tree needs: what patchcraft reads (never the whole package: it is big).
 COPIED = PATCHED_PARTS
+#: Every release some test reads: fetched once, in parallel, before the first test (same set on any cache).
+SUITE_RELEASES: tuple[str, ...] = MINOR_RELEASES  # the matrix and the releases between are minor releases
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    suite_cache.configure(config)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"patchcraft suite cache: {os.environ.get('PATCHCRAFT_CACHE')} (wheels shared with {suite_cache.store_name()})",
+        suite_cache.torch_build(),
+    ]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    suite_cache.finish(session)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def suite_releases(request: pytest.FixtureRequest) -> None:
+    """The wheels of every release the suite reads, downloaded in parallel before the first test (suite_cache.prefetch)."""
+    suite_cache.prefetch(SUITE_RELEASES, selected=len(request.session.items))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,7 +76,8 @@ def release_package(version: str) -> Path:
     Tests unpack into their own directory of the cache, never the one
     ``--release`` and ``fetch`` hand to users, which a user may have patched.
     """
-    return fetch(version, cache_dir() / "test-releases" / version)
+    with suite_cache.release_lock(version):
+        return fetch(version, cache_dir() / "test-releases" / version)
 
 
 def copy_release(version: str, dest: Path, extra: tuple[str, ...] = ()) -> Path:

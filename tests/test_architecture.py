@@ -172,7 +172,6 @@ def test_development_tools_are_not_in_the_wheel() -> None:
 TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "analysis.fixes": ("harness/test_served.py", "analysis/test_draft_check.py"),
     "base.errors": ("commands/test_cli.py", "reliability/test_refusals.py"),
-    "base.fetch": ("ui/test_console_progress.py", "base/test_cache_errors.py"),
     "base.pristine": ("engine/test_replace_hand_edits.py",),
     "base.releases": ("planning/test_selection.py", "test_coverage.py"),
     "base.status": ("ui/test_machine_output.py", "commands/test_proof.py"),
@@ -204,7 +203,7 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "harness.cuda": ("harness/test_harness_device.py",),
     "harness.extract": ("harness/test_harness_parts.py",),
     "harness.gpu_summary": ("gpu_smoke/test_cuda_smoke.py",),
-    "harness.runner": ("harness/test_harness_parts.py", "harness/test_harness_releases.py"),
+    "harness.runner": ("harness/test_harness_parts.py", "test_release_history.py"),
     "harness.scenarios": ("harness/test_harness_parts.py", "harness/test_harness_mutations.py"),
     "harness.shapes": ("harness/test_harness_parts.py",),
     "harness.smoke_rows": ("harness/test_harness_cli.py",),

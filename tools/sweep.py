@@ -322,12 +322,16 @@ def sweep_release(
     smoke: Optional[bool] = None,
     after: Optional[Mapping[str, Callable[[Path], None]]] = None,
     on_step: Optional[Callable[[str], None]] = None,
+    prove: Optional[bool] = None,
 ) -> ReleaseResult:
     """Apply, verify, smoke, check and revert ``version`` on a temporary copy; compare with the pristine package.
 
     ``pristine``: the release's package root (default: fetched into the
     cache, as the tests do). ``smoke``: run the CPU smoke (default: when
-    torch is importable). ``after``: ``{step: function}``, each called with
+    torch is importable). ``prove``: let ``apply`` run the harness before it
+    writes, as a user's apply does (default: when torch is importable);
+    ``False`` is ``apply --no-smoke``: the static sweep, or a sweep whose own
+    smoke step runs the same harness on the same patched tree right after. ``after``: ``{step: function}``, each called with
     the copied package right after that step (``apply``, ``verify``,
     ``smoke``, ``check``): the tests use it to break a release on purpose.
     ``on_step``: called with each command line as it starts (the progress line).
@@ -357,7 +361,7 @@ def sweep_release(
                 hooks.pop(name)(package)
             return command
 
-        apply = step("apply", "apply")
+        apply = step("apply", "apply", *(() if (torch_available() if prove is None else prove) else ("--no-smoke",)))
         verify = step("verify", "verify")
         smoked = step("smoke", "smoke") if run_smoke else None
         # SGLang compiles the forward (--enable-torch-compile, piecewise CUDA graphs): no graph break may come from the patch.

@@ -12,14 +12,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Callable
 
 from patchcraft.engine.tree_run import run
 from patchcraft.engine.records import Mode, RunResult
 from patchcraft.base.target import SglangTree, resolve_target
-
-#: The coverage matrix of CI.
-from patchcraft.base.releases import MATRIX  # noqa: E402  (the one list: patchcraft/base/releases.py)
 
 
 def root_conftest() -> ModuleType:
@@ -260,15 +257,3 @@ def row(run_result, label: str):
     found = [r for r in run_result.results if r.model == label]
     assert len(found) == 1, (label, [r.model for r in run_result.results])
     return found[0]
-
-
-def planned_labels(version: str) -> Optional[list[str]]:
-    """Model classes the engine plans for a release (None when neither it nor its wheel is cached)."""
-    from patchcraft.base.fetch import cache_dir, find_wheel
-    from patchcraft.planning.model_plans import plan_models, scan
-
-    pristine = cache_dir() / "test-releases" / version / "sglang" / "srt" / "models"
-    if not pristine.is_dir() and find_wheel(cache_dir() / "wheels", version) is None:
-        return None
-    models = root_conftest().release_package(version) / "srt" / "models"
-    return [p.label for p in plan_models(scan(models)) if not p.unsupported]

@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from patchcraft.engine.tree_run import run, write_changes
 from patchcraft.engine.records import Mode
 from patchcraft.base.target import resolve_target
@@ -46,6 +48,7 @@ def apply_then_revert(version: str) -> dict:
     }
 
 
+@pytest.mark.slow  # the fast tier: test_release_history.py's static sweep reverts every minor release through the CLI
 def test_apply_then_revert_is_byte_identical_on_every_release() -> None:
     with multiprocessing.get_context("fork").Pool(2) as pool:
         results = dict(zip(MATRIX, pool.map(apply_then_revert, MATRIX)))
