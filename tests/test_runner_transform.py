@@ -699,7 +699,7 @@ def test_a_hand_changed_call_is_refused_and_nothing_is_written(tmp_path: Path) -
     )
     before = executor_texts(package)
     result = patchcraft("apply", str(package))
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 1, result.stderr  # the runner row is in error; nothing else here to write
     assert "runner" in result.stderr and "changed by hand" in result.stderr
     assert executor_texts(package) == before
 

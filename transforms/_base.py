@@ -159,11 +159,39 @@ def edit_method(module: cst.Module, site: EditSite, edit: MethodEdit) -> tuple[c
     if editor.classes_seen != 1:
         what = "no" if editor.classes_seen == 0 else f"{editor.classes_seen}"
         raise AnchorError(site, f"exactly one top-level class {site.cls}, found {what}")
-    if editor.methods_seen != 1:
-        what = "none" if editor.methods_seen == 0 else f"{editor.methods_seen} definitions"
-        raise AnchorError(site, f"one method {site.method}() in class {site.cls}, found {what}")
+    if editor.methods_seen == 0:
+        raise AnchorError(site, f"one method {site.method}() in class {site.cls}, found none")
+    if editor.methods_seen > 1:
+        raise AnchorError(site, _duplicates(module, site, editor.methods_seen))
     assert editor.outcome is not None
     return new, editor.outcome
+
+
+def _duplicates(module: cst.Module, site: EditSite, count: int) -> str:
+    """What a class with ``count`` definitions of the edited method is told: the lines, which one runs, the ways out."""
+    lines = _definition_lines(module.code, site.cls, site.method)
+    where = f" (lines {', '.join(map(str, lines))}; Python uses the last one, line {lines[-1]})" if lines else ""
+    return (
+        f"one method {site.method}() in class {site.cls}, found {count} definitions{where}: "
+        f"remove the copies so that one remains, or leave this model out by naming the models you serve with --model"
+    )
+
+
+def _definition_lines(code: str, cls: str, method: str) -> list[int]:
+    """The line of each top-level ``def method`` of top-level class ``cls`` in ``code`` (empty if it does not parse)."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    return [
+        item.lineno
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and node.name == cls
+        for item in node.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == method
+    ]
 
 
 def walk_statements(func: cst.FunctionDef) -> list:

@@ -43,7 +43,7 @@ from patchcraft.reading.class_graph import (
 from patchcraft.engine.file_patch import patch_text
 from patchcraft.planning.model_plans import plan_model, plan_models, scan
 from patchcraft.planning.runner_edits import setter_calls
-from patchcraft.planning.selection import named
+from patchcraft.planning.selection import named, no_match
 from patchcraft.base.sources import read_source
 from patchcraft.reading.setter_sandbox import Config, Layer, NotEvaluable, Pipeline, SetterRun, run_setter
 from patchcraft.base.status import EDIT_IN_PLACE
@@ -137,10 +137,7 @@ def _choose_class(tree: SglangTree, graph: ModelGraph, plans: list[ModelPlan], n
         found = _class_by_name(graph, name)
         if found is not None:
             return found
-        raise PatchcraftError(
-            f"{tree.models_dir}: no model class matches --model {name} "
-            "(a model file like deepseek_v2, or a class like DeepseekV3ForCausalLM)"
-        )
+        raise PatchcraftError(f"{tree.models_dir}: {no_match(tree.models_dir, [name])}")
     names = ", ".join(p.label for p in chosen[:8]) + (", ..." if len(chosen) > 8 else "")
     raise PatchcraftError(f"{len(chosen)} model classes match; pass --model NAME (one of: {names})")
 

@@ -80,9 +80,16 @@ class Proof(_Status):
     PASSED = "harness-passed"
     #: The harness ran them and they did not (the text is withheld, never written).
     FAILED = "harness-failed"
+    #: The harness could not run this model class (a harness ``error``: the original file does not run
+    #: under the stand-ins, say): nothing proved the text, so it is withheld too; ``--no-smoke`` writes it unproven.
+    ERROR = "harness-error"
     #: torch is not installed: nothing ran (the static reading stands).
     NO_TORCH = "not-run (no torch)"
     #: ``--no-smoke``: the harness was asked not to run.
     SKIPPED = "skipped (--no-smoke)"
     #: An overlay with no model the harness runs (the runner edits only, say).
     NOTHING_TO_PROVE = "nothing to prove"
+
+
+#: The proofs that withhold a model's text: never written, the run exits 1.
+WITHHELD = frozenset({Proof.FAILED, Proof.ERROR})

@@ -26,7 +26,7 @@ from patchcraft.base.pristine import Pristine, PristineSource
 from patchcraft.engine.records import Mode, ModelResult, RunResult
 from patchcraft.planning.selection import plan_tree
 from patchcraft.base.sources import read_source
-from patchcraft.base.status import EditStatus, FileState, ModelStatus, Proof
+from patchcraft.base.status import EditStatus, FileState, ModelStatus, Proof, WITHHELD
 
 #: The runs whose files are judged against their pristine text.
 JUDGED = (Mode.VERIFY, Mode.APPLY, Mode.CHECK)
@@ -106,7 +106,7 @@ def advise(result: RunResult, reports: Mapping[str, FileReport]) -> RunResult:
 def _advised(result: RunResult, model: ModelResult, reports: Mapping[str, FileReport]) -> ModelResult:
     if "." not in model.model or not hand_advice.hand_made(model):
         return model
-    if model.proof == Proof.FAILED:
+    if model.proof in WITHHELD:
         what = hand_advice.consequence(_harness_message(model.message))
     elif result.mode is Mode.VERIFY and model.status == ModelStatus.WOULD:
         what = hand_advice.missing_init(model) or ""

@@ -13,7 +13,7 @@ from patchcraft.ui import console
 from patchcraft.ui import machine_output
 from patchcraft.commands import _hand_edits, _proof
 from patchcraft.engine.diffs import unified_diffs
-from patchcraft.engine.tree_run import run, write_changes
+from patchcraft.engine.tree_run import run, withhold_unnamed, write_changes
 from patchcraft.engine.hand_edits import FileReport
 from patchcraft.engine.records import Mode, RunResult
 from patchcraft.base.sources import remove_stale_temp_files
@@ -118,6 +118,7 @@ def _run_and_write(
             ]
         if proof is not None:
             results = [proof(result) for result in results]
+        results = [withhold_unnamed(result, models) for result in results]
         results = [_hand_edits.advise(r, rep) for r, rep in zip(results, reports)]
         if writes:
             for result in results:

@@ -16,10 +16,15 @@ from typing import Any, Callable
 from patchcraft.ui import console
 from patchcraft.harness import torch_problem
 from patchcraft.engine.records import ModelResult, RunResult
-from patchcraft.base.status import EditStatus, ModelStatus, Proof
+from patchcraft.base.status import WITHHELD, EditStatus, ModelStatus, Proof
 
 #: The ``proof`` field of a model row (docs/json.md); the values live in :class:`patchcraft.base.status.Proof`.
 PASSED, FAILED, NO_TORCH, SKIPPED = Proof.PASSED, Proof.FAILED, Proof.NO_TORCH, Proof.SKIPPED
+#: What a row withheld by a harness ``error`` adds: the harness could not judge it, and the one way to write it.
+CANNOT_RUN = (
+    "the harness cannot run this model class, so nothing proved the patch; "
+    "`--no-smoke` writes it without that proof (the patched code is then first run by your server)"
+)
 
 
 def _model_class(model: ModelResult) -> bool:
@@ -123,9 +128,11 @@ def record(result: RunResult, run: Any, only: Callable[[ModelResult], bool] | No
             continue
         if row.status == "pass":
             verdicts[row.model] = (PASSED, "")
-        elif row.status in ("fail", "error"):
-            verdicts[row.model] = (FAILED, f"harness {row.status}: {row.message}")
-    if any(proof == FAILED for proof, _ in verdicts.values()) and not _changes_compile(result):
+        elif row.status == "fail":
+            verdicts[row.model] = (FAILED, f"harness fail: {row.message}")
+        elif row.status == "error":
+            verdicts[row.model] = (Proof.ERROR, f"harness error: {row.message}; {CANNOT_RUN}")
+    if any(proof in WITHHELD for proof, _ in verdicts.values()) and not _changes_compile(result):
         return result  # the write refuses the whole run, naming the file that does not compile (exit 2)
     from patchcraft.engine.tree_run import withhold  # late: a warm `patchcraft run` builds the gate but never calls it
 

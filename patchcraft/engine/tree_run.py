@@ -11,6 +11,7 @@ step with ``apply`` except the last.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Sequence, TypeVar
@@ -20,9 +21,9 @@ from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.class_graph import EditSite, ModelPlan
 from patchcraft.engine.file_patch import FilePatch, compiles, patch_text, revert_text
 from patchcraft.engine.records import EditResult, FileChange, Mode, ModelResult, RunResult
-from patchcraft.planning.selection import plan_tree
+from patchcraft.planning.selection import is_named, plan_tree
 from patchcraft.base.sources import Source, check_writable, read_source, write_all
-from patchcraft.base.status import EDIT_IN_PLACE, EditStatus, ModelStatus, Proof
+from patchcraft.base.status import EDIT_IN_PLACE, EditStatus, ModelStatus, Proof, WITHHELD
 from patchcraft.base.target import SglangTree
 from patchcraft.engine.extra_rows import fusion_row, runner_row
 from patchcraft.engine.workers import gc_paused, map_files
@@ -136,14 +137,23 @@ def _failed_models(
     fails, the files holding its init and forward sites are not written, and
     that blocks every other model whose init or forward lives there too
     (to a fixpoint). Setter files need no such care: the inserted setter
-    block refuses -1 at run time when the inner model lacks the flag.
+    block refuses -1 at run time when the inner model lacks the flag. And a
+    model whose setter failed blocks nothing but the files with errors: its
+    setter is not written, so it never sets the flag, and the init and
+    forward it shares with other models (qwen3_moe's, in qwen2_moe.py) are
+    written for them (the forward reads the flag with ``getattr``).
     """
     failed: dict[str, str] = {}
+    setter_only: set[str] = set()  # its setter failed, so it never sets the flag: its init and forward stay others'
     for plan in plans:
-        for site in plan.sites:
-            message = file_errors.get(site.path) or patches.get(site.path, FilePatch("")).errors.get(site.key)
-            if message:
-                failed.setdefault(plan.label, message)
+        broken = [
+            s for s in plan.sites if file_errors.get(s.path) or patches.get(s.path, FilePatch("")).errors.get(s.key)
+        ]
+        if broken:
+            site = broken[0]
+            failed[plan.label] = file_errors.get(site.path) or patches[site.path].errors[site.key]
+            if any(s.kind == "setter" for s in broken):  # its setter's file has an error: never written
+                setter_only.add(plan.label)
     # A file with any error is never written, whoever else it serves.
     blocked: dict[Path, str] = {}
     for plan in plans:
@@ -151,8 +161,16 @@ def _failed_models(
             if site.path in file_errors or site.key in patches.get(site.path, FilePatch("")).errors:
                 blocked.setdefault(site.path, plan.label)
     because = lambda hit, who: f"{hit}: not written because {who} failed in the same file; fix that first"  # noqa: E731
+    # A model whose setter alone failed is not written, so it never sets the flag: the init and forward
+    # it shares with others are theirs to write (the flag stays False for it, its capture never runs).
     spread_to_fixpoint(
-        failed, [(plan.label, [s.path for s in plan.sites if s.kind != "setter"]) for plan in plans], blocked, because
+        failed,
+        [
+            (plan.label, [] if plan.label in setter_only else [s.path for s in plan.sites if s.kind != "setter"])
+            for plan in plans
+        ],
+        blocked,
+        because,
     )
     for plan in plans:
         hit = next((f for f in plan.files if f in blocked), None)
@@ -219,7 +237,7 @@ def _judge(tree, mode, plan, patches, file_errors, failed, sources) -> ModelResu
         hand = any(e.status == EditStatus.HAND_APPLIED for e in edits)
         message = "patched (hand-applied edits recognised)" if hand else "patched"
         return ModelResult(**common, status=ModelStatus.ALREADY, message=message, compiles=compiled, idempotent=True)
-    missing = _kinds([e.kind for e in edits if e.status == EditStatus.APPLIED])
+    missing = _kinds([e for e in edits if e.status == EditStatus.APPLIED], rel)
     if mode is Mode.APPLY:
         return ModelResult(**common, status=ModelStatus.PATCHED, message=f"added: {missing}{_included(plan)}")
     return ModelResult(
@@ -231,9 +249,25 @@ def _judge(tree, mode, plan, patches, file_errors, failed, sources) -> ModelResu
     )
 
 
-def _kinds(kinds: Sequence[str]) -> str:
-    """``setter, init, forward``; ``init (3 classes)`` when the flag goes into several ``__init__``."""
-    return ", ".join(k if kinds.count(k) == 1 else f"{k} ({kinds.count(k)} classes)" for k in dict.fromkeys(kinds))
+def _kinds(edits: Sequence[EditResult], own: str) -> str:
+    """``setter, init, forward``; ``init (3 classes)`` when the flag goes into several ``__init__``.
+
+    An edit made in another file than the model's own says where it went:
+    ``forward via deepseek_v2.py DeepseekV2Model`` (a wrapper such as
+    Kimi-K2.5 whose inner model lives elsewhere; its own file is untouched).
+    """
+    kinds = [e.kind for e in edits]
+    words = []
+    for kind in dict.fromkeys(kinds):
+        these = [e for e in edits if e.kind == kind]
+        if all(e.file == own for e in these):
+            words.append(kind if len(these) == 1 else f"{kind} ({len(these)} classes)")
+        elif len(these) == 1:
+            words.append(f"{kind} via {os.path.basename(these[0].file)} {these[0].cls}")
+        else:
+            files = ", ".join(dict.fromkeys(os.path.basename(e.file) for e in these))
+            words.append(f"{kind} ({len(these)} classes, in {files})")
+    return ", ".join(words)
 
 
 def _included(plan: ModelPlan) -> str:
@@ -297,14 +331,14 @@ def withhold(result: RunResult, verdicts: Mapping[str, tuple[str, str]]) -> RunR
     other model patching one of those files is withheld too (its other
     files would hold half its patch), to a fixpoint. Their rows say why.
     """
-    reasons = {label: detail for label, (proof, detail) in verdicts.items() if proof == Proof.FAILED}
+    reasons = {label: detail for label, (proof, detail) in verdicts.items() if proof in WITHHELD}
     blocked: dict[str, str] = {}
     patched = {m.model for m in result.models if m.status == ModelStatus.PATCHED}
     spread_to_fixpoint(
         reasons,
         [(m.model, m.files) for m in result.models],
         blocked,
-        lambda hit, who: f"{hit} is withheld because {who} failed the harness",
+        lambda hit, who: f"{hit} is withheld because the harness did not prove {who}",
         catches=patched.__contains__,
     )
     models = []
@@ -322,6 +356,27 @@ def withhold(result: RunResult, verdicts: Mapping[str, tuple[str, str]]) -> RunR
             models.append(replace(model, proof=proof))
     changes = tuple(c for c in result.changes if c.rel not in blocked)
     return replace(result, models=tuple(models), changes=changes)
+
+
+def withhold_unnamed(result: RunResult, names: Sequence[str]) -> RunResult:
+    """With ``--model``: when every named model is withheld or in ``error``, nothing else is written either.
+
+    The runner and all-reduce fusion rows (and any model brought along) exist
+    only to serve the named models; written alone they would change the
+    install for models that stay unpatched. Their rows say why.
+    """
+    named = [m for m in result.models if is_named(m.model, names)]
+    if not names or not named or not all(m.proof in WITHHELD or m.status == ModelStatus.ERROR for m in named):
+        return result
+    who = ", ".join(m.model for m in named)
+    why = "which the harness did not prove" if any(m.proof in WITHHELD for m in named) else "which cannot be patched"
+    models = tuple(
+        replace(m, status=ModelStatus.WOULD, message=f"not written: it serves {who}, {why}")
+        if m.status == ModelStatus.PATCHED
+        else m
+        for m in result.models
+    )
+    return replace(result, models=models, changes=())
 
 
 def write_changes(changes: Sequence[FileChange]) -> None:

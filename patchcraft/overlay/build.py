@@ -43,7 +43,7 @@ from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.fetch import copy_parts
 from patchcraft.overlay.bootstrap import BOOTSTRAP, MANIFEST, PACKAGE_DIR, TABLE
 from patchcraft.engine.records import Mode, RunResult
-from patchcraft.base.status import ModelStatus, Proof
+from patchcraft.base.status import ModelStatus, Proof, WITHHELD
 from patchcraft.base.target import SglangTree
 
 #: The manifest's ``proof`` when every patched model class passed the harness (commands/_proof.PASSED).
@@ -129,7 +129,7 @@ def _build(
     result = run(tree, Mode.APPLY, names, runner=runner)
     if prove is not None:
         result = prove(result)
-    failed = [m for m in result.models if m.status == ModelStatus.ERROR or m.proof == Proof.FAILED]
+    failed = [m for m in result.models if m.status == ModelStatus.ERROR or m.proof in WITHHELD]
     if failed:
         raise PatchcraftError(f"{failed[0].model}: {failed[0].message}; no overlay was built")
     built = _write(tree, result, directory)

@@ -32,11 +32,42 @@ def plan_tree(tree: SglangTree, names: Sequence[str] = (), whole_files: bool = F
         else select(plan_models(scan(tree.models_dir), inheriting=True), tree, names, whole_files)
     )
     if names and not plans:
-        raise PatchcraftError(
-            f"{tree.models_dir}: no model matches --model {', '.join(names)} "
-            "(names are model files like deepseek_v2, or classes like DeepseekV2ForCausalLM)"
-        )
+        raise PatchcraftError(f"{tree.models_dir}: {no_match(tree.models_dir, names)}")
     return plans
+
+
+def is_named(label: str, names: Sequence[str]) -> bool:
+    """Whether ``--model`` names this row itself (a file stem, a class, ``module.Class`` or ``runner``)."""
+    wanted = {n.lower().removesuffix(".py") for n in names}
+    module, _, cls = label.lower().rpartition(".")
+    return bool(wanted & {label.lower(), module, cls})
+
+
+def no_match(models_dir: Path, names: Sequence[str]) -> str:
+    """Why no model answers ``--model NAME``: a model file without an EAGLE-3 setter, or no such file, and the nearest names."""
+    said = []
+    for name in names:
+        stem = name.removesuffix(".py").split(".")[0]
+        if (models_dir / f"{stem}.py").is_file():
+            said.append(
+                f"{stem}.py is in this tree, but none of its classes has set_eagle3_layers_to_capture "
+                "(itself or through a base class): this tree serves no EAGLE-3 target from it"
+            )
+            continue
+        near = nearest(models_dir, name)
+        said.append(
+            f"no model file {stem}.py and no model class {name} in this tree"
+            + (f"; the nearest names: {', '.join(near)}" if near else "")
+        )
+    return f"no model matches --model {', '.join(names)}: " + "; ".join(said)
+
+
+def nearest(models_dir: Path, name: str, count: int = 3) -> list[str]:
+    """The model files (stems) of ``models_dir`` closest to ``name`` (difflib), best first."""
+    import difflib
+
+    stems = sorted(p.stem for p in models_dir.glob("*.py") if not p.name.startswith("_"))
+    return difflib.get_close_matches(name.removesuffix(".py").split(".")[0].lower(), stems, n=count, cutoff=0.6)
 
 
 def plan_reaching(tree: SglangTree, names: Sequence[str] = (), whole_files: bool = False) -> list[ModelPlan] | None:

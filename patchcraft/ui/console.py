@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from patchcraft.engine.records import Mode, RunResult
-from patchcraft.base.status import EditStatus, FileState, ModelStatus, Proof
+from patchcraft.base.status import EditStatus, FileState, ModelStatus, Proof, WITHHELD
 
 if TYPE_CHECKING:
     from patchcraft.harness.gpu_summary import CudaSmokeSummary
@@ -339,7 +339,7 @@ def _verify_cells(model) -> list[str]:
     cells = [_kind_status(model, k) for k in ("init", "setter", "forward")]
     return [
         model.model,
-        ("not verified" if model.proof == Proof.FAILED else "verified")
+        ("not verified" if model.proof in WITHHELD else "verified")
         if model.status == ModelStatus.ALREADY
         else model.status,
         *[c if c != EditStatus.APPLIED else "missing" for c in cells],

@@ -15,8 +15,18 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from patchcraft import __version__
 from patchcraft.base.errors import CHANGED, OK, USAGE
+from patchcraft.planning.selection import is_named
 from patchcraft.engine.records import EditResult, Mode, ModelResult, RunResult
-from patchcraft.base.status import EDIT_IN_PLACE, MODEL_DONE, MODEL_SKIPPED, EditStatus, FileState, ModelStatus, Proof
+from patchcraft.base.status import (
+    EDIT_IN_PLACE,
+    MODEL_DONE,
+    MODEL_SKIPPED,
+    EditStatus,
+    FileState,
+    ModelStatus,
+    Proof,
+    WITHHELD,
+)
 
 if TYPE_CHECKING:
     from patchcraft.engine.hand_edits import (
@@ -35,9 +45,11 @@ def exit_code(results: Sequence[RunResult], names: Sequence[str] = (), strict: b
     ``not-applicable`` rows (no EAGLE-3 target at all) never do.
     """
     models = [m for r in results for m in r.models]
-    if any(m.status == ModelStatus.ERROR for m in models):
-        return USAGE
-    if any(m.proof == Proof.FAILED for m in models):
+    if any(m.status == ModelStatus.ERROR and not _only_brought_along(m, names) for m in models):
+        # That model's, not the run's: the others were judged and (apply) written; ``written`` lists what was.
+        # Exit 2 stays "nothing written": a usage or environment error stops the run before any write.
+        return CHANGED
+    if any(m.proof in WITHHELD for m in models):
         return CHANGED  # not written (apply) or not verified (verify): the harness failed it
     mode = results[0].mode if results else Mode.VERIFY
     served = [m for m in models if m.status == ModelStatus.UNSUPPORTED and (strict or is_named(m.model, names))]
@@ -50,11 +62,13 @@ def exit_code(results: Sequence[RunResult], names: Sequence[str] = (), strict: b
     return OK
 
 
-def is_named(label: str, names: Sequence[str]) -> bool:
-    """Whether ``--model`` names this row itself (a file stem, a class, ``module.Class`` or ``runner``)."""
-    wanted = {n.lower().removesuffix(".py") for n in names}
-    module, _, cls = label.lower().rpartition(".")
-    return bool(wanted & {label.lower(), module, cls})
+def _only_brought_along(model: ModelResult, names: Sequence[str]) -> bool:
+    """A model ``--model`` did not name, in the run only because it shares a file with one it did (``included_by``).
+
+    Its ``error`` row is shown, and fails nothing: naming the models you serve
+    is how a model that cannot be patched is left out.
+    """
+    return bool(names) and model.included_by is not None and not is_named(model.model, names)
 
 
 def unserved(results: Sequence[RunResult], names: Sequence[str] = (), strict: bool = False) -> list[ModelResult]:
@@ -67,7 +81,7 @@ def unserved(results: Sequence[RunResult], names: Sequence[str] = (), strict: bo
 
 
 def verified(model: ModelResult) -> bool:
-    return model.status in MODEL_DONE and model.compiles is not False and model.proof != Proof.FAILED
+    return model.status in MODEL_DONE and model.compiles is not False and model.proof not in WITHHELD
 
 
 class Locator:
@@ -143,8 +157,14 @@ def summary(results: Sequence[RunResult], code: int) -> dict[str, Any]:
         "models": sum(counts.values()),
         "by_status": dict(sorted(counts.items())),
         "files_changed": sum(len(r.changes) for r in results),
+        "written": written(results),
         "exit_code": code,
     }
+
+
+def written(results: Sequence[RunResult]) -> list[str]:
+    """The files a run wrote (apply and revert write their changes; the other modes write nothing)."""
+    return [str(c.rel) for r in results if r.mode in (Mode.APPLY, Mode.REVERT) for c in r.changes]
 
 
 def to_json(results: Sequence[RunResult], code: int) -> dict[str, Any]:
@@ -249,7 +269,7 @@ def _location(model: ModelResult, locator: Locator) -> tuple[str, int | None]:
 def _problem(model: ModelResult) -> str:
     if model.status in (ModelStatus.ERROR, ModelStatus.UNSUPPORTED, ModelStatus.REVERTED):
         return f"{model.model}: {model.status}: {model.message}"
-    if model.proof == Proof.FAILED or any(e.status == EditStatus.HAND_APPLIED for e in model.edits):
+    if model.proof in WITHHELD or any(e.status == EditStatus.HAND_APPLIED for e in model.edits):
         return f"{model.model}: {model.status}: {model.message}"  # the harness's words and, for a hand fix, what to do
     edits = [_describe(e, model) for e in model.edits if _missing(e)]
     if model.status == ModelStatus.PATCHED:

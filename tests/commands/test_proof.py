@@ -151,7 +151,10 @@ def test_withhold_takes_every_model_sharing_a_file_of_a_failed_one() -> None:
     assert rows["a.A"].status == ModelStatus.WOULD and rows["a.A"].message == "not written: harness fail: capture: ..."
     assert (
         rows["b.B"].status == ModelStatus.WOULD
-        and rows["b.B"].message == "not written: shared.py is withheld because a.A failed the harness"
+        and rows["b.B"].message == "not written: shared.py is withheld because the harness did not prove a.A"
     )
-    assert rows["c.C"].status == ModelStatus.WOULD and "b.py is withheld because b.B" in rows["c.C"].message
+    assert (
+        rows["c.C"].status == ModelStatus.WOULD
+        and "b.py is withheld because the harness did not prove b.B" in rows["c.C"].message
+    )
     assert rows["d.D"].status == ModelStatus.PATCHED and rows["d.D"].proof == "harness-passed"

@@ -291,7 +291,8 @@ def judge(base: Base, data: bytes, where: OneFileTree, check_revert: bool = True
     if ModelStatus.ERROR in statuses:
         if changed:
             return "violation", "a model was refused, but its file changed"
-        return "refused", "" if code == 2 else f"error status but exit {code}"
+        # One model in error is that model's: exit 1 (never 0, never 2: exit 2 means nothing could run).
+        return "refused", "" if code == 1 else f"error status but exit {code}"
     if not changed:
         if statuses - {ModelStatus.ALREADY, ModelStatus.UNSUPPORTED, ModelStatus.NOT_APPLICABLE}:
             return "violation", f"nothing written but statuses {sorted(statuses)}"
