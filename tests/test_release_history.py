@@ -36,7 +36,15 @@ from patchcraft.base.releases import (
     parse_index_versions,
     version_key,
 )
-from tools.sweep import LIMITATIONS, ReleaseResult, history_row, history_rows, sweep_release
+from tools.sweep import (
+    HISTORY_COLUMNS,
+    LIMITATIONS,
+    ReleaseResult,
+    history_cells,
+    history_row,
+    history_rows,
+    sweep_release,
+)
 
 from conftest import release_package
 
@@ -95,6 +103,17 @@ def test_release(version: str) -> None:
     assert sum(result.after_apply.values()) >= 1
     # A bare verify after apply exits 0 (unsupported models warn unless served, not-applicable never fails).
     assert result.verify.code == 0, "\n".join(result.problems())
+    # What apply found is what docs/coverage.md records: a model class the engine silently stops
+    # finding (no error row, nothing to verify) changes the rows and the counts after apply.
+    documented = history_rows(PAGE.read_text(encoding="utf-8")).get(version)
+    assert documented is not None, f"docs/coverage.md has no row for {version}"
+    cells = [c.strip() for c in documented.strip("|").split(" | ")]
+    static = dict(zip(HISTORY_COLUMNS, history_cells(result)))
+    for column in ("rows", "after apply", "verify exit", "`apply --check` after apply", "revert byte-identical"):
+        assert static[column] == cells[HISTORY_COLUMNS.index(column)], (
+            f"{version}: {column} is {static[column]!r}, docs/coverage.md says {cells[HISTORY_COLUMNS.index(column)]!r} "
+            f"(rewrite: python scripts/sweep.py {version} --write-docs, after checking why)"
+        )
 
 
 @pytest.mark.parametrize("version", [_tier(v, fast=v in FAST_SMOKE) for v in MINOR_RELEASES])
