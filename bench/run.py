@@ -44,6 +44,17 @@ from typing import Any, Callable, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "performance.md"
+#: The test suite's section of docs/performance.md, measured by hand (docs/contributing.md): kept as it is.
+SUITE_START = "<!-- suite:start (measured with pytest --durations; kept by bench/run.py) -->"
+SUITE_END = "<!-- suite:end -->"
+
+
+def suite_section(text: str) -> str:
+    """The marked test-suite section of a performance page (with a blank line before it), or ''."""
+    start, end = text.find(SUITE_START), text.find(SUITE_END)
+    return "" if start < 0 or end < start else "\n" + text[start : end + len(SUITE_END)] + "\n"
+
+
 DEFAULT_RELEASE = "0.5.23"
 DEFAULT_FILES = ("deepseek_v2.py", "llama.py", "qwen2.py")
 #: What the SGLang tree copy needs: the whole package (the goal is "a full tree").
@@ -674,7 +685,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = Path(args.output) if args.output else (None if args.quick else DOC)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(document(bench, lines, time.perf_counter() - started), encoding="utf-8")
+        kept = suite_section(output.read_text(encoding="utf-8")) if output.is_file() else ""
+        output.write_text(document(bench, lines, time.perf_counter() - started) + kept, encoding="utf-8")
         print(f"wrote {output}", file=sys.stderr)
     return 0
 

@@ -320,7 +320,10 @@ def test_cli_exits_0_without_warnings_and_speaks_json(capsys):
     [
         (["--layer-ids", "2,x", "--num-layers", "61", "--model", "deepseek_v2"], "expected comma-separated integers"),
         (["--layer-ids", "2,30", "--num-layers", "0", "--model", "deepseek_v2"], "--num-layers must be positive"),
-        (["--layer-ids", "2,30", "--num-layers", "61", "--model", "no_such_model"], "no model class matches"),
+        (
+            ["--layer-ids", "2,30", "--num-layers", "61", "--model", "no_such_model"],
+            "no model matches --model no_such_model: no model file no_such_model.py",
+        ),
         (["--layer-ids", "2,30", "--num-layers", "61"], "pass --model NAME"),
         (["--layer-ids", "2,30", "--num-layers", "61", "--model", "llama", "--release", "0.5.10"], "not both"),
     ],

@@ -218,7 +218,7 @@ def test_read_only_file_or_directory(tree: Path, what: str) -> None:
         result = patchcraft("apply", "--model", "deepseek_v2", str(tree / "sglang"), obey_modes=True)
     finally:
         target.chmod(0o644 if what == "file" else 0o755)
-    _assert_refused(result, model, data, "read-only", "deepseek_v2.py")
+    _assert_refused(result, model, data, "read-only", "deepseek_v2.py", code=2)
 
 
 def test_failed_write_leaves_original_and_no_temp_files(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
