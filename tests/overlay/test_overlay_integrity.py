@@ -299,7 +299,7 @@ open(os.path.join(entry, "sitecustomize.py"), "w").write("open(%r, 'w').write('p
 
 
 @pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv")
-def test_a_planted_entry_in_a_shared_cache_is_not_executed(world: dict) -> None:
+def test_a_planted_entry_in_a_shared_cache_is_not_executed(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     from patchcraft.overlay.build import default_directory
     from patchcraft.base.target import resolve_target
 
@@ -309,11 +309,10 @@ def test_a_planted_entry_in_a_shared_cache_is_not_executed(world: dict) -> None:
     private_tmp = world["root"] / "tmp"
     private_tmp.mkdir()
     env = dict(os.environ, PATCHCRAFT_CACHE=str(shared), TMPDIR=str(private_tmp))
-    os.environ["PATCHCRAFT_CACHE"] = str(shared)
-    try:
-        entry = default_directory(resolve_target(str(world["package"])), (), True)
-    finally:
-        del os.environ["PATCHCRAFT_CACHE"]
+    # monkeypatch puts the suite's own cache back after the test (a bare del left every later test on ~/.cache)
+    monkeypatch.setenv("PATCHCRAFT_CACHE", str(shared))
+    entry = default_directory(resolve_target(str(world["package"])), (), True)
+    monkeypatch.undo()
     assert entry is not None
     marker = world["root"] / "PLANTED"
     subprocess.run(NOBODY + ["/usr/bin/python3", "-c", PLANT, str(entry), str(marker)], check=True)
