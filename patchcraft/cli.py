@@ -1,7 +1,7 @@
 """The thin click layer: parse flags once, dispatch, map errors to exit codes.
 
 Every subcommand turns its flags into one options value (the pipeline's
-:class:`~patchcraft.commands._pipeline.Options`, or its command's own)
+:class:`~patchcraft.pipeline.stages.Options`, or its command's own)
 and calls one function in ``patchcraft.commands`` that returns an
 ``int``. A :class:`PatchcraftError` prints one line and exits 2; Ctrl-C
 exits 130; anything else is a bug and keeps its traceback (exit 3).
@@ -96,7 +96,7 @@ def _remember_strict(ctx: click.Context, param: click.Parameter, value: bool) ->
 
 
 def _options(targets, models, output_format, color, show_diff=False, release=None, no_runner=False):
-    from patchcraft.commands._pipeline import Options
+    from patchcraft.pipeline.stages import Options
     from patchcraft.commands._targets import release_targets
 
     meta = click.get_current_context().meta

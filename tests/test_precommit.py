@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from conftest import copy_release
-from patchcraft.commands._pipeline import resolve_targets
+from patchcraft.pipeline.stages import resolve_targets
 
 
 ROOT = Path(__file__).resolve().parent.parent

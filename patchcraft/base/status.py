@@ -55,6 +55,9 @@ class ModelStatus(_Status):
     NOT_APPLICABLE = "not-applicable"
 
 
+#: The edit statuses of an edit made by hand: one that does patchcraft's job, or one that tries to.
+HAND_MADE = frozenset({EditStatus.HAND_APPLIED, EditStatus.MODIFIED})
+
 #: The model statuses of a row whose edits are all in place (verify's "verified", before the compile and proof checks).
 MODEL_DONE = frozenset({ModelStatus.ALREADY, ModelStatus.NOT_NEEDED})
 #: The model statuses of a row patchcraft cannot, or need not, patch (no edit sites).
@@ -90,6 +93,20 @@ class Proof(_Status):
     #: An overlay with no model the harness runs (the runner edits only, say).
     NOTHING_TO_PROVE = "nothing to prove"
 
+
+class HarnessStatus(_Status):
+    """What the CPU harness said of one scenario, or of one model class (its first failed scenario's)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    #: The harness could not run it (the original file does not run under the stand-ins, say).
+    ERROR = "error"
+    SKIPPED = "skipped"
+    NOT_APPLICABLE = "n/a"
+
+
+#: The harness verdict -> the ``proof`` a model row records (a skipped or n/a row proves nothing).
+PROOF_OF = {HarnessStatus.PASS: Proof.PASSED, HarnessStatus.FAIL: Proof.FAILED, HarnessStatus.ERROR: Proof.ERROR}
 
 #: The proofs that withhold a model's text: never written, the run exits 1.
 WITHHELD = frozenset({Proof.FAILED, Proof.ERROR})

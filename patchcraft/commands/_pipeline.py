@@ -1,145 +1,15 @@
-"""The one pipeline behind apply, check, diff, verify and revert."""
+"""A pipeline command's output: what :func:`patchcraft.pipeline.stages.run_trees` returned, rendered."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
-from patchcraft.engine import result_cache
-from patchcraft.base import tree_lock
-from patchcraft.ui import console
-from patchcraft.ui import machine_output
-from patchcraft.commands import _hand_edits, _proof
 from patchcraft.engine.diffs import unified_diffs
-from patchcraft.engine.tree_run import run, withhold_unnamed, write_changes
-from patchcraft.engine.hand_edits import FileReport
 from patchcraft.engine.records import Mode, RunResult
-from patchcraft.base.sources import remove_stale_temp_files
-from patchcraft.base.target import SglangTree, resolve_target
-
-
-@dataclass(frozen=True)
-class Options:
-    """Options shared by every pipeline command (one object, set once at the CLI edge)."""
-
-    targets: tuple[str, ...] = ()
-    models: tuple[str, ...] = ()
-    output_format: str = "text"
-    color: str = "auto"
-    show_diff: bool = False
-    #: ``apply`` exits 1 when it rewrote a file (formatter-style, for pre-commit).
-    fail_on_change: bool = False
-    #: Also make CUDA-graph capture use the configured ids (``--no-runner`` turns it off).
-    runner: bool = True
-    #: Also keep captured states reduced under all-reduce fusion (``--no-fusion-fix`` turns it off).
-    fusion: bool = True
-    #: Files patched at once, in worker processes (``--jobs``; None: one per core).
-    jobs: int | None = None
-    #: Run the CPU harness before apply writes, and on hand-made edits in verify (``--no-smoke``: off).
-    smoke: bool = True
-    #: Unsupported models fail the run even when not named with ``--model``.
-    strict: bool = False
-    #: ``apply --replace-hand-edits``: patch the pristine text of files edited by hand at patchcraft's edit sites only.
-    replace_hand_edits: bool = False
-
-
-@dataclass(frozen=True)
-class HandEdits:
-    """What a run found against the pristine text: one report per model file, per tree, and what it restored."""
-
-    reports: tuple[dict[str, FileReport], ...] = ()
-    replaced: tuple[FileReport, ...] = ()
-
-
-def default_jobs() -> int:
-    """The cores this process may run on (a container's limit, not the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def resolve_targets(targets: Sequence[str]) -> list[SglangTree]:
-    """One tree per SGLang package, in the order first named.
-
-    pre-commit passes many model files at once: those of one package become
-    one run (one class graph, each model once, one machine_output), not one per file.
-    A whole-tree TARGET for a package makes the merged run cover the whole tree.
-    """
-    if not targets:
-        return [resolve_target(None)]
-    merged: dict[Path, SglangTree] = {}
-    for target in targets:
-        tree = resolve_target(target)
-        key = tree.package.resolve()
-        prior = merged.get(key)
-        if prior is None:
-            merged[key] = tree
-        elif not tree.only_files:
-            merged[key] = replace(tree, only_files=())
-        elif prior.only_files:
-            extra = tuple(f for f in tree.only_files if f not in prior.only_files)
-            merged[key] = replace(prior, only_files=prior.only_files + extra)
-    return list(merged.values())
-
-
-def _run_and_write(
-    trees: Sequence[SglangTree],
-    mode: Mode,
-    models: Sequence[str],
-    runner: bool = True,
-    jobs: int = 1,
-    proof: Callable[[RunResult], RunResult] | None = None,
-    fusion: bool = True,
-    replace_hand_edits: bool = False,
-) -> tuple[list[RunResult], HandEdits]:
-    """Read, transform, prove and (for apply/revert) write, holding each tree's lock throughout.
-
-    The lock covers the reads too: a second run waits, then reads what the
-    first one wrote. Every check that can refuse runs before the first
-    write (``proof``, the harness, among them: what it fails is withheld),
-    and all files of all trees are written together or not at all.
-    """
-    writes = mode in (Mode.APPLY, Mode.REVERT)
-    with tree_lock.hold([t.models_dir for t in trees] if writes else [], on_wait=console.print_line):
-        if writes:
-            remove_stale_temp_files(d for t in trees for d in (t.models_dir, t.executor_dir))
-        results = [_run(tree, mode, models, runner, jobs, fusion) for tree in trees]
-        reports = [_hand_edits.file_reports(r) if mode in _hand_edits.JUDGED else {} for r in results]
-        bases: list[dict[Path, str]] = [{} for _ in results]
-        if replace_hand_edits and mode in (Mode.APPLY, Mode.CHECK):
-            bases = [_hand_edits.replacements(r, rep) for r, rep in zip(results, reports)]
-            # The restored files are patched afresh from their pristine text (never from the result_cache).
-            results = [
-                run(r.tree, mode, models, runner=runner, jobs=jobs, fusion=fusion, base_texts=base) if base else r
-                for r, base in zip(results, bases)
-            ]
-        if proof is not None:
-            results = [proof(result) for result in results]
-        results = [withhold_unnamed(result, models) for result in results]
-        results = [_hand_edits.advise(r, rep) for r, rep in zip(results, reports)]
-        if writes:
-            for result in results:
-                for change in result.changes:
-                    result.tree.check_inside(change.source.path)
-            write_changes([change for result in results for change in result.changes])
-    return results, HandEdits(tuple(reports), tuple(_hand_edits.replaced_files(reports, bases)))
-
-
-def _run(
-    tree: SglangTree, mode: Mode, models: Sequence[str], runner: bool, jobs: int, fusion: bool = True
-) -> RunResult:
-    """One tree's run; a read-only one comes from the result cache when nothing it reads changed."""
-    return result_cache.cached_run(
-        tree,
-        mode,
-        models,
-        runner,
-        lambda: run(tree, mode, models, runner=runner, jobs=jobs, fusion=fusion),
-        fusion=fusion,
-    )
+from patchcraft.pipeline.hand_review import JUDGED
+from patchcraft.pipeline.stages import Options, run_trees
+from patchcraft.ui import console, machine_output
 
 
 def warn_unserved(results: Sequence[RunResult], options: Options, mode: Mode) -> None:
@@ -157,29 +27,15 @@ def warn_unserved(results: Sequence[RunResult], options: Options, mode: Mode) ->
 
 def run_pipeline(options: Options, mode: Mode) -> int:
     """Run ``mode`` on every target, write if asked, print, and return the exit code."""
-    trees = resolve_targets(options.targets)
-    jobs = options.jobs if options.jobs is not None else default_jobs()
-    proof = _proof.gate(mode.value, options.smoke, quiet=options.output_format == "json")
-    results, hand = _run_and_write(
-        trees,
-        mode,
-        options.models,
-        options.runner,
-        jobs,
-        proof,
-        fusion=options.fusion,
-        replace_hand_edits=options.replace_hand_edits,
-    )
-    code = machine_output.exit_code(results, options.models, options.strict)
-    if options.fail_on_change and mode is Mode.APPLY and code == machine_output.OK and any(r.changes for r in results):
-        code = machine_output.CHANGED
+    done = run_trees(options, mode)
+    results, hand, code = list(done.results), done.hand, done.code
 
     def diff_text() -> str:  # only when shown: difflib over a whole unpatched tree takes a while
         return "".join(unified_diffs(r.changes) for r in results)
 
     if options.output_format == "json":
         document = machine_output.to_json(results, code)
-        if mode in _hand_edits.JUDGED:
+        if mode in JUDGED:
             document["files"] = machine_output.files_json(hand.reports, hand.replaced)
         if options.show_diff or mode is Mode.DIFF:
             document["diff"] = diff_text()

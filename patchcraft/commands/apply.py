@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from patchcraft.commands._pipeline import Options, run_pipeline
+from patchcraft.commands._pipeline import run_pipeline
+from patchcraft.pipeline.stages import Options
 from patchcraft.engine.records import Mode
 
 

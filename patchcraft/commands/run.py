@@ -80,7 +80,7 @@ def _overlay_for_run(tree, options: RunOptions) -> tuple[Path, bool]:
     patchcraft never removes an overlay in use.
     """
     from patchcraft.overlay import check as overlay_check
-    from patchcraft.overlay.build import build, hold
+    from patchcraft.overlay.build import hold
 
     if options.overlay:
         directory = Path(options.overlay)
@@ -89,11 +89,9 @@ def _overlay_for_run(tree, options: RunOptions) -> tuple[Path, bool]:
         hold(directory)  # before the checks, so that what was checked is what the server gets
         overlay_check.require_usable(directory)
         return directory, False
-    from patchcraft.commands import _proof
+    from patchcraft.pipeline.serve import build_overlay
 
-    overlay = build(
-        tree, runner=options.runner, prove=_proof.gate("apply", options.smoke, quiet=True), require_proof=options.smoke
-    )
+    overlay = build_overlay(tree, runner=options.runner, smoke=options.smoke, require_proof=options.smoke)
     said_static = _say_what_was_proven(overlay, options.smoke)
     if overlay.note:
         console.print_line(f"patchcraft run: {overlay.note}")
@@ -102,9 +100,9 @@ def _overlay_for_run(tree, options: RunOptions) -> tuple[Path, bool]:
 
 def _say_what_was_proven(overlay, smoke: bool, prefix: str = "patchcraft run: ") -> bool:
     """The "static, no torch" line, whether the overlay was just built or reused: never hidden. True when said."""
-    from patchcraft.commands import _proof
+    from patchcraft.base.status import Proof
 
-    if not (smoke and overlay.proof == _proof.NO_TORCH):
+    if not (smoke and overlay.proof == Proof.NO_TORCH):
         return False
     console.print_line(
         f"{prefix}torch is not installed, so the overlay is static: the harness did not run its patched code "
@@ -115,18 +113,11 @@ def _say_what_was_proven(overlay, smoke: bool, prefix: str = "patchcraft run: ")
 
 def overlay_build_command(target: str | None, out: str | None, runner: bool, smoke: bool, output_format: str) -> int:
     """``patchcraft overlay build [TARGET] --out DIR``: write the overlay; print the PYTHONPATH line."""
-    from patchcraft.commands import _proof
-    from patchcraft.overlay.build import build
+    from patchcraft.pipeline.serve import build_overlay
     from patchcraft.base.target import resolve_target
 
     tree = resolve_target(target)
-    overlay = build(
-        tree,
-        Path(out) if out else None,
-        runner=runner,
-        prove=_proof.gate("apply", smoke, quiet=True),
-        require_proof=smoke,
-    )
+    overlay = build_overlay(tree, Path(out) if out else None, runner=runner, smoke=smoke, require_proof=smoke)
     if output_format == "json":
         console.print_json(
             {
@@ -153,7 +144,8 @@ def overlay_verify_command(
 ) -> int:
     """``patchcraft verify --overlay DIR``: readable by the server, owned, intact, matches the install, fully patched."""
     from patchcraft.overlay import check as overlay_check
-    from patchcraft.commands._pipeline import Options, run_pipeline
+    from patchcraft.commands._pipeline import run_pipeline
+    from patchcraft.pipeline.stages import Options
     from patchcraft.engine.records import Mode
 
     path = Path(directory)

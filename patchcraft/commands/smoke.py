@@ -6,8 +6,8 @@ from typing import Any, Callable, Sequence
 
 from patchcraft.ui import console
 from patchcraft.ui import machine_output
-from patchcraft.commands import _hand_edits, _proof
-from patchcraft.commands._pipeline import Options, resolve_targets
+from patchcraft.pipeline import hand_review, proof as _proof
+from patchcraft.pipeline.stages import Options, resolve_targets
 from patchcraft.engine.tree_run import run
 from patchcraft.engine.records import Mode, RunResult
 from patchcraft.base.errors import PatchcraftError
@@ -43,7 +43,7 @@ def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = Fals
         results, runs, label = _smoke_runs(options, compiled, device, on_row=status.update)
     if show_verify:
         results = [
-            _hand_edits.advise(_proof.record(r, s, only=_proof.hand_made), _hand_edits.file_reports(r))
+            hand_review.advise(_proof.record(r, s, only=_proof.hand_fix_to_prove), hand_review.file_reports(r))
             for r, s in zip(results, runs)
         ]
     from patchcraft.harness import smoke_rows
@@ -100,7 +100,7 @@ def _smoke_runs(
     else:
         label = "cpu"
     # Hand-made models still missing edits run as apply would write them, and their verdicts are
-    # their rows' proof, with what to do: verify --smoke, verify and apply say the same (commands/_proof.py).
+    # their rows' proof, with what to do: verify --smoke, verify and apply say the same (pipeline/proof.py).
     runs = [
         smoke_tree(
             r.tree,

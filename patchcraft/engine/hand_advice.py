@@ -3,8 +3,8 @@
 Every refusal of a hand fix names three things (docs/troubleshooting.md,
 "I patched it by hand"): the hand-made lines (from the hand diff's hunks
 when the pristine text is known, else the edit sites the transforms found
-hand-made), what goes wrong in the user's terms (from the harness
-scenario that failed, or from the static verdict), and the one command
+hand-made), what goes wrong in the user's terms (the consequence the
+harness verdict records, or the static verdict), and the one command
 that fixes it. Pure text from records: it never prints.
 """
 
@@ -15,30 +15,8 @@ from typing import Mapping
 
 from patchcraft.engine.hand_edits import FileReport
 from patchcraft.engine.records import ModelResult
-from patchcraft.base.status import EditStatus, FileState
+from patchcraft.base.status import HAND_MADE, EditStatus, FileState
 from patchcraft.base.target import SglangTree
-
-#: The harness scenario (docs/harness.md) that failed -> what it means for the server.
-CONSEQUENCES = {
-    "pipeline": "at PP > 1 later stages capture the wrong tensor (no first-stage gate)",
-    "init": "the forward reads a flag no __init__ sets: it crashes at start-up (AttributeError)",
-    "capture": "with -1 in the ids the draft is fed the wrong hidden states",
-    "same": "without -1 the capture differs from the unpatched release: drafts that never ask for -1 break too",
-    "default": "with no ids configured the capture differs from the unpatched release",
-}
-UNKNOWN_CONSEQUENCE = "the draft is fed the wrong hidden states"
-
-
-def hand_made(model: ModelResult) -> bool:
-    """Whether any of the model's edits was made by hand (recognised as such by its transform)."""
-    return any(e.status in (EditStatus.HAND_APPLIED, EditStatus.MODIFIED) for e in model.edits)
-
-
-def consequence(harness_message: str) -> str:
-    """The user's terms for a harness failure message (``harness fail: pipeline: ...``)."""
-    words = harness_message.split(":")
-    scenario = words[1].strip() if len(words) > 1 and words[0].startswith("harness") else ""
-    return CONSEQUENCES.get(scenario, UNKNOWN_CONSEQUENCE)
 
 
 def missing_init(model: ModelResult) -> str | None:
@@ -56,19 +34,13 @@ def lines(model: ModelResult, reports: Mapping[str, FileReport]) -> str:
     named = [h.label(r.rel) for f in sorted(model.files) if (r := reports.get(f)) is not None for h in r.hunks]
     if named:
         return ", ".join(named)
-    sites = sorted(
-        {
-            f"{Path(e.file).name} {e.cls}.{e.method}"
-            for e in model.edits
-            if e.status in (EditStatus.HAND_APPLIED, EditStatus.MODIFIED)
-        }
-    )
+    sites = sorted({f"{Path(e.file).name} {e.cls}.{e.method}" for e in model.edits if e.status in HAND_MADE})
     return ", ".join(sites) or "none found"
 
 
 def command(tree: SglangTree, model: ModelResult, reports: Mapping[str, FileReport]) -> str:
     """The one command that turns the hand fix into a proven, revertible patchcraft install."""
-    by_hand = {e.file for e in model.edits if e.status in (EditStatus.HAND_APPLIED, EditStatus.MODIFIED)}
+    by_hand = {e.file for e in model.edits if e.status in HAND_MADE}
     unknown = sorted(f for f in by_hand if f in reports and reports[f].state == FileState.UNKNOWN)
     if not unknown:
         return f"patchcraft apply --replace-hand-edits {tree.package}"

@@ -20,7 +20,7 @@ from patchcraft.planning import runner_edits
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.class_graph import EditSite, ModelPlan
 from patchcraft.engine.file_patch import FilePatch, compiles, patch_text, revert_text
-from patchcraft.engine.records import EditResult, FileChange, Mode, ModelResult, RunResult
+from patchcraft.engine.records import EditResult, FileChange, Mode, ModelResult, ProofVerdict, RunResult
 from patchcraft.planning.selection import is_named, plan_tree
 from patchcraft.base.sources import Source, check_writable, read_source, write_all
 from patchcraft.base.status import EDIT_IN_PLACE, EditStatus, ModelStatus, Proof, WITHHELD
@@ -323,15 +323,16 @@ def _run_revert(tree: SglangTree, plans: Sequence[ModelPlan]) -> RunResult:
     return RunResult(mode=Mode.REVERT, tree=tree, version=tree.version, models=tuple(models), changes=tuple(changes))
 
 
-def withhold(result: RunResult, verdicts: Mapping[str, tuple[str, str]]) -> RunResult:
-    """Record each model's proof (``label -> (proof, detail)``) and drop what failed it.
+def withhold(result: RunResult, verdicts: Mapping[str, ProofVerdict]) -> RunResult:
+    """Record each model's proof (``label -> verdict``) and drop what failed it.
 
-    A model whose proof is ``harness-failed`` is not written, nor is any
-    file it would change; a file is written whole or not at all, so every
-    other model patching one of those files is withheld too (its other
-    files would hold half its patch), to a fixpoint. Their rows say why.
+    A model whose proof withholds it (:data:`~patchcraft.base.status.WITHHELD`)
+    is not written, nor is any file it would change; a file is written whole
+    or not at all, so every other model patching one of those files is
+    withheld too (its other files would hold half its patch), to a fixpoint.
+    Their rows say why.
     """
-    reasons = {label: detail for label, (proof, detail) in verdicts.items() if proof in WITHHELD}
+    reasons = {label: v.reason for label, v in verdicts.items() if v.proof in WITHHELD}
     blocked: dict[str, str] = {}
     patched = {m.model for m in result.models if m.status == ModelStatus.PATCHED}
     spread_to_fixpoint(
@@ -343,7 +344,9 @@ def withhold(result: RunResult, verdicts: Mapping[str, tuple[str, str]]) -> RunR
     )
     models = []
     for model in result.models:
-        proof = verdicts[model.model][0] if model.model in verdicts else model.proof
+        verdict = verdicts.get(model.model)
+        proof = verdict.proof if verdict is not None else model.proof
+        harness = verdict.harness if verdict is not None else model.harness
         if model.model in reasons:
             status = ModelStatus.WOULD if model.status == ModelStatus.PATCHED else model.status
             message = (
@@ -351,9 +354,9 @@ def withhold(result: RunResult, verdicts: Mapping[str, tuple[str, str]]) -> RunR
                 if model.status == ModelStatus.PATCHED
                 else f"{model.message}; but {reasons[model.model]}"
             )
-            models.append(replace(model, status=status, message=message, proof=proof or Proof.FAILED))
+            models.append(replace(model, status=status, message=message, proof=proof or Proof.FAILED, harness=harness))
         else:
-            models.append(replace(model, proof=proof))
+            models.append(replace(model, proof=proof, harness=harness))
     changes = tuple(c for c in result.changes if c.rel not in blocked)
     return replace(result, models=tuple(models), changes=changes)
 

@@ -80,13 +80,10 @@ def build_overlay(probed_root: Path, directory: Path) -> Path:
     Refuses a copy with nothing to patch: the install is patched already, and
     the run would test the install, not the overlay.
     """
-    from patchcraft.commands import _proof
-    from patchcraft.overlay.build import build
+    from patchcraft.pipeline.serve import build_overlay as build
     from patchcraft.base.target import resolve_target
 
-    overlay = build(
-        resolve_target(str(probed_root / "sglang")), directory, prove=_proof.gate("apply", True, quiet=True)
-    )
+    overlay = build(resolve_target(str(probed_root / "sglang")), directory)
     if not overlay.modules:
         raise PatchcraftError(
             "--via-run: the installed sglang is patched already, so the overlay has nothing to serve; "

@@ -24,7 +24,7 @@ from patchcraft.harness.subject import Subject, subjects
 from patchcraft.planning.model_plans import plan_models, scan
 from patchcraft.engine.records import ModelResult
 from patchcraft.planning.selection import select
-from patchcraft.base.status import ModelStatus
+from patchcraft.base.status import HarnessStatus, ModelStatus
 from patchcraft.base.target import SglangTree
 
 __all__ = [
@@ -47,7 +47,7 @@ class SmokeResult:
 
     model: str
     path: str
-    status: str
+    status: HarnessStatus
     message: str = ""
     checks: tuple[Check, ...] = ()
     seconds: float = 0.0
@@ -58,6 +58,13 @@ class SmokeResult:
     @property
     def ok(self) -> bool:
         return self.status in (PASS, SKIPPED)
+
+    @property
+    def scenario(self) -> str:
+        """The scenario that failed (or erred) first, or "" (passed, skipped, or no scenario could be set up)."""
+        if self.status not in (FAIL, ERROR):
+            return ""
+        return next((c.name for c in self.checks if c.status == self.status), "")
 
 
 @dataclass(frozen=True)

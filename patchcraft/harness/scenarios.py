@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from patchcraft.base.status import HarnessStatus
 from patchcraft.reading.class_graph import FLAG, SETTER
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.standins import (
@@ -53,7 +54,13 @@ from patchcraft.harness.subject import (
     input_ids,
 )
 
-PASS, FAIL, ERROR, SKIPPED, NOT_APPLICABLE = "pass", "fail", "error", "skipped", "n/a"
+PASS, FAIL, ERROR, SKIPPED, NOT_APPLICABLE = (
+    HarnessStatus.PASS,
+    HarnessStatus.FAIL,
+    HarnessStatus.ERROR,
+    HarnessStatus.SKIPPED,
+    HarnessStatus.NOT_APPLICABLE,
+)
 
 
 #: What a setter raises on purpose to refuse ids (a deliberate raise, in the model file).
@@ -65,7 +72,7 @@ class Check:
     """One scenario's verdict for one model class."""
 
     name: str
-    status: str
+    status: HarnessStatus
     detail: str = ""
     #: Something true of the release itself, not of the patch (shown, never a failure).
     note: str = ""

@@ -1,7 +1,8 @@
 """An overlay: the patched files of an SGLang install, served at import time, the install untouched.
 
-``build`` runs what ``apply`` would write (the harness proof included when
-torch is importable) and writes it into a new version directory
+``build`` writes what the pipeline judged ``apply`` would write (the
+harness proof included when torch is importable; :mod:`patchcraft.pipeline.serve`
+runs the stages and refuses what they withhold) into a new version directory
 (:mod:`patchcraft.overlay.store`), then points the overlay path at it:
 
 - ``sitecustomize.py``: the bootstrap, :mod:`patchcraft.overlay.bootstrap`
@@ -43,10 +44,10 @@ from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.fetch import copy_parts
 from patchcraft.overlay.bootstrap import BOOTSTRAP, MANIFEST, PACKAGE_DIR, TABLE
 from patchcraft.engine.records import Mode, RunResult
-from patchcraft.base.status import ModelStatus, Proof, WITHHELD
+from patchcraft.base.status import ModelStatus, Proof
 from patchcraft.base.target import SglangTree
 
-#: The manifest's ``proof`` when every patched model class passed the harness (commands/_proof.PASSED).
+#: The manifest's ``proof`` when every patched model class passed the harness.
 PROVEN = Proof.PASSED
 #: The manifest's ``proof`` when the overlay patches no model class: nothing for the harness to run.
 NOTHING_TO_PROVE = Proof.NOTHING_TO_PROVE
@@ -84,10 +85,10 @@ def default_directory(tree: SglangTree, names: Sequence[str], runner: bool) -> P
 
 def build(
     tree: SglangTree,
+    judged: Callable[[], RunResult],
     out: Path | None = None,
     names: Sequence[str] = (),
     runner: bool = True,
-    prove: Callable[[RunResult], RunResult] | None = None,
     require_proof: bool = False,
 ) -> Overlay:
     """Build the overlay of ``tree`` into ``out`` (default: the content-addressed cache directory).
@@ -96,42 +97,29 @@ def build(
     built from these very files, and, with ``require_proof``, proven by the
     harness when it can run here; anything else is rebuilt beside it, and
     an entry in a directory others can write is never used (a private
-    overlay is built). ``out`` is always rebuilt. ``prove`` is the harness step (commands/_proof.gate): what it fails is
-    not in the overlay, and the build refuses.
+    overlay is built). ``out`` is always rebuilt. ``judged`` is the pipeline's
+    apply of ``tree``, judged, proven and with nothing withheld (it raises
+    otherwise); it is called only when the overlay is written.
     """
     if out is not None:
-        return _build(tree, out, names, runner, prove)
+        return _build(tree, out, judged)
     directory = default_directory(tree, names, runner)
     if directory is None:
         raise PatchcraftError(f"{tree.package}: cannot read every file of the install to key the overlay")
     shared = _untrusted_store(directory.parent)
     if shared:  # someone else could swap what we build there: build where only we can write, and do not cache it
         private = Path(tempfile.mkdtemp(prefix="patchcraft-overlay-")) / "overlay"
-        return _build(tree, private, names, runner, prove, f"{shared}: not reused; this launch gets a private overlay")
+        return _build(tree, private, judged, f"{shared}: not reused; this launch gets a private overlay")
     reused, note = _reusable(directory, require_proof)
     if reused is not None:
         return reused
-    built = _build(tree, directory, names, runner, prove, note)
+    built = _build(tree, directory, judged, note)
     overlay_store.remove_orphans(directory.parent)  # what killed builds of any entry left
     return built
 
 
-def _build(
-    tree: SglangTree,
-    directory: Path,
-    names: Sequence[str],
-    runner: bool,
-    prove: Callable[[RunResult], RunResult] | None,
-    note: str = "",
-) -> Overlay:
-    from patchcraft.engine.tree_run import run  # late: reusing a cached overlay needs no engine
-
-    result = run(tree, Mode.APPLY, names, runner=runner)
-    if prove is not None:
-        result = prove(result)
-    failed = [m for m in result.models if m.status == ModelStatus.ERROR or m.proof in WITHHELD]
-    if failed:
-        raise PatchcraftError(f"{failed[0].model}: {failed[0].message}; no overlay was built")
+def _build(tree: SglangTree, directory: Path, judged: Callable[[], RunResult], note: str = "") -> Overlay:
+    result = judged()
     built = _write(tree, result, directory)
     return Overlay(built.directory, built.modules, False, result, built.proof, note)
 
@@ -198,7 +186,7 @@ def module_name(tree: SglangTree, path: Path) -> str:
 
 def proof_of(result: RunResult) -> str:
     """What the harness said of the model classes this overlay patches, as one word for the manifest."""
-    proofs = [m.proof or "not run" for m in result.models if "." in m.model and m.status == ModelStatus.PATCHED]
+    proofs = [m.proof or "not run" for m in result.models if m.is_model_class and m.status == ModelStatus.PATCHED]
     if not proofs:
         return NOTHING_TO_PROVE
     return next((p for p in proofs if p != PROVEN), PROVEN)

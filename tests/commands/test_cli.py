@@ -223,7 +223,8 @@ def test_read_only_file_or_directory(tree: Path, what: str) -> None:
 
 def test_failed_write_leaves_original_and_no_temp_files(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the write itself fail (os.replace), in process: exit 2, file untouched."""
-    from patchcraft.commands._pipeline import Options, run_pipeline
+    from patchcraft.commands._pipeline import run_pipeline
+    from patchcraft.pipeline.stages import Options
     from patchcraft.engine.records import Mode
     from patchcraft.base.errors import PatchcraftError
 

@@ -54,9 +54,10 @@ def test_a_row_withheld_by_a_harness_error_says_so_and_names_no_smoke(package: P
 def test_a_harness_fail_is_still_labelled_harness_failed(package: Path, capsys) -> None:
     """The patch itself is broken (the capture raises): a ``fail``, not an ``error``."""
     pytest.importorskip("torch")
-    from patchcraft.commands import _proof
+    from patchcraft.pipeline import proof as _proof
 
-    run = type("Run", (), {"results": [type("Row", (), {"model": "m.M", "status": "fail", "message": "capture: x"})]})
+    row = {"model": "m.M", "status": "fail", "message": "capture: x", "scenario": "capture"}
+    run = type("Run", (), {"results": [type("Row", (), row)]})
     from patchcraft.engine.records import Mode, ModelResult, RunResult
     from patchcraft.base.status import ModelStatus
 

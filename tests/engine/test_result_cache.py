@@ -20,7 +20,7 @@ import pytest
 from conftest import flip_one_byte, run_cli as cli
 from patchcraft.engine import result_cache
 from patchcraft.engine import tree_run
-from patchcraft.commands import _pipeline
+from patchcraft.pipeline import stages as _pipeline
 from patchcraft.engine.records import Mode
 from patchcraft.base.target import resolve_target
 

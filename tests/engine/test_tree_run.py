@@ -14,9 +14,9 @@ from pathlib import Path
 from patchcraft.engine.tree_run import _failed_models, withhold
 from patchcraft.reading.class_graph import EditSite, ModelPlan
 from patchcraft.engine.file_patch import FilePatch
-from patchcraft.engine.records import FileChange, Mode, ModelResult, RunResult
+from patchcraft.engine.records import FileChange, Mode, ModelResult, ProofVerdict, RunResult
 from patchcraft.base.sources import Source
-from patchcraft.base.status import ModelStatus
+from patchcraft.base.status import ModelStatus, Proof
 from patchcraft.base.target import SglangTree
 
 
@@ -113,10 +113,10 @@ MODELS = (
     _patched("d.D", "d.py"),
 )
 VERDICTS = {
-    "a.A": ("harness-failed", "harness fail: capture: 2 of 4 states"),
-    "b.B": ("harness-passed", ""),
-    "c.C": ("harness-passed", ""),
-    "d.D": ("harness-passed", ""),
+    "a.A": ProofVerdict(Proof.FAILED, "harness fail: capture: 2 of 4 states"),
+    "b.B": ProofVerdict(Proof.PASSED, ""),
+    "c.C": ProofVerdict(Proof.PASSED, ""),
+    "d.D": ProofVerdict(Proof.PASSED, ""),
 }
 
 
@@ -164,7 +164,7 @@ def test_a_model_already_patched_is_not_withheld_and_does_not_carry_the_block_on
 
 
 def test_withhold_without_a_failure_changes_nothing_but_the_proofs() -> None:
-    passed = {name: ("harness-passed", "") for name in VERDICTS}
+    passed = {name: ProofVerdict(Proof.PASSED, "") for name in VERDICTS}
     out = withhold(_result(*MODELS), passed)
     assert [c.rel for c in out.changes] == ["a.py", "b.py", "c.py", "d.py", "shared.py"]
     assert all(m.status == ModelStatus.PATCHED and m.proof == "harness-passed" for m in out.models)

@@ -127,7 +127,7 @@ def test_run_cuda_smoke_via_run_end_to_end_with_fake_sglang(
     from .test_cuda_smoke import _fake_sglang, _prepare
 
     from patchcraft.gpu_smoke.engine_args import build_engine_kwargs
-    from patchcraft.overlay.build import build
+    from patchcraft.pipeline.serve import build_overlay as build
     from patchcraft.base.target import resolve_target
 
     site = tmp_path / "site"
@@ -140,7 +140,7 @@ def test_run_cuda_smoke_via_run_end_to_end_with_fake_sglang(
 
     def overlay_without_patches(probed_root: Path, directory: Path) -> Path:
         built.append(probed_root)
-        return build(resolve_target(str(probed_root / "sglang")), directory).directory
+        return build(resolve_target(str(probed_root / "sglang")), directory, smoke=False).directory
 
     monkeypatch.setattr(smoke, "build_overlay", overlay_without_patches)
     launches = []

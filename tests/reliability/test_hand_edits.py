@@ -274,7 +274,7 @@ def test_a_wrong_hand_fix_fails_verify_naming_its_line(tmp_path: Path, stem: str
     layer's output, un-cloned it is overwritten; plain ``verify`` (no --smoke) refuses both."""
     package, model = _seed_fixed(tmp_path, "0.5.10", stem)
     # --no-smoke: the static judgement alone (the harness fails the field fix on a later
-    # pipeline stage anyway: it has no first-stage gate; tests/commands/test_proof.py).
+    # pipeline stage anyway: it has no first-stage gate; tests/pipeline/test_proof.py).
     good = patchcraft_cli("verify", "--no-runner", "--no-smoke", "--model", stem, str(package))
     if stem == "deepseek_v2":  # on 0.5.10 its capture reads a deferred all-reduce sum: the fusion mark is still to add
         table = good.stdout + good.stderr

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from patchcraft.commands._pipeline import Options, run_pipeline
+from patchcraft.commands._pipeline import run_pipeline
+from patchcraft.pipeline.stages import Options
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.engine.records import Mode
 from reliability_kit import MODEL_DIR, error_lines, patchcraft_cli, record, reduced_release, scrub, snapshot, temp_files

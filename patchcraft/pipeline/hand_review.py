@@ -7,7 +7,8 @@ the pristine text of each file whose hand edits all sit at patchcraft's
 edit sites, and refuses, before anything is written, a file with other
 hand edits or a hand fix with no pristine text to put back. A refusal of
 a hand fix (by the harness, or verify's static verdict) gets the lines,
-the consequence and the command (:mod:`patchcraft.engine.hand_advice`).
+the consequence its harness verdict records and the command
+(:mod:`patchcraft.engine.hand_advice`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from patchcraft.base.pristine import Pristine, PristineSource
 from patchcraft.engine.records import Mode, ModelResult, RunResult
 from patchcraft.planning.selection import plan_tree
 from patchcraft.base.sources import read_source
-from patchcraft.base.status import EditStatus, FileState, ModelStatus, Proof, WITHHELD
+from patchcraft.base.status import EditStatus, FileState, ModelStatus, WITHHELD
+from patchcraft.harness.verdict import UNKNOWN_CONSEQUENCE
 
 #: The runs whose files are judged against their pristine text.
 JUDGED = (Mode.VERIFY, Mode.APPLY, Mode.CHECK)
@@ -34,7 +36,7 @@ JUDGED = (Mode.VERIFY, Mode.APPLY, Mode.CHECK)
 
 def _model_files(result: RunResult) -> list[str]:
     """The model files of the run's model class rows (the tree rows' files are not model files)."""
-    return list(dict.fromkeys(f for m in result.models if "." in m.model for f in m.files))
+    return list(dict.fromkeys(f for m in result.models if m.is_model_class for f in m.files))
 
 
 def file_reports(result: RunResult) -> dict[str, FileReport]:
@@ -88,15 +90,6 @@ def replacements(result: RunResult, reports: Mapping[str, FileReport]) -> dict[P
     return {r.path: r.pristine for r in reports.values() if r.replaceable and r.pristine is not None}
 
 
-def _harness_message(message: str) -> str:
-    """The harness's own words in a row's message (``... harness fail: pipeline: ...``)."""
-    for start in ("harness fail:", "harness error:"):
-        at = message.find(start)
-        if at >= 0:
-            return message[at:]
-    return ""
-
-
 def advise(result: RunResult, reports: Mapping[str, FileReport]) -> RunResult:
     """Add the lines, the consequence and the command to every refused hand fix of ``result``."""
     models = tuple(_advised(result, m, reports) for m in result.models)
@@ -104,10 +97,11 @@ def advise(result: RunResult, reports: Mapping[str, FileReport]) -> RunResult:
 
 
 def _advised(result: RunResult, model: ModelResult, reports: Mapping[str, FileReport]) -> ModelResult:
-    if "." not in model.model or not hand_advice.hand_made(model):
+    if not model.is_model_class or not model.hand_made:
         return model
     if model.proof in WITHHELD:
-        what = hand_advice.consequence(_harness_message(model.message))
+        # Its own failed scenario's consequence; withheld for another model's failure: the general one.
+        what = (model.harness.consequence if model.harness is not None else "") or UNKNOWN_CONSEQUENCE
     elif result.mode is Mode.VERIFY and model.status == ModelStatus.WOULD:
         what = hand_advice.missing_init(model) or ""
     else:

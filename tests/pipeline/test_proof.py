@@ -121,8 +121,8 @@ def test_a_hand_fix_is_run_by_verify(release_copy, capsys) -> None:
 def test_withhold_takes_every_model_sharing_a_file_of_a_failed_one() -> None:
     """A file is written whole or not at all: B shares a file with failed A, C shares one with B."""
     from patchcraft.engine.tree_run import withhold
-    from patchcraft.engine.records import FileChange, Mode, ModelResult, RunResult
-    from patchcraft.base.status import ModelStatus
+    from patchcraft.engine.records import FileChange, Mode, ModelResult, ProofVerdict, RunResult
+    from patchcraft.base.status import ModelStatus, Proof
     from patchcraft.base.sources import Source
     from patchcraft.base.target import SglangTree
 
@@ -140,10 +140,10 @@ def test_withhold_takes_every_model_sharing_a_file_of_a_failed_one() -> None:
         Mode.APPLY, tree, "0", models, tuple(change(f) for f in ("a.py", "b.py", "c.py", "d.py", "shared.py"))
     )
     verdicts = {
-        "a.A": ("harness-failed", "harness fail: capture: ..."),
-        "b.B": ("harness-passed", ""),
-        "c.C": ("harness-passed", ""),
-        "d.D": ("harness-passed", ""),
+        "a.A": ProofVerdict(Proof.FAILED, "harness fail: capture: ..."),
+        "b.B": ProofVerdict(Proof.PASSED, ""),
+        "c.C": ProofVerdict(Proof.PASSED, ""),
+        "d.D": ProofVerdict(Proof.PASSED, ""),
     }
     out = withhold(result, verdicts)
     rows = {m.model: m for m in out.models}

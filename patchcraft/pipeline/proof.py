@@ -11,43 +11,41 @@ has no torch on purpose.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
-from patchcraft.ui import console
+from patchcraft.base.status import PROOF_OF, WITHHELD, EditStatus, HarnessStatus, ModelStatus, Proof
+from patchcraft.engine.records import ModelResult, ProofVerdict, RunResult
 from patchcraft.harness import torch_problem
-from patchcraft.engine.records import ModelResult, RunResult
-from patchcraft.base.status import WITHHELD, EditStatus, ModelStatus, Proof
+from patchcraft.harness.verdict import verdict_of
+from patchcraft.ui import console
 
-#: The ``proof`` field of a model row (docs/json.md); the values live in :class:`patchcraft.base.status.Proof`.
-PASSED, FAILED, NO_TORCH, SKIPPED = Proof.PASSED, Proof.FAILED, Proof.NO_TORCH, Proof.SKIPPED
 #: What a row withheld by a harness ``error`` adds: the harness could not judge it, and the one way to write it.
 CANNOT_RUN = (
     "the harness cannot run this model class, so nothing proved the patch; "
     "`--no-smoke` writes it without that proof (the patched code is then first run by your server)"
 )
 
-
-def _model_class(model: ModelResult) -> bool:
-    """A model class row (``module.Class``), not a tree row such as ``runner`` or ``allreduce-fusion``."""
-    return "." in model.model
+#: The modes whose writes (or hand fixes) the harness proves.
+PROVED_MODES = ("apply", "verify")
 
 
-def hand_made(model: ModelResult) -> bool:
-    """A model with a hand-made edit, done or with patchcraft's edits still to add: the harness runs
-    what the model would be (the hand edits plus the missing ones), as apply would write it."""
+def hand_fix_to_prove(model: ModelResult) -> bool:
+    """A model with a hand-made edit that does patchcraft's job, done or with patchcraft's edits still to add:
+    the harness runs what the model would be (the hand edits plus the missing ones), as apply would write it."""
     hand = any(e.status == EditStatus.HAND_APPLIED for e in model.edits)
     return (
-        _model_class(model) and hand and model.status in (ModelStatus.ALREADY, ModelStatus.WOULD, ModelStatus.PATCHED)
+        model.is_model_class and hand and model.status in (ModelStatus.ALREADY, ModelStatus.WOULD, ModelStatus.PATCHED)
     )
 
 
 def _written(model: ModelResult) -> bool:
-    return _model_class(model) and model.status == ModelStatus.PATCHED
+    return model.is_model_class and model.status == ModelStatus.PATCHED
 
 
-def _written_or_hand_made(model: ModelResult) -> bool:
+def _written_or_hand_fix(model: ModelResult) -> bool:
     """apply proves what it writes, and a hand fix it leaves as it is: verify would run that one too."""
-    return _written(model) or hand_made(model)
+    return _written(model) or hand_fix_to_prove(model)
 
 
 def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResult], RunResult] | None:
@@ -56,7 +54,7 @@ def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResu
     torch is imported only when a run has something to prove: a verify with
     no hand-made edit, or an apply with nothing to write, costs nothing.
     """
-    chosen = {"apply": _written_or_hand_made, "verify": hand_made}.get(mode_value)
+    chosen = {"apply": _written_or_hand_fix, "verify": hand_fix_to_prove}.get(mode_value)
     if chosen is None:
         return None
     said: list[bool] = []
@@ -65,7 +63,7 @@ def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResu
         if not any(chosen(m) for m in result.models):
             return result
         if not smoke:
-            return _mark(result, chosen, SKIPPED)
+            return _mark(result, chosen, Proof.SKIPPED)
         if torch_problem() is not None:
             if not said and not quiet:
                 said.append(True)
@@ -73,15 +71,13 @@ def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResu
                     f"patchcraft: torch is not installed, so {mode_value} is static: "
                     "the harness did not run the patched code (pip install 'patchcraft[smoke]')"
                 )
-            return _mark(result, chosen, NO_TORCH)
+            return _mark(result, chosen, Proof.NO_TORCH)
         return prove(result, chosen, shown=not quiet)
 
     return step
 
 
-def _mark(result: RunResult, chosen: Callable[[ModelResult], bool], proof: str) -> RunResult:
-    from dataclasses import replace
-
+def _mark(result: RunResult, chosen: Callable[[ModelResult], bool], proof: Proof) -> RunResult:
     models = tuple(replace(m, proof=proof) if chosen(m) else m for m in result.models)
     return replace(result, models=models)
 
@@ -112,27 +108,32 @@ def texts_of(result: RunResult) -> dict:
 def as_written(model: ModelResult) -> ModelResult:
     """A hand-made model still missing patchcraft's edits, as the harness must see it: patched
     (the hand edits plus the missing ones, as apply would write them), so that it is run, not skipped."""
-    from dataclasses import replace
-
     return (
-        replace(model, status=ModelStatus.PATCHED) if model.status == ModelStatus.WOULD and hand_made(model) else model
+        replace(model, status=ModelStatus.PATCHED)
+        if model.status == ModelStatus.WOULD and hand_fix_to_prove(model)
+        else model
     )
+
+
+def _reason(status: HarnessStatus, message: str) -> str:
+    """What a withheld row says of its harness verdict (shown; the record keeps the fields)."""
+    if status == HarnessStatus.FAIL:
+        return f"harness fail: {message}"
+    if status == HarnessStatus.ERROR:
+        return f"harness error: {message}; {CANNOT_RUN}"
+    return ""
 
 
 def record(result: RunResult, run: Any, only: Callable[[ModelResult], bool] | None = None) -> RunResult:
     """Each harness row of ``run`` as its model's proof (``only``: of the models it accepts); withhold failures."""
     wanted = {m.model for m in result.models if only is None or only(m)}
-    verdicts: dict[str, tuple[str, str]] = {}
+    verdicts: dict[str, ProofVerdict] = {}
     for row in run.results:
-        if row.model not in wanted:
+        if row.model not in wanted or row.status not in PROOF_OF:
             continue
-        if row.status == "pass":
-            verdicts[row.model] = (PASSED, "")
-        elif row.status == "fail":
-            verdicts[row.model] = (FAILED, f"harness fail: {row.message}")
-        elif row.status == "error":
-            verdicts[row.model] = (Proof.ERROR, f"harness error: {row.message}; {CANNOT_RUN}")
-    if any(proof in WITHHELD for proof, _ in verdicts.values()) and not _changes_compile(result):
+        harness = verdict_of(row)
+        verdicts[row.model] = ProofVerdict(PROOF_OF[harness.status], _reason(harness.status, row.message), harness)
+    if any(v.proof in WITHHELD for v in verdicts.values()) and not _changes_compile(result):
         return result  # the write refuses the whole run, naming the file that does not compile (exit 2)
     from patchcraft.engine.tree_run import withhold  # late: a warm `patchcraft run` builds the gate but never calls it
 
