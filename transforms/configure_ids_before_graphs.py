@@ -39,6 +39,7 @@ from typing import AbstractSet, Optional
 import libcst as cst
 
 from patchcraft import MARKER
+from patchcraft.base.status import EditStatus
 from patchcraft.reading.class_graph import SETTER, EditSite
 
 # KIND and ROW are the planner's (one definition each); this module gives them to the engine and the docs.
@@ -88,7 +89,7 @@ class _PassIds(cst.CSTTransformer):
         self.edit = edit
         self.receiver = f"{edit.runner}.{edit.model}"
         self.canonical = canonical_call(module, edit)
-        self.statuses: list[str] = []
+        self.statuses: list[EditStatus] = []
         self.odd: Optional[cst.Call] = None
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -96,17 +97,17 @@ class _PassIds(cst.CSTTransformer):
             return updated
         if is_marked_call(updated):
             same = plain_code(updated.with_changes(func=self.canonical.func)) == plain_code(self.canonical)
-            self.statuses.append("present" if same else "modified")
+            self.statuses.append(EditStatus.PRESENT if same else EditStatus.MODIFIED)
             return updated
         if updated.args:
             if ATTR in plain_code(updated) or self.edit.attr in plain_code(updated):
-                self.statuses.append("hand-applied")
+                self.statuses.append(EditStatus.HAND_APPLIED)
             return updated
         space = updated.whitespace_before_args
         if not (isinstance(space, cst.SimpleWhitespace) and space.value == ""):
             self.odd = original
             return updated
-        self.statuses.append("applied")
+        self.statuses.append(EditStatus.APPLIED)
         return updated.with_changes(
             args=self.canonical.args, whitespace_before_args=self.canonical.whitespace_before_args
         )
@@ -117,17 +118,19 @@ def _pass_ids(
 ) -> tuple[cst.FunctionDef, Outcome]:
     editor = _PassIds(module, edit)
     new = func.visit(editor)
+    if not isinstance(new, cst.FunctionDef):  # the visitor edits calls only: the method itself stays
+        raise AnchorError(site, f"{site.method} to stay a method after its {SETTER}() call is edited")
     if editor.odd is not None:
         raise AnchorError(
             site,
             f"`{editor.receiver}.{SETTER}()` with nothing between its parentheses (found `{plain_code(editor.odd)}`)",
         )
     statuses = editor.statuses
-    if "modified" in statuses:
-        return func, Outcome("modified", f"the ids passed to {SETTER} were changed by hand")
-    for status in ("applied", "present", "hand-applied"):
+    if EditStatus.MODIFIED in statuses:
+        return func, Outcome(EditStatus.MODIFIED, f"the ids passed to {SETTER} were changed by hand")
+    for status in (EditStatus.APPLIED, EditStatus.PRESENT, EditStatus.HAND_APPLIED):
         if status in statuses:
-            return new, Outcome(status)  # type: ignore[return-value]
+            return new, Outcome(status)
     raise AnchorError(site, f"a `{editor.receiver}.{SETTER}()` call")
 
 
@@ -256,16 +259,17 @@ def _remember_ids(
             canonical.with_changes(leading_lines=())
         )  # type: ignore[call-arg]
         if same:
-            return func, Outcome("present")
+            return func, Outcome(EditStatus.PRESENT)
         return func, Outcome(
-            "modified", f"line {line_of(module, existing[0])}: the block that keeps the ids was changed by hand"
+            EditStatus.MODIFIED,
+            f"line {line_of(module, existing[0])}: the block that keeps the ids was changed by hand",
         )
     if not before:
-        return insert_at(func, _configuring_lines(block, name)[0], canonical, after=True), Outcome("applied")
+        return insert_at(func, _configuring_lines(block, name)[0], canonical, after=True), Outcome(EditStatus.APPLIED)
     capture = next((s for s in body if _captures(s, edit.anchors)), None)
     if capture is None or body.index(capture) > body.index(block):
         raise AnchorError(site, "the statement that captures graphs, before the one that configures the ids")
-    return insert_at(func, capture, canonical, after=False), Outcome("applied")
+    return insert_at(func, capture, canonical, after=False), Outcome(EditStatus.APPLIED)
 
 
 def apply(module: cst.Module, site: EditSite) -> tuple[cst.Module, Outcome]:

@@ -172,6 +172,38 @@ def problems(directory: Path, owners: Iterable[int] | None = None) -> list[str]:
         digests.save()
 
 
+def overlay_of(package: Path) -> Path | None:
+    """The overlay whose patched tree ``package`` is (``<overlay>/tree/sglang``), or None for any other tree."""
+    root = package
+    for _ in PACKAGE_DIR:
+        root = root.parent
+    return root if (root / MANIFEST).is_file() else None
+
+
+def overlay_target(directory: Path) -> Path:
+    """``--overlay DIR`` as a command's TARGET: the overlay's patched package, once it is safe to serve.
+
+    Every command that takes an overlay takes it here (``verify``, ``smoke``,
+    ``explain``, ``check-draft``): a directory with no manifest, a missing,
+    emptied or changed ``sitecustomize.py`` (or any other file), a foreign
+    owner or a changed install is one line naming the file (exit 2), never a
+    verdict on files the server would not import.
+    """
+    if not (directory / MANIFEST).is_file() and directory.exists():
+        raise PatchcraftError(
+            f"{directory}: not an overlay (no {MANIFEST}; build one with `patchcraft overlay build --out {directory}`)"
+        )
+    require_usable(directory)
+    return directory.joinpath(*PACKAGE_DIR)
+
+
+def require_usable_tree(package: Path) -> None:
+    """The full check of :func:`require_usable` when ``package`` is an overlay's tree; nothing for another tree."""
+    overlay = overlay_of(package)
+    if overlay is not None:
+        require_usable(overlay)
+
+
 def require_usable(directory: Path) -> None:
     """PatchcraftError (one line, the first problem, how to rebuild) unless the overlay is safe to serve."""
     if not directory.exists():

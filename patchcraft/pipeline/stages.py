@@ -23,6 +23,7 @@ from patchcraft.engine.hand_edits import FileReport
 from patchcraft.engine.records import Mode, RunResult
 from patchcraft.base.sources import remove_stale_temp_files
 from patchcraft.base.target import SglangTree, resolve_target
+from patchcraft.overlay.check import require_usable_tree
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def resolve_targets(targets: Sequence[str]) -> list[SglangTree]:
     merged: dict[Path, SglangTree] = {}
     for target in targets:
         tree = resolve_target(target)
+        require_usable_tree(tree.package)  # an overlay's tree is judged only when the overlay is intact
         key = tree.package.resolve()
         prior = merged.get(key)
         if prior is None:
