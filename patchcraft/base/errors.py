@@ -8,7 +8,7 @@ code 2. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-#: Exit codes (docs/usage.md), defined once for the CLI and report.exit_code: done or
+#: Exit codes (docs/usage.md), defined once for the CLI and machine_output.exit_code: done or
 #: clean, would change or not verified, a usage or environment error, a bug (traceback
 #: kept), interrupted.
 OK, CHANGED, USAGE, BUG, INTERRUPTED = 0, 1, 2, 3, 130

@@ -101,7 +101,7 @@ def prepare(server: ServerArgs, package: Path, trained_on: str | None) -> Prepar
     draft = read_draft(draft_dir)
     if server.pp > 1 and draft.layer_ids is not None and -1 in draft.layer_ids:
         console.print_line(
-            f"{PREFIX}refused: the draft asks for layer id -1 (the embedding console) with --pp {server.pp}: "
+            f"{PREFIX}refused: the draft asks for layer id -1 (the embedding output) with --pp {server.pp}: "
             "the embedding exists only on the first pipeline stage; serve with one stage, or a draft without -1"
         )
         return CHANGED

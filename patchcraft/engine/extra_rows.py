@@ -36,6 +36,17 @@ _REVERTED = "patchcraft edits removed"
 _CLEAN = "no patchcraft edits found"
 
 
+def edit_result(tree: SglangTree, site, name: str, outcome, missing_detail: str = "") -> EditResult:
+    """One edit site's row: what its transform found there (``outcome``), or an error when it found nothing.
+
+    The one place a transform's outcome becomes an :class:`EditResult`, for
+    the model rows (:func:`patchcraft.engine.tree_run.run`) and the tree rows here.
+    """
+    status = EditStatus(outcome.status) if outcome else EditStatus.ERROR
+    detail = outcome.detail if outcome else missing_detail
+    return EditResult(site.kind, name, tree.relative(site.path), site.cls, site.method, status, detail)
+
+
 @dataclass(frozen=True)
 class _Row:
     """What a tree row says whatever its status: its name, file, edits and notes."""
@@ -100,20 +111,8 @@ def runner_row(tree: SglangTree, mode: Mode) -> TreeRow:
         except PatchcraftError as exc:
             errors.append(str(exc))
             continue
-        for site in sites:
-            outcome = patch.outcomes.get(site.key)
-            if outcome is not None:
-                edits.append(
-                    EditResult(
-                        site.kind,
-                        runner_transform.NAME,
-                        tree.relative(path),
-                        site.cls,
-                        site.method,
-                        EditStatus(outcome.status),
-                        outcome.detail,
-                    )
-                )
+        found = [s for s in sites if s.key in patch.outcomes]
+        edits.extend(edit_result(tree, s, runner_transform.NAME, patch.outcomes[s.key]) for s in found)
         errors.extend(patch.errors.values())
         afters[path] = patch.after
     notes = tuple(f"{e.file}: {e.cls}.{e.method}" for e in edits)
@@ -174,8 +173,7 @@ def fusion_row(tree: SglangTree, mode: Mode) -> TreeRow:
     except PatchcraftError as exc:
         return row.result(ModelStatus.ERROR, str(exc)), ()
     outcome = patch.outcomes.get(site.key)
-    status, detail = (EditStatus(outcome.status), outcome.detail) if outcome else (EditStatus.ERROR, "")
-    edits = (EditResult(site.kind, fusion_transform.NAME, row.path, site.cls, site.method, status, detail),)
+    edits = (edit_result(tree, site, fusion_transform.NAME, outcome),)
     row = replace(row, edits=edits, files=(row.path,))
     compiled = compiles(source) if mode is Mode.VERIFY else None
     if patch.errors:

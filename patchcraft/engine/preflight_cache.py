@@ -9,7 +9,7 @@ itself, so an ``ok`` is stored and replayed:
 - **The key** (no file of the check is read to compute it): the format,
   patchcraft's version and the hash of its own sources (``result_cache.code_hash``),
   the server command line, the working directory (relative paths), the
-  variables that choose the hub result_cache, ``--trained-on``, the patched tree and
+  variables that choose the hub cache, ``--trained-on``, the patched tree and
   the install, and whether torch is importable (the harness runs only then).
 - **The entry**: the output to replay, and every input the check read, each
   with its digest: the draft's ``config.json``, its directory listing and
@@ -32,7 +32,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from patchcraft.engine import result_cache
 from patchcraft.base import digests
 from patchcraft.base.cache_root import ensure_directory, keep_newest, remove_quietly, root
 from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.safetensors_header import header_bytes
 from patchcraft.base.target import SglangTree
 
 #: Bump when the entry format changes.
@@ -66,21 +66,12 @@ class Dependency:
             if self.kind == "listing":
                 data = "\0".join(sorted(os.listdir(self.path))).encode("utf-8", "surrogateescape")
             elif self.kind == "header":
-                data = _safetensors_header(self.path)
+                data = header_bytes(self.path)
             else:
                 return digests.sha256(self.path)  # remembered by its stat
         except (OSError, ValueError):
             return "-"
         return hashlib.sha256(data).hexdigest()
-
-
-def _safetensors_header(path: str | Path) -> bytes:
-    with open(path, "rb") as handle:
-        head = handle.read(8)
-        if len(head) < 8:
-            return head
-        (size,) = struct.unpack("<Q", head)
-        return head + handle.read(min(size, 100_000_000))
 
 
 def enabled() -> bool:

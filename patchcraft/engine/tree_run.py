@@ -25,7 +25,7 @@ from patchcraft.planning.selection import is_named, plan_tree
 from patchcraft.base.sources import Source, check_writable, read_source, write_all
 from patchcraft.base.status import EDIT_IN_PLACE, EditStatus, ModelStatus, Proof, WITHHELD
 from patchcraft.base.target import SglangTree
-from patchcraft.engine.extra_rows import fusion_row, runner_row
+from patchcraft.engine.extra_rows import edit_result, fusion_row, runner_row
 from patchcraft.engine.workers import gc_paused, map_files
 
 #: A file, as the engine (a path) or a result row (its relative name) holds it.
@@ -217,15 +217,9 @@ def _judge(tree, mode, plan, patches, file_errors, failed, sources) -> ModelResu
         )
     edits = []
     for site in plan.sites:
-        transform = BY_KIND[site.kind]
         outcome = patches[site.path].outcomes.get(site.key) if site.path in patches else None
-        status = EditStatus(outcome.status) if outcome else EditStatus.ERROR
-        detail = (
-            outcome.detail if outcome else (file_errors.get(site.path) or patches[site.path].errors.get(site.key, ""))
-        )
-        edits.append(
-            EditResult(site.kind, transform.NAME, tree.relative(site.path), site.cls, site.method, status, detail)
-        )
+        why = "" if outcome else (file_errors.get(site.path) or patches[site.path].errors.get(site.key, ""))
+        edits.append(edit_result(tree, site, BY_KIND[site.kind].NAME, outcome, why))
     all_present = all(e.status in EDIT_IN_PLACE for e in edits)
     compiled = all(compiles(sources[f]) for f in plan.files if f in sources) if mode is Mode.VERIFY else None
     common = dict(

@@ -20,7 +20,7 @@
    hs[b+1]]``, the token ids of both runs up to each prompt's first near tie
    in the baseline, and accept length and throughput.
 
-With ``out_dir``, ``spec.log``, ``base.log`` (the engines' full console),
+With ``out_dir``, ``spec.log``, ``base.log`` (each engine's whole output),
 their results (``spec.json``, ``base.json``) and ``summary.json`` are
 written there. Exit codes (patchcraft.base.errors): 0 pass, 1 a check failed,
 2 environment error. torch, sglang and transformers are imported lazily, so
