@@ -15,18 +15,17 @@ The training presets (what ``--trained-on`` means) live in
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.safetensors_header import read_header
 from patchcraft.analysis.explain import RUN, Explanation, Model, Suggestion, apply_helps, explain, states_text
 from patchcraft.analysis.fixes import Fix, fixes
 from patchcraft.analysis.training import Expected, Training, expected_states
 
 _TEXT_CONFIGS = ("text_config", "language_config", "llm_config")
-_MAX_HEADER = 100 * 1024 * 1024
 
 
 # -- reading ------------------------------------------------------------------
@@ -117,30 +116,6 @@ def read_draft(directory: Path) -> DraftConfig:
     )
 
 
-def safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file: an 8-byte little-endian length, then JSON."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(8)
-            if len(head) < 8:
-                raise PatchcraftError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
-            (size,) = struct.unpack("<Q", head)
-            if size > _MAX_HEADER:
-                raise PatchcraftError(f"{path}: not a safetensors file (header length {size} is implausible)")
-            data = handle.read(size)
-    except OSError as exc:
-        raise PatchcraftError(f"{path}: cannot read ({exc.strerror})") from None
-    if len(data) != size:
-        raise PatchcraftError(f"{path}: truncated safetensors header")
-    try:
-        header = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise PatchcraftError(f"{path}: safetensors header is not JSON") from None
-    if not isinstance(header, dict):
-        raise PatchcraftError(f"{path}: safetensors header is not a JSON object")
-    return header
-
-
 def _is_fc(name: str) -> bool:
     return name == "fc.weight" or (name.endswith(".fc.weight") and "layers." not in name and "mlp" not in name)
 
@@ -154,7 +129,7 @@ def fc_input_width(directory: Path) -> tuple[int | None, str]:
         named = [f for k, f in weight_map.items() if _is_fc(k)]
         files = [directory / named[0]] if named else files
     for path in files:
-        header = safetensors_header(path)
+        header = read_header(path)
         for name, entry in header.items():
             if name == "__metadata__" or not _is_fc(name) or not isinstance(entry, dict):
                 continue
