@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from patchcraft.ui import console
+from patchcraft.ui import messages
 from patchcraft.engine import preflight_cache
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.hub_cache import find_snapshot, looks_like_repo_id
@@ -43,10 +44,7 @@ class Prepared:
 def run_preflight(argv: Sequence[str], package: Path, install: Path, trained_on: str | None, smoke: bool = True) -> int:
     """The preflight of ``argv`` against the patched tree ``package`` of ``install``; a stored ok is replayed."""
     if smoke and not preflight_cache.torch_importable():
-        console.print_line(
-            f"{PREFIX}torch is not installed, so the overlay is static: the harness did not run its patched code "
-            "(pip install 'patchcraft[smoke]')"
-        )
+        console.print_line(messages.no_torch_line(PREFIX))
     lookup = preflight_cache.key(argv, package, install, trained_on)
     hit = preflight_cache.load(lookup)
     if hit is not None:

@@ -18,7 +18,7 @@ from patchcraft.base.status import PROOF_OF, WITHHELD, EditStatus, HarnessStatus
 from patchcraft.engine.records import ModelResult, ProofVerdict, RunResult
 from patchcraft.harness import torch_problem
 from patchcraft.harness.verdict import verdict_of
-from patchcraft.ui import console
+from patchcraft.ui import console, messages
 
 #: What a row withheld by a harness ``error`` adds: the harness could not judge it, and the one way to write it.
 CANNOT_RUN = (
@@ -67,10 +67,7 @@ def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResu
         if torch_problem() is not None:
             if not said and not quiet:
                 said.append(True)
-                console.print_line(
-                    f"patchcraft: torch is not installed, so {mode_value} is static: "
-                    "the harness did not run the patched code (pip install 'patchcraft[smoke]')"
-                )
+                console.print_line(messages.no_torch_line("patchcraft: ", mode_value, "the patched code"))
             return _mark(result, chosen, Proof.NO_TORCH)
         return prove(result, chosen, shown=not quiet)
 
