@@ -1,7 +1,7 @@
 """The coverage matrix: every EAGLE-3 model class of each release is patched or justly unsupported.
 
-Reuses the session's apply/verify runs of tests/test_golden.py (one per
-release), so this adds next to no time:
+Reuses the session's apply/verify runs of tests/engine/test_golden.py (one
+per release, tests/applied_releases.py), so this adds next to no time:
 
 - each release has the number of files defining the setter the issue
   names, and every class defining it is a model row or a class one of
@@ -24,8 +24,8 @@ from patchcraft.ui import machine_output
 from patchcraft.base.releases import BETWEEN, MATRIX
 from patchcraft.base.status import ModelStatus
 
+from applied_releases import applied
 from conftest import release_package
-from test_golden import applied
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTER = "set_eagle3_layers_to_capture"

@@ -1,12 +1,13 @@
 """Golden diffs for real releases: one case per patched model file, ids like ``0.5.10/deepseek_v2``.
 
-Each release of the coverage matrix is applied once per session (model
-files only: the runner files have their own goldens, checked by
-tests/test_runner_transform.py). Each case then checks the byte-exact
-diff, idempotence (the verify run after apply would change nothing),
-a clean verify of every model touching the file, ``compile()`` of the
-result, and a byte-identical revert. ``pytest --update-golden`` rewrites
-the model-file diffs under golden/ for review.
+Each release of the coverage matrix is applied once per session
+(tests/applied_releases.py; model files only: the runner files have their
+own goldens, checked by tests/transforms/test_runner_transform.py). Each
+case then checks the byte-exact diff, idempotence (the verify run after
+apply would change nothing), a clean verify of every model touching the
+file, ``compile()`` of the result, and a byte-identical revert.
+``pytest --update-golden`` rewrites the model-file diffs under golden/
+for review.
 
 Releases between the matrix ones (``BETWEEN``) get the same checks
 without golden files: structure, not release numbers, drives the
@@ -15,22 +16,17 @@ transforms, so they must come out just as clean.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from patchcraft.engine.diffs import unified_diff
-from patchcraft.engine.tree_run import run, write_changes
-from patchcraft.engine.file_patch import revert_text
 from patchcraft.base.releases import BETWEEN, MATRIX  # the matrix has golden/<release>/ sets; BETWEEN has none
-from patchcraft.engine.records import Mode, RunResult
 from patchcraft.base.status import ModelStatus
-from patchcraft.base.target import resolve_target
 
-from conftest import GOLDEN, copy_release, release_package
+from applied_releases import Applied, applied
+from conftest import GOLDEN
 
-#: Runner-file goldens live beside ours; tests/test_runner_transform.py owns them.
+#: Runner-file goldens live beside ours; tests/transforms/test_runner_transform.py owns them.
 RUNNER_STEMS = {"model_runner", "cuda_graph_runner"}
 
 
@@ -39,50 +35,6 @@ def _model_goldens(version: str) -> list[Path]:
 
 
 CASES = [f"{v}/{p.stem}" for v in MATRIX for p in _model_goldens(v)]
-
-
-@dataclass
-class Applied:
-    """One release after ``apply``: what changed, the verify run, and the reverts."""
-
-    package: Path
-    first: RunResult
-    verify: RunResult
-    pristine: dict = field(default_factory=dict)  # stem -> release bytes
-    diffs: dict = field(default_factory=dict)
-    after: dict = field(default_factory=dict)
-    reverted: dict = field(default_factory=dict)  # stem -> bytes
-
-    @property
-    def errors(self) -> list:
-        return [f"{m.model}: {m.message}" for m in self.first.models if m.status == ModelStatus.ERROR]
-
-
-_CACHE: dict[str, Applied] = {}
-
-
-def applied(version: str, tmp_root: Path) -> Applied:
-    """Apply, verify and revert a whole release once per session (model classes only).
-
-    The verify run doubles as the second apply: it runs the same pipeline,
-    so its ``changes`` are what a second ``apply`` would write.
-    """
-    if version in _CACHE:
-        return _CACHE[version]
-    package = copy_release(version, tmp_root / version)
-    tree = resolve_target(str(package))
-    first = run(tree, Mode.APPLY, runner=False)
-    write_changes(first.changes)
-    state = Applied(package=package, first=first, verify=run(tree, Mode.VERIFY, runner=False))
-    origin = release_package(version)
-    for change in first.changes:
-        stem = Path(change.rel).stem
-        state.pristine[stem] = (origin / change.source.path.relative_to(package)).read_bytes()
-        state.diffs[stem] = unified_diff(change)
-        state.after[stem] = change.after
-        state.reverted[stem] = change.source.encode(revert_text(change.after, change.source.path))
-    _CACHE[version] = state
-    return state
 
 
 def check_release(state: Applied) -> None:

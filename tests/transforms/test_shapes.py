@@ -1,7 +1,7 @@
 """Each shape of the coverage matrix, on small hand-written model trees and on real files.
 
 The transforms' own EXAMPLES (one per forward shape) are tested by
-tests/test_transforms.py. Here:
+tests/transforms/test_<name>.py. Here:
 
 - the class graph: which files and classes a model's three edits land in
   (init and forward in other files, subclasses with their own forward,

@@ -2,7 +2,8 @@
 
 The examples themselves run in tests/transforms/test_<name>.py (one file
 per transform: T(before) == after byte for byte, T(T(before)) ==
-T(before), the result compiles, and revert(T(before)) == before).
+T(before), the result compiles, and revert(T(before)) == before); the
+other files of this folder are named in :data:`OTHER_TESTS`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,23 @@ from patchcraft.transforms.examples import BY_NAME as EXAMPLES
 
 #: Every transform: the model transforms, the runner's and the fusion transform.
 ALL = (*MODEL_TRANSFORMS, *TREE_TRANSFORMS)
-TESTS = Path(__file__).resolve().parent / "transforms"
+TESTS = Path(__file__).resolve().parent
+#: The files of tests/transforms/ that are no one transform's: the package's helpers (``_definite_assignment``,
+#: ``_slices``), this file, and the transforms on trees and real releases (shapes, forward rules, the runner).
+OTHER_TESTS = {
+    "test_definite_assignment",
+    "test_slices",
+    "test_transforms",
+    "test_shapes",
+    "test_forward_rules",
+    "test_runner_transform",
+}
 
 
 def test_every_transform_has_one_examples_module_and_one_test_file() -> None:
     assert sorted(EXAMPLES) == sorted(t.NAME for t in ALL)
     assert all(EXAMPLES[t.NAME].TRANSFORM is t for t in ALL)
-    assert sorted(p.stem for p in TESTS.glob("test_*.py") if p.stem != "test_definite_assignment") == sorted(
+    assert sorted(p.stem for p in TESTS.glob("test_*.py") if p.stem not in OTHER_TESTS) == sorted(
         f"test_{t.NAME}" for t in ALL
     )
 
