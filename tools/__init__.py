@@ -1,1 +1,1 @@
-"""Development tools over the real CLI (the release sweep, the coverage table); not part of the wheel."""
+"""Development tools (the release sweep, the coverage table, the CPU harness and torch.compile sweeps); not part of the wheel."""

@@ -1,6 +1,6 @@
 """Sweep the CPU harness over every cached SGLang release (a tool, not a test).
 
-    python tests/harness/sweep_harness.py [VERSION ...] [--verbose]
+    python -m tools.sweep_harness [VERSION ...] [--verbose]
 
 For each release (default: every one unpacked under
 ``~/.cache/patchcraft/test-releases``, oldest first) it copies the parts
@@ -17,6 +17,7 @@ is always listed, and so is a non-zero exit of apply.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -25,8 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+ROOT = Path(__file__).resolve().parent.parent
+#: The checkout (tools/ is not installed), the tests' helpers (conftest, suite_cache) and the harness tests' own.
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "harness")]
 
 from harness_support import root_conftest  # noqa: E402
 
@@ -85,8 +87,12 @@ def sweep(version: str) -> tuple[dict[str, int], list[tuple[str, str, str]], str
 
 
 def main(argv: list[str]) -> int:
-    verbose = "--verbose" in argv
-    versions = [a for a in argv if not a.startswith("--")] or cached_versions()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("versions", nargs="*", metavar="VERSION", help="default: every release cached for the tests")
+    parser.add_argument("--verbose", action="store_true", help="list the rows skipped as unsupported too")
+    args = parser.parse_args(argv)
+    verbose = args.verbose
+    versions = args.versions or cached_versions()
     totals = dict.fromkeys(STATUSES, 0)
     bad = 0
     print(f"{'version':<14} {'pass':>4} {'fail':>4} {'error':>5} {'skip':>4}", flush=True)

@@ -1,11 +1,13 @@
 """Run the torch.compile check (patchcraft.harness.compiled) over releases: one line each, with times.
 
-    python tests/harness/sweep_compile.py                 # every minor release (patchcraft.base.releases.MINOR_RELEASES)
-    python tests/harness/sweep_compile.py 0.5.10 0.5.23   # these
-    python tests/harness/sweep_compile.py --jobs 2 --backend aot_eager --verbose
+    python -m tools.sweep_compile                 # every minor release (patchcraft.base.releases.MINOR_RELEASES)
+    python -m tools.sweep_compile 0.5.10 0.5.23   # these
+    python -m tools.sweep_compile --jobs 2 --backend aot_eager --verbose
 
 Each release is applied in memory (nothing is written) and every patched
 model class is compiled fullgraph. Exit 1 when a row fails or errors.
+Releases come from the tests' helpers (tests/harness/harness_support.py,
+tests/conftest.py): unpacked under ``<cache>/test-releases``, never written.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+#: The checkout (tools/ is not installed), the tests' helpers (conftest, suite_cache) and the harness tests' own.
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "harness")]
 
 
 def sweep_one(version: str, backend: str) -> tuple[str, float, list[tuple[str, str, str, str]]]:
