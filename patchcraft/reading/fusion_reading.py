@@ -41,8 +41,6 @@ from patchcraft.reading.class_graph import (
 DECISION = "should_fuse_mlp_allreduce_with_next_layer"
 #: What the patched setter sets on a layer's communicator: a capture reads this layer's output.
 MARK = "patchcraft_output_captured"
-#: The communicator method whose capture follows the reduction.
-REDUCED_CAPTURE = "prepare_attn_and_capture_last_layer_outputs"
 _CAPTURE_KEYWORDS = ("captured_last_layer_outputs", "capture_output")
 #: What a capture is gated on: the ids, or the flag an inner setter puts on each captured layer (qwen2_moe).
 _GATES = ("layers_to_capture", "_is_layer_to_capture")
