@@ -3,11 +3,15 @@
 Needs only pytest for the pure-Python parts; torch / transformers /
 safetensors tests skip cleanly when those are missing.  SGLang wheels are
 read with zipfile (never installed or imported): found in
-``~/.cache/patchcraft/wheels`` (or ``$PATCHCRAFT_SGLANG_WHEELS``), else
-fetched with ``pip download --no-deps``; offline -> skipped with the reason.
+``$PATCHCRAFT_SGLANG_WHEELS`` (folders), else in the cache's ``wheels/``
+or fetched there as ``patchcraft fetch`` does
+(:func:`patchcraft.base.fetch.download_wheel`); offline -> skipped with the reason.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
@@ -51,12 +55,18 @@ def small_target_kw():
     return dict(SMALL_TARGET)
 
 
-def _wheel(version: str):
-    from patchcraft.gpu_smoke.wheels import WheelUnavailable, fetch_sglang_wheel
+def _wheel(version: str) -> Path:
+    """The ``sglang==version`` wheel: from ``$PATCHCRAFT_SGLANG_WHEELS``, the cache, or pip; skips when it cannot be had."""
+    from patchcraft.base.errors import PatchcraftError
+    from patchcraft.base.fetch import cache_dir, download_wheel, find_wheel
 
+    for folder in os.environ.get("PATCHCRAFT_SGLANG_WHEELS", "").split(os.pathsep):
+        found = find_wheel(Path(folder), version) if folder else None
+        if found is not None:
+            return found
     try:
-        return fetch_sglang_wheel(version)
-    except WheelUnavailable as e:
+        return download_wheel(version, cache_dir() / "wheels")
+    except PatchcraftError as e:
         pytest.skip(f"sglang=={version} wheel unavailable (offline?): {e}")
 
 

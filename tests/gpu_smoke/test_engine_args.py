@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from patchcraft.gpu_smoke.engine_args import (
@@ -155,21 +157,24 @@ def test_field_parser_namespace_layout():
 
 
 def test_wheel_cache_and_offline_failure(tmp_path, monkeypatch):
+    """The wheel fixture: a cached wheel without pip, one in $PATCHCRAFT_SGLANG_WHEELS first; offline, a skip."""
     import zipfile
-
-    from patchcraft.gpu_smoke.wheels import WheelUnavailable, fetch_sglang_wheel, wheel_cache
 
     monkeypatch.setenv("PATCHCRAFT_CACHE", str(tmp_path))
     monkeypatch.delenv("PATCHCRAFT_SGLANG_WHEELS", raising=False)
-    assert wheel_cache() == tmp_path / "wheels"
     (tmp_path / "wheels").mkdir()
     whl = tmp_path / "wheels" / "sglang-9.9.9-py3-none-any.whl"
     with zipfile.ZipFile(whl, "w") as z:
         z.writestr("sglang/srt/server_args.py", "class ServerArgs:\n    model_path: str = ''\n")
-    assert fetch_sglang_wheel("9.9.9") == whl  # cached: no pip call
+    assert _wheel("9.9.9") == whl  # cached: no pip call
     assert server_args_fields(source_reader(whl)) == {"model_path"}
-    # not cached and no index reachable -> a clean, skippable error
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / whl.name).write_bytes(whl.read_bytes())
+    monkeypatch.setenv("PATCHCRAFT_SGLANG_WHEELS", os.pathsep.join([str(tmp_path / "none"), str(extra)]))
+    assert _wheel("9.9.9") == extra / whl.name
+    # not cached and no index reachable -> a clean skip
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "empty"))
-    with pytest.raises(WheelUnavailable):
-        fetch_sglang_wheel("9.9.8", timeout=60)
+    with pytest.raises(pytest.skip.Exception, match="sglang==9.9.8 wheel unavailable"):
+        _wheel("9.9.8")
