@@ -53,11 +53,12 @@ JUSTIFICATIONS = {
         "in 0.5.2 also GLM-4.1V (`glm4v`, `glm4v_moe`), whose Qwen2.5-VL setter configures a "
         "GLM-4 inner model that captures nothing."
     ),
-    "captures only layers flagged `_is_layer_to_capture`, which nothing sets": (
+    "captures only layers flagged `_is_layer_to_capture`, which ": (
         "**Layers never flagged (upstream bug).** In 0.5.13-0.5.20 the Qwen3-VL setter assigns "
         "`self.model.layers_to_capture`, but the Qwen3.5 body (and its subclasses in `interns2_mobius`, "
-        "`qwen4_exp`) captures only layers flagged `_is_layer_to_capture`, and nothing in the release "
-        "sets that flag: no layer is captured at all, so EAGLE-3 itself is broken for these models. An "
+        "`qwen4_exp`) captures only layers flagged `_is_layer_to_capture`, and no EAGLE-3 path in the "
+        "release sets that flag (where the body has `set_dflash_layers_to_capture`, only that DFLASH setter "
+        "does): no layer is captured at all, so EAGLE-3 itself is broken for these models. An "
         "embedding capture alone would hand the draft one state instead of k, so patchcraft leaves "
         "them alone (the shared Qwen3-VL setter still refuses -1 for them at run time). From 0.5.22 the "
         "setter calls the body's own helper, which flags the layers, and they are patched."

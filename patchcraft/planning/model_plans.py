@@ -290,9 +290,25 @@ def _unmarked(graph: ModelGraph, inner: ClassNode, setter, attr: str, where: str
         return None
     return (
         f"{where} assigns `self.{attr}.layers_to_capture`, but {found[0].label}.forward captures only "
-        "layers flagged `_is_layer_to_capture`, which nothing sets in this release: no layer is captured "
+        f"layers flagged `_is_layer_to_capture`, which {_flag_setters(graph, inner)}: no layer is captured "
         "at all (EAGLE-3 itself is broken here), and the embedding alone would feed the draft one state"
     )
+
+
+#: Other capture paths' setters that may flag layers (``set_dflash_layers_to_capture``, 0.5.13 on).
+_OTHER_SETTERS = ("set_dflash_layers_to_capture",)
+
+
+def _flag_setters(graph: ModelGraph, inner: ClassNode) -> str:
+    """Who sets ``_is_layer_to_capture``: exactly which path does (not EAGLE-3's), or that nothing does."""
+    others = [
+        f"{found[0].name}.{name}"
+        for name in _OTHER_SETTERS
+        if (found := graph.find_method(inner, name)) is not None and "_is_layer_to_capture" in words_of(found[1])
+    ]
+    if others:
+        return f"only {', '.join(others)} (the DFLASH path) sets, never the EAGLE-3 setter"
+    return "nothing sets in this release"
 
 
 def _pipeline_group(graph: ModelGraph, cls: ClassNode, setter, inner_attr: str, inners: list[ClassNode]) -> str:

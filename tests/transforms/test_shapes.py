@@ -329,7 +329,7 @@ class NextNForCausalLM(BaseForCausalLM):
         ),
         pytest.param(
             {"vl": FLAG_GATED_VL},
-            "captures only layers flagged `_is_layer_to_capture`, which nothing sets",
+            "captures only layers flagged `_is_layer_to_capture`, which nothing sets in this release",
             id="flag-gated-forward-never-flagged",
         ),
         pytest.param(
@@ -388,6 +388,20 @@ def test_inner_helper_called_by_an_outer_setter_is_no_model_row(tmp_path: Path) 
     package = make_tree(tmp_path, {"moe": inner + outer("MoeForCausalLM", "MoeModel").replace(SETTER, setter)})
     plans = plans_of(package)
     assert set(plans) == {"moe.MoeForCausalLM"} and "setter: inner-helper" in plans["moe.MoeForCausalLM"].notes
+
+
+def test_a_flag_only_the_dflash_setter_sets_is_said_so(tmp_path: Path) -> None:
+    """0.5.13-0.5.20 Qwen3.5: the body's DFLASH setter flags layers, the EAGLE-3 path never does: say which path."""
+    code = FLAG_GATED_VL.replace(
+        "def set_eagle3_layers_to_capture(self, layers_to_capture):",
+        "def set_dflash_layers_to_capture(self, layers_to_capture):",
+    )
+    [row] = [m for m in run(resolve_target(str(make_tree(tmp_path, {"vl": code}))), Mode.VERIFY, runner=False).models]
+    assert row.status == ModelStatus.UNSUPPORTED, row
+    assert (
+        "which only Body.set_dflash_layers_to_capture (the DFLASH path) sets, never the EAGLE-3 setter" in row.message
+    )
+    assert "nothing sets" not in row.message
 
 
 def test_flag_gated_forward_is_patched_when_the_setter_flags_through_the_helper(tmp_path: Path) -> None:
