@@ -577,9 +577,10 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "base.errors": ("commands/test_cli.py", "reliability/test_refusals.py"),
     "base.pristine": ("engine/test_replace_hand_edits.py",),
     "base.releases": ("planning/test_selection.py", "test_coverage.py"),
-    "base.status": ("ui/test_machine_output.py", "commands/test_proof.py"),
+    "base.status": ("ui/test_machine_output.py", "pipeline/test_proof.py"),
     "base.tree_lock": ("engine/test_workers.py", "reliability/test_concurrency.py"),
-    "commands._hand_edits": ("engine/test_replace_hand_edits.py", "reliability/test_hand_edits.py"),
+    "pipeline.hand_review": ("engine/test_replace_hand_edits.py", "reliability/test_hand_edits.py"),
+    "pipeline.stages": ("commands/test_cli.py", "engine/test_result_cache.py", "pipeline/test_serve.py"),
     "commands._pipeline": ("commands/test_cli.py", "engine/test_result_cache.py"),
     "commands._targets": ("commands/test_cli.py",),
     "commands.apply": ("commands/test_cli.py", "engine/test_golden.py"),
@@ -624,7 +625,7 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
 
 
 def mirror_of(name: str) -> Path:
-    """``engine.tree_run`` -> tests/engine/test_tree_run.py (a private ``commands._proof`` -> tests/commands/test_proof.py)."""
+    """``engine.tree_run`` -> tests/engine/test_tree_run.py (a private ``commands._preflight`` -> tests/commands/test_preflight.py)."""
     package, _, module = name.rpartition(".")
     return ROOT / "tests" / package.replace(".", "/") / f"test_{module.lstrip('_')}.py"
 

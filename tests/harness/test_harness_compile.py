@@ -2,7 +2,7 @@
 
 Every patched forward of every minor release is compiled by the release
 sweep (tests/test_release_history.py ``test_release_smoke``, ``smoke
---compile``); ``python tests/harness/sweep_compile.py`` runs it alone. Mutation cases put a graph break into patchcraft's block
+--compile``); ``python -m tools.sweep_compile`` runs it alone. Mutation cases put a graph break into patchcraft's block
 (a ``print()``, an ``.item()``-driven branch): the eager harness still
 passes them, the compile check must fail them and say it is the block.
 """
