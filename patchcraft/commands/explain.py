@@ -31,25 +31,21 @@ class ExplainOptions:
 
 
 def resolve_tree(target: str | None, release: str | None, overlay: str | None = None) -> SglangTree:
-    """TARGET, or ``--release X`` (fetched into the cache), or the installed sglang; or an overlay's tree."""
+    """TARGET, or ``--release X`` (fetched into the cache), or the installed sglang; or an overlay's tree.
+
+    An overlay (``--overlay DIR``, or its ``tree/sglang`` as TARGET) is taken only when it is safe to serve
+    (:func:`patchcraft.overlay.check.overlay_target`): a verdict is never given on files a server would not import.
+    """
+    from patchcraft.overlay.check import overlay_target, require_usable_tree
+
     if overlay is not None:
-        return overlay_tree(overlay, target, release)
+        if target or release:
+            raise PatchcraftError("--overlay is the target: give no TARGET or --release with it")
+        return resolve_target(str(overlay_target(Path(overlay))))
     (chosen,) = release_targets((target,) if target else (), release) or (None,)
-    return resolve_target(chosen)
-
-
-def overlay_tree(directory: str, target: str | None, release: str | None) -> SglangTree:
-    """The patched tree of the overlay in ``directory``: what a server started by ``patchcraft run`` imports."""
-    from patchcraft.overlay.build import MANIFEST, package_dir
-
-    if target or release:
-        raise PatchcraftError("--overlay is the target: give no TARGET or --release with it")
-    root = Path(directory)
-    if not (root / MANIFEST).is_file():
-        raise PatchcraftError(
-            f"{root}: not an overlay (no {MANIFEST}; build one with `patchcraft overlay build --out {root}`)"
-        )
-    return resolve_target(str(package_dir(root)))
+    tree = resolve_target(chosen)
+    require_usable_tree(tree.package)
+    return tree
 
 
 def explain_command(options: ExplainOptions) -> int:

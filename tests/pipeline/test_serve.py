@@ -73,3 +73,40 @@ def test_an_overlay_tree_is_refused_as_a_target_when_its_bootstrap_is_damaged(tm
         assert code == 2 and "sitecustomize.py" in err and err.count("\n") == 1, (damage, err)
         if damage != "missing":
             bootstrap.write_bytes(text)
+
+
+@pytest.mark.parametrize("damage", ["missing", "emptied", "changed"])
+def test_check_draft_and_explain_refuse_an_overlay_whose_bootstrap_is_damaged(
+    damage: str, tmp_path: Path, capsys
+) -> None:
+    """``--overlay`` on check-draft and explain: the overlay's full check, naming sitecustomize.py (exit 2)."""
+    from drafts import kimi_target, sglang_draft
+
+    package = copy_release(RELEASE, tmp_path / "install")
+    out = tmp_path / "overlay"
+    assert run_cli(capsys, "overlay", "build", "--no-smoke", str(package), "--out", str(out))[0] == 0
+    draft = sglang_draft(tmp_path / "draft", [-1, 2, 30])
+    target = kimi_target(tmp_path / "kimi")
+    check_draft = ("check-draft", str(draft), "--target", str(target), "--overlay", str(out))
+    explain = (
+        "explain",
+        "--overlay",
+        str(out),
+        "--layer-ids",
+        "-1,2,30",
+        "--num-layers",
+        "61",
+        "--model",
+        "deepseek_v2",
+    )
+    for argv in (check_draft, explain):
+        code, _, err = run_cli(capsys, *argv)
+        assert code != 2, (argv, err)  # intact: a verdict
+    bootstrap = out / "sitecustomize.py"
+    if damage == "missing":
+        bootstrap.unlink()
+    else:
+        bootstrap.write_bytes(b"" if damage == "emptied" else bootstrap.read_bytes() + b"\nimport os\n")
+    for argv in (check_draft, explain):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2 and "sitecustomize.py" in err and err.count("\n") == 1, (argv, err)
