@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from patchcraft import __version__
-from patchcraft.ui import console
-from patchcraft.commands.explain import explanation_json, fed_line, resolve_tree, source_line
+from patchcraft.ui import console, documents
+from patchcraft.commands.explain import fed_line, resolve_tree, source_line
 from patchcraft.analysis.draft_check import DraftReport, check_draft, read_draft, read_target, speculators_note
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.analysis.explain import load_model, states_text
-from patchcraft.ui.machine_output import CHANGED, OK
+from patchcraft.ui.machine_output import verdict_code
 from patchcraft.analysis.training import parse_training
 
 
@@ -47,9 +45,9 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     tree = resolve_tree(options.target, options.release, options.overlay)
     model = load_model(tree, name)
     report = check_draft(model, draft, target, training, num_layers, cuda_graph=options.cuda_graph, tp=options.tp)
-    code = OK if report.ok else CHANGED
+    code = verdict_code(report.ok)
     return console.print_report(
-        options.output_format, code, lambda: report_json(report, code), lambda: report_text(report)
+        options.output_format, code, lambda: documents.check_draft_json(report, code), lambda: report_text(report)
     )
 
 
@@ -81,39 +79,3 @@ def report_text(report: DraftReport) -> str:
     if report.suggestion_text:
         lines.append(f"suggested: {report.suggestion_text}")
     return "\n".join(lines) + "\n"
-
-
-def report_json(report: DraftReport, code: int) -> dict[str, Any]:
-    draft = report.draft
-    return {
-        "schema": 1,
-        "patchcraft": __version__,
-        "command": "check-draft",
-        "draft": {
-            "config": str(draft.path),
-            "layer_ids": list(draft.layer_ids) if draft.layer_ids is not None else None,
-            "speculators_ids": list(draft.speculators_ids) if draft.speculators_ids is not None else None,
-            "top_level_ids": list(draft.top_level_ids) if draft.top_level_ids is not None else None,
-            "target_hidden_size": draft.target_hidden_size,
-            "fc_in": draft.fc_in,
-            "fc_source": draft.fc_source,
-        },
-        "target": None
-        if report.target is None
-        else {
-            "config": str(report.target.path),
-            "num_layers": report.target.num_layers,
-            "hidden_size": report.target.hidden_size,
-        },
-        "trained_on": None
-        if report.expected is None
-        else {"hs": list(report.expected.states), "how": report.expected.how, "problem": report.expected.problem},
-        "checks": [{"name": c.name, "ok": c.ok, "message": c.message} for c in report.checks],
-        "verdict": report.verdict,
-        "suggested_ids": list(report.suggestion.ids) if report.suggestion else None,
-        "suggested_after_apply": report.suggestion.after_apply if report.suggestion else None,
-        "suggestion": report.suggestion_text,
-        "fixes": [{"ids": list(f.ids), "after_apply": f.after_apply, "proof": f.proof} for f in report.fixes],
-        "explain": explanation_json(report.explanation, code),
-        "exit_code": code,
-    }

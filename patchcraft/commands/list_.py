@@ -8,6 +8,8 @@ import sys
 from patchcraft.planning.selection import plan_tree
 from patchcraft.transforms import MODEL_TRANSFORMS
 from patchcraft.base.target import resolve_target
+from patchcraft.ui import documents
+from patchcraft.ui.machine_output import OK
 
 
 def list_command(targets: tuple[str, ...], output_format: str) -> int:
@@ -24,14 +26,11 @@ def list_command(targets: tuple[str, ...], output_format: str) -> int:
                     seen.add(label)
                     matches[by_kind[site.kind]].append(label)
     if output_format == "json":
-        doc = [
-            {"name": t.NAME, "kind": t.KIND, "description": t.DESCRIPTION, "matches": matches[t.NAME]}
-            for t in MODEL_TRANSFORMS
-        ]
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        return 0
+        # A list, not an object: written as console.print_json writes its documents.
+        sys.stdout.write(json.dumps(documents.list_json(MODEL_TRANSFORMS, matches), indent=2) + "\n")
+        return OK
     for t in MODEL_TRANSFORMS:
         sys.stdout.write(f"{t.NAME} ({t.KIND})\n    {t.DESCRIPTION}\n")
         for label in matches[t.NAME]:
             sys.stdout.write(f"    - {label}\n")
-    return 0
+    return OK

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from patchcraft.ui import console
+from patchcraft.ui import console, documents
 from patchcraft.overlay import store as overlay_store
 from patchcraft.ui.machine_output import OK
 
@@ -35,7 +35,7 @@ def prune_command(output_format: str) -> int:
     removed += orphans
     kept += held
     if output_format == "json":
-        console.print_json({"removed": [str(p) for p in removed], "in_use": [str(p) for p in kept]})
+        console.print_json(documents.prune_json(removed, kept))
         return OK
     for path in kept:
         console.print_line(f"kept (in use): {path}")

@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchcraft.ui import console
+from patchcraft.ui import console, documents
+from patchcraft.ui.messages import no_torch_line
 from patchcraft.commands._preflight import preflight, run_preflight
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.ui.machine_output import OK
@@ -104,10 +105,7 @@ def _say_what_was_proven(overlay, smoke: bool, prefix: str = "patchcraft run: ")
 
     if not (smoke and overlay.proof == Proof.NO_TORCH):
         return False
-    console.print_line(
-        f"{prefix}torch is not installed, so the overlay is static: the harness did not run its patched code "
-        "(pip install 'patchcraft[smoke]')"
-    )
+    console.print_line(no_torch_line(prefix))
     return True
 
 
@@ -119,14 +117,7 @@ def overlay_build_command(target: str | None, out: str | None, runner: bool, smo
     tree = resolve_target(target)
     overlay = build_overlay(tree, Path(out) if out else None, runner=runner, smoke=smoke, require_proof=smoke)
     if output_format == "json":
-        console.print_json(
-            {
-                "overlay": str(overlay.directory),
-                "modules": list(overlay.modules),
-                "reused": overlay.reused,
-                "proof": overlay.proof,
-            }
-        )
+        console.print_json(documents.overlay_json(overlay))
         return OK
     _say_what_was_proven(overlay, smoke, "patchcraft overlay build: ")
     if overlay.note:

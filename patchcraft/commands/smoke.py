@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from patchcraft.ui import console
+from patchcraft.ui import console, documents
 from patchcraft.ui import machine_output
 from patchcraft.pipeline import hand_review, proof as _proof
 from patchcraft.pipeline.stages import Options, resolve_targets
@@ -48,17 +48,9 @@ def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = Fals
         ]
     from patchcraft.harness import smoke_rows
 
-    code = machine_output.exit_code(results, options.models, options.strict)
-    if code == machine_output.OK and smoke_rows.failed(runs):
-        code = machine_output.CHANGED
+    code = machine_output.exit_code(results, options.models, options.strict, smoke=runs)
     if options.output_format == "json":
-        document = (
-            machine_output.to_json(results, code)
-            if show_verify
-            else {"schema": machine_output.SCHEMA_VERSION, "command": "smoke", "exit_code": code}
-        )
-        document["smoke"] = smoke_rows.to_json(runs, label)
-        console.print_json(document)
+        console.print_json(documents.smoke_json(results, runs, label, code, verify=show_verify))
         return code
     if show_verify:
         console.print_results(results, options.color)

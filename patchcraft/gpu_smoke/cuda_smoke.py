@@ -38,7 +38,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from patchcraft.ui import console
+from patchcraft.ui import console, documents
+from patchcraft.ui.machine_output import verdict_code
 from patchcraft.base.errors import PatchcraftError
 
 from patchcraft.harness import gpu_compare as compare
@@ -58,7 +59,6 @@ from patchcraft.harness.gpu_summary import (
     build_summary,
     engine_failure,
     speed,
-    to_json,
     write_summary,
 )
 from .wheels import source_reader
@@ -511,7 +511,10 @@ def run_cuda_smoke(
         if not summary.ok or keep_work_dir or work_dir:
             summary = replace(summary, work_dir=work)
     if out is not None:
-        summary = write_summary(summary, out)
+        summary = write_summary(summary, out, documents.cuda_smoke_json)
     return console.print_report(
-        output_format, summary.exit_code, lambda: to_json(summary), lambda: console.render_cuda_smoke(summary) + "\n"
+        output_format,
+        verdict_code(summary.ok),
+        lambda: documents.cuda_smoke_json(summary),
+        lambda: console.render_cuda_smoke(summary) + "\n",
     )

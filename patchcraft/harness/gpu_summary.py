@@ -1,18 +1,17 @@
-"""The CUDA smoke's result: a frozen record, its JSON document and ``summary.json``.
+"""The CUDA smoke's result: a frozen record, and ``summary.json`` written from it.
 
-``patchcraft.ui.console.render_cuda_smoke`` renders it as text; ``to_json`` is
-the ``--format json`` document (docs/smoke.md), and ``summary.json`` under
-``--out``.
+``patchcraft.ui.console.render_cuda_smoke`` renders it as text;
+``patchcraft.ui.documents.cuda_smoke_json`` is its JSON document (the
+``--format json`` output, docs/smoke.md, and ``summary.json`` under
+``--out``), and ``patchcraft.ui.machine_output.verdict_code`` its exit code.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
-
-from patchcraft.base.errors import CHANGED, OK
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from patchcraft.harness import gpu_compare as compare
 
@@ -61,10 +60,6 @@ class CudaSmokeSummary:
     def ok(self) -> bool:
         return all(check.ok for check in self.checks)
 
-    @property
-    def exit_code(self) -> int:
-        return OK if self.ok else CHANGED
-
 
 def engine_failure(tp: int, message: str, work_dir: Optional[str]) -> CudaSmokeSummary:
     """An engine crashed or timed out: a failed smoke, its work directory kept for the logs."""
@@ -94,41 +89,15 @@ def speed(spec_run: Dict[str, Any], base_run: Dict[str, Any]) -> Dict[str, Dict[
     }
 
 
-def to_json(summary: CudaSmokeSummary) -> Dict[str, Any]:
-    """The ``--format json`` document; key order as docs/smoke.md shows it."""
-    document: Dict[str, Any] = {"ok": summary.ok, "exit_code": summary.exit_code, "tp": summary.tp}
-    result = summary.comparison
-    if result is not None:
-        document.update(
-            target=result.target,
-            draft=result.draft,
-            layer_ids=list(result.layer_ids),
-            expected=result.expected,
-            reference=result.reference,
-            sglang={"version": result.sglang_version, "file": result.sglang_file},
-        )
-    document["checks"] = [asdict(check) for check in summary.checks]
-    if result is not None:
-        document.update(
-            aux={phase: c.to_dict() for phase, c in result.aux.items()},
-            records={"used": result.records_used, "skipped": result.records_skipped},
-            lossless=result.lossless.to_dict(),
-            speed=result.speed,
-            engine=result.engine,
-        )
-    for key in ("work_dir", "out_dir", "out_dir_error"):
-        value = getattr(summary, key)
-        if value is not None:
-            document[key] = value
-    return document
-
-
-def write_summary(summary: CudaSmokeSummary, out_dir: Path) -> CudaSmokeSummary:
-    """``out_dir/summary.json``; a directory that cannot be written is noted, and the summary still printed."""
+def write_summary(
+    summary: CudaSmokeSummary, out_dir: Path, document: Callable[[CudaSmokeSummary], Mapping[str, Any]]
+) -> CudaSmokeSummary:
+    """``out_dir/summary.json``, the ``document`` of the summary (its ``out_dir`` set); a directory that cannot be
+    written is noted, and the summary still printed."""
     summary = replace(summary, out_dir=str(out_dir))
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / SUMMARY_NAME).write_text(json.dumps(to_json(summary), indent=2, default=str) + "\n")
+        (out_dir / SUMMARY_NAME).write_text(json.dumps(document(summary), indent=2, default=str) + "\n")
     except OSError as exc:
         return replace(summary, out_dir_error=f"{type(exc).__name__}: {exc}")
     return summary

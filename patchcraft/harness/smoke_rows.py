@@ -1,17 +1,16 @@
-"""Smoke rows as text lines and as JSON; the smoke part of an exit code. No torch, no printing."""
+"""Smoke rows as text lines and as GitHub annotations. No torch, no printing.
+
+Their JSON is :func:`patchcraft.ui.documents.smoke_rows_json`; what they do to
+the exit code, :func:`patchcraft.ui.machine_output.exit_code` (``smoke=``).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from patchcraft.harness.runner import ERROR, FAIL, PASS, SKIPPED, SmokeRun
 
 _LABEL = {PASS: "PASS", FAIL: "FAIL", ERROR: "ERROR", SKIPPED: "skip"}
-
-
-def failed(runs: Sequence[SmokeRun]) -> bool:
-    """Whether any model class failed, or could not be run by the harness."""
-    return any(row.status in (FAIL, ERROR) for run in runs for row in run.results)
 
 
 def text_lines(runs: Sequence[SmokeRun], device: str = "cpu") -> list[str]:
@@ -27,30 +26,6 @@ def text_lines(runs: Sequence[SmokeRun], device: str = "cpu") -> list[str]:
             detail = row.message if row.status != PASS else row.shape + (f"; note: {row.notes}" if row.notes else "")
             lines.append(f"  {_LABEL[row.status]:5} {row.model:{width}} {took}  {detail}")
     return lines
-
-
-def row_json(row: Any) -> dict[str, Any]:
-    return {
-        "model": row.model,
-        "path": row.path,
-        "status": row.status,
-        "message": row.message,
-        "shape": row.shape,
-        "notes": row.notes,
-        "seconds": round(row.seconds, 4),
-        "checks": [{"name": c.name, "status": c.status, "detail": c.detail, "note": c.note} for c in row.checks],
-    }
-
-
-def to_json(runs: Sequence[SmokeRun], device: str = "cpu") -> dict[str, Any]:
-    """The ``smoke`` part of a JSON document (docs/harness.md)."""
-    rows = [row for run in runs for row in run.results]
-    return {
-        "device": device,
-        "targets": [{"package": str(r.tree.package), "sglang_version": r.version} for r in runs],
-        "models": [row_json(row) for row in rows],
-        "summary": {s: sum(r.status == s for r in rows) for s in (PASS, FAIL, ERROR, SKIPPED)},
-    }
 
 
 def github_lines(runs: Sequence[SmokeRun]) -> list[str]:

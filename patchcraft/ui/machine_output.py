@@ -5,6 +5,14 @@
 ambiguous, syntax error, unwritable file). The codes themselves are
 :mod:`patchcraft.base.errors`'s, which also has those of an interrupt (130) and
 a bug (3), set by the CLI's error handler.
+
+Every exit code a command returns is decided here, from its records:
+:func:`exit_code` for a run's rows (the pipeline commands, ``smoke`` and
+``verify --smoke``), :func:`verdict_code` for a report with one verdict
+(``check-draft``, ``explain``, the GPU smoke). A command with nothing to
+judge (``list``, ``cache prune``, ``overlay build``) exits :data:`OK`. The
+other documents are built in :mod:`patchcraft.ui.documents`, all under
+:data:`SCHEMA_VERSION`.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from patchcraft.base.status import (
     MODEL_SKIPPED,
     EditStatus,
     FileState,
+    HarnessStatus,
     ModelStatus,
     Proof,
     WITHHELD,
@@ -32,18 +41,42 @@ if TYPE_CHECKING:
     from patchcraft.engine.hand_edits import (
         FileReport,
     )  # types only: a warm `patchcraft run` never loads the class graph
+    from patchcraft.harness.runner import SmokeRun
 
 #: The version of every JSON document patchcraft prints (docs/json.md).
 SCHEMA_VERSION = 1
 
 
-def exit_code(results: Sequence[RunResult], names: Sequence[str] = (), strict: bool = False) -> int:
+def exit_code(
+    results: Sequence[RunResult],
+    names: Sequence[str] = (),
+    strict: bool = False,
+    *,
+    fail_on_change: bool = False,
+    smoke: Sequence[SmokeRun] = (),
+) -> int:
     """The exit code for one command over all its targets.
 
     A model patchcraft cannot patch (``unsupported``) fails the run only when
     the user says they serve it: named with ``--model``, or ``--strict``.
     ``not-applicable`` rows (no EAGLE-3 target at all) never do.
+    ``fail_on_change`` (``apply --exit-non-zero-on-fix``): an otherwise clean
+    apply that rewrote a file exits 1, as formatters do under pre-commit.
+    ``smoke``: the CPU harness's runs (``smoke``, ``verify --smoke``): an
+    otherwise clean run exits 1 when a model class failed, or could not be run.
     """
+    code = _rows_code(results, names, strict)
+    if code != OK:
+        return code
+    if fail_on_change and any(r.changes for r in results if r.mode is Mode.APPLY):
+        return CHANGED
+    if smoke_failed(smoke):
+        return CHANGED
+    return OK
+
+
+def _rows_code(results: Sequence[RunResult], names: Sequence[str], strict: bool) -> int:
+    """The code the model rows alone decide."""
     models = [m for r in results for m in r.models]
     if any(m.status == ModelStatus.ERROR and not _only_brought_along(m, names) for m in models):
         # That model's, not the run's: the others were judged and (apply) written; ``written`` lists what was.
@@ -60,6 +93,21 @@ def exit_code(results: Sequence[RunResult], names: Sequence[str] = (), strict: b
     if mode in (Mode.APPLY, Mode.CHECK, Mode.VERIFY) and served:
         return CHANGED
     return OK
+
+
+def smoke_failed(runs: Sequence[SmokeRun]) -> bool:
+    """Whether any model class of the harness's runs failed, or could not be run by the harness."""
+    return any(row.status in (HarnessStatus.FAIL, HarnessStatus.ERROR) for run in runs for row in run.results)
+
+
+def verdict_code(ok: bool) -> int:
+    """The exit code of a report with one verdict: 0 when its checks pass, 1 when not.
+
+    ``check-draft`` (the draft is fed what it was trained on), ``explain``
+    (no id warns: ``verdict_code(not result.warnings)``) and the GPU smoke
+    (every check passed).
+    """
+    return OK if ok else CHANGED
 
 
 def _only_brought_along(model: ModelResult, names: Sequence[str]) -> bool:

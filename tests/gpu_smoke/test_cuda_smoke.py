@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 from patchcraft.ui import console
+from patchcraft.ui.machine_output import verdict_code
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.gpu_smoke import probe_records as records
 from patchcraft.gpu_smoke import cuda_smoke as smoke
@@ -77,7 +78,7 @@ def test_assign_records():
 
 def test_render_engine_failure():
     summary = engine_failure(2, "sglang engine run timed out after 8s (log: /w/spec.log)", "/w")
-    assert summary.exit_code == 1 and not summary.ok
+    assert verdict_code(summary.ok) == 1 and not summary.ok
     assert console.render_cuda_smoke(summary) == (
         "patchcraft smoke (cuda, tp=2): FAIL\n"
         "  [FAIL] sglang run: sglang engine run timed out after 8s (log: /w/spec.log)\n"

@@ -10,6 +10,7 @@ import json
 import re
 import shlex
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,9 @@ from conftest import copy_release, run_cli as cli
 from patchcraft.ui import machine_output
 from patchcraft.engine.file_patch import revert_text
 from patchcraft.engine.records import EditResult, Mode, ModelResult, RunResult
+from patchcraft.base.status import HarnessStatus
 from patchcraft.base.target import SglangTree
+from patchcraft.harness.runner import SmokeResult, SmokeRun
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -310,6 +313,60 @@ def test_github_escapes_data_and_properties() -> None:
         machine_output._command("error", "a,b:c.py", 3, "t:1,2", "m")
         == "::error file=a%2Cb%3Ac.py,line=3,title=t%3A1%2C2::m"
     )
+
+
+# -- the exit code, decided from the records alone ----------------------------------
+
+
+def _smoke_run(*statuses: str) -> SmokeRun:
+    tree = SglangTree(package=Path("/nowhere/sglang"), root=Path("/nowhere"))
+    rows = tuple(
+        SmokeResult(f"mod.Cls{i}", "sglang/srt/models/mod.py", HarnessStatus(s)) for i, s in enumerate(statuses)
+    )
+    return SmokeRun(tree, "x", rows)
+
+
+def _changed(result: RunResult) -> RunResult:
+    return replace(result, changes=(object(),))  # only counted: a run that rewrote one file
+
+
+@pytest.mark.parametrize(
+    ("mode", "fail_on_change", "code"),
+    [
+        (Mode.APPLY, False, 0),
+        (Mode.APPLY, True, 1),  # apply --exit-non-zero-on-fix: formatter-style
+        (Mode.REVERT, True, 0),  # only apply's rewrites count
+        (Mode.CHECK, True, 1),  # would patch: 1 with or without the flag
+    ],
+)
+def test_fail_on_change_is_apply_s_rewrites(mode: Mode, fail_on_change: bool, code: int) -> None:
+    status = {Mode.APPLY: "patched", Mode.REVERT: "reverted", Mode.CHECK: "would-patch"}[mode]
+    results = [_changed(_result(mode, _model(status)))]
+    assert machine_output.exit_code(results, fail_on_change=fail_on_change) == code
+    assert machine_output.exit_code([_result(Mode.APPLY, _model("already-patched"))], fail_on_change=True) == 0
+
+
+def test_fail_on_change_never_lowers_a_failure() -> None:
+    results = [_changed(_result(Mode.APPLY, _model("patched"), _model("error")))]
+    assert machine_output.exit_code(results, fail_on_change=True) == machine_output.exit_code(results) == 1
+
+
+@pytest.mark.parametrize(
+    ("statuses", "code"),
+    [(("pass", "skipped"), 0), (("pass", "fail"), 1), (("error",), 1), ((), 0), (("n/a",), 0)],
+)
+def test_a_failed_or_unrunnable_smoke_row_exits_1(statuses: tuple[str, ...], code: int) -> None:
+    results = [_result(Mode.VERIFY, _model("already-patched"))]
+    assert machine_output.exit_code(results, smoke=[_smoke_run(*statuses)]) == code
+    assert machine_output.smoke_failed([_smoke_run(*statuses)]) is bool(code)
+
+
+def test_the_rows_decide_before_the_smoke() -> None:
+    assert machine_output.exit_code([_result(Mode.VERIFY, _model("would-patch"))], smoke=[_smoke_run("pass")]) == 1
+
+
+def test_a_report_with_one_verdict() -> None:
+    assert (machine_output.verdict_code(True), machine_output.verdict_code(False)) == (0, 1)
 
 
 # -- the CI configs of docs/ci.md, run as written ------------------------------------
