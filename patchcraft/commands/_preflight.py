@@ -23,7 +23,7 @@ from patchcraft.ui import messages
 from patchcraft.engine import preflight_cache
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.hub_cache import find_snapshot, looks_like_repo_id
-from patchcraft.engine.preflight_cache import Dependency
+from patchcraft.engine.preflight_cache import Dependency, InputKind
 from patchcraft.ui.machine_output import CHANGED, OK
 from patchcraft.reading.server_args import ARG_GROUPS, ServerArgs, flag_files, parse_server_args
 
@@ -65,12 +65,12 @@ def run_preflight(argv: Sequence[str], package: Path, install: Path, trained_on:
 
 def command_inputs(argv: Sequence[str], install: Path) -> list[Dependency]:
     """What reading the command line reads: the release's flag files, and the ``--config`` file."""
-    inputs = [Dependency("file", path) for path in flag_files(install)]
-    inputs.append(Dependency("listing", install / ARG_GROUPS))
-    inputs.append(Dependency("file", install / "srt" / "server_args.py"))
+    inputs = [Dependency(InputKind.FILE, path) for path in flag_files(install)]
+    inputs.append(Dependency(InputKind.LISTING, install / ARG_GROUPS))
+    inputs.append(Dependency(InputKind.FILE, install / "srt" / "server_args.py"))
     args = list(argv)
     if "--config" in args and args.index("--config") + 1 < len(args):
-        inputs.append(Dependency("file", Path(args[args.index("--config") + 1])))
+        inputs.append(Dependency(InputKind.FILE, Path(args[args.index("--config") + 1])))
     return inputs
 
 
@@ -108,7 +108,7 @@ def prepare(server: ServerArgs, package: Path, trained_on: str | None) -> Prepar
             f"preflight not checked: the command has no --model-path, so the draft was not checked against a target; {WAY_OUT}"
         )
     target = _local_model(server.model_path, server.revision, "--model-path", inputs, notes)
-    inputs.append(Dependency("file", target / "config.json"))
+    inputs.append(Dependency(InputKind.FILE, target / "config.json"))
     from patchcraft.commands.check_draft import CheckDraftOptions
 
     options = CheckDraftOptions(
@@ -142,7 +142,7 @@ def _local_model(value: str, revision: str | None, flag: str, inputs: list[Depen
             f"{path}: the {role} directory does not exist (only a local or cached model can be checked; {WAY_OUT})"
         )
     snapshot = find_snapshot(value, revision)
-    inputs.append(Dependency("file", snapshot.ref))
+    inputs.append(Dependency(InputKind.FILE, snapshot.ref))
     if snapshot.path is None:
         what = "the draft's config" if "draft" in flag else "the target's config"
         raise PatchcraftError(

@@ -28,6 +28,7 @@ with it just means the preflight runs. ``PATCHCRAFT_NO_CACHE=1`` turns it off.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import importlib.util
 import json
@@ -53,19 +54,33 @@ KEEP = 64
 HUB_VARIABLES = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME")
 
 
+class InputKind(str, enum.Enum):
+    """What of a path a verdict read (stored in the cache entry as the value)."""
+
+    #: Its bytes.
+    FILE = "file"
+    #: A directory's names.
+    LISTING = "listing"
+    #: A safetensors header.
+    HEADER = "header"
+
+
+_KINDS = frozenset(k.value for k in InputKind)
+
+
 @dataclass(frozen=True)
 class Dependency:
-    """One input of a verdict: ``kind`` is ``file`` (its bytes), ``listing`` (a directory's names) or ``header`` (a safetensors header)."""
+    """One input of a verdict: what it read (``kind``) of which path."""
 
-    kind: str
+    kind: InputKind
     path: str | Path
 
     def digest(self) -> str:
         """The digest of what the check reads from it now ("-" when it cannot be read)."""
         try:
-            if self.kind == "listing":
+            if self.kind is InputKind.LISTING:
                 data = "\0".join(sorted(os.listdir(self.path))).encode("utf-8", "surrogateescape")
-            elif self.kind == "header":
+            elif self.kind is InputKind.HEADER:
                 data = header_bytes(self.path)
             else:
                 return digests.sha256(self.path)  # remembered by its stat
@@ -114,19 +129,19 @@ def _cwd() -> str:
 def tree_dependencies(package: Path) -> list[Dependency]:
     """Every file of the patched tree a check-draft run may read."""
     tree = SglangTree(package=package, root=package.parent)
-    return [Dependency("file", path) for path in result_cache.inputs(tree)] + [
-        Dependency("listing", folder) for folder in (tree.models_dir, tree.executor_dir)
+    return [Dependency(InputKind.FILE, path) for path in result_cache.inputs(tree)] + [
+        Dependency(InputKind.LISTING, folder) for folder in (tree.models_dir, tree.executor_dir)
     ]
 
 
 def draft_dependencies(directory: Path) -> list[Dependency]:
     """What ``read_draft`` reads: the config, the weights index, each safetensors header, and the listing."""
     found = [
-        Dependency("listing", directory),
-        Dependency("file", directory / "config.json"),
-        Dependency("file", directory / "model.safetensors.index.json"),
+        Dependency(InputKind.LISTING, directory),
+        Dependency(InputKind.FILE, directory / "config.json"),
+        Dependency(InputKind.FILE, directory / "model.safetensors.index.json"),
     ]
-    return found + [Dependency("header", path) for path in sorted(directory.glob("*.safetensors"))]
+    return found + [Dependency(InputKind.HEADER, path) for path in sorted(directory.glob("*.safetensors"))]
 
 
 def directory() -> Path:
@@ -149,7 +164,7 @@ def load(lookup: str) -> dict | None:
         return None
     try:
         for kind, name, digest in entry["inputs"]:
-            if Dependency(kind, name).digest() != digest:
+            if kind not in _KINDS or Dependency(InputKind(kind), name).digest() != digest:
                 return None
     finally:
         digests.save()
@@ -163,14 +178,14 @@ def load(lookup: str) -> dict | None:
 def record(inputs: Sequence[Dependency]) -> list[list[str]]:
     """Each input with its digest now: taken before the check, and compared after it (nothing changed meanwhile)."""
     try:
-        return [[d.kind, str(d.path), d.digest()] for d in inputs]
+        return [[d.kind.value, str(d.path), d.digest()] for d in inputs]
     finally:
         digests.save()
 
 
 def store(lookup: str, recorded: list[list[str]], stdout: str, stderr: str) -> None:
     """Store an ok verdict under ``lookup`` atomically, if its inputs are still as ``recorded``; failures are ignored."""
-    if not enabled() or record([Dependency(k, p) for k, p, _ in recorded]) != recorded:
+    if not enabled() or record([Dependency(InputKind(k), p) for k, p, _ in recorded if k in _KINDS]) != recorded:
         return
     entry = {
         "format": FORMAT,
