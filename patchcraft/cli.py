@@ -9,23 +9,75 @@ exits 130; anything else is a bug and keeps its traceback (exit 3).
 
 from __future__ import annotations
 
+import enum
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Optional, Type
 
 import click
 
 from patchcraft import __version__
 from patchcraft.base.errors import BUG, INTERRUPTED, USAGE, PatchcraftError
+from patchcraft.commands._smoke_choices import Device, Engine
+from patchcraft.ui.choices import DOCUMENT_FORMATS, REPORT_FORMATS, Color, OutputFormat
 
-FORMATS = click.Choice(["text", "json"])
-#: apply/verify/diff/revert also speak GitHub annotations (docs/json.md).
-REPORT_FORMATS = click.Choice(["text", "json", "github"])
-COLORS = click.Choice(["auto", "always", "never"])
 _JOBS = "patchcraft.jobs"
 _STRICT = "patchcraft.strict"
 _NO_FUSION = "patchcraft.no_fusion_fix"
+
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def _choice(
+    name: str,
+    enum_type: Type[enum.Enum],
+    default: enum.Enum,
+    members: Optional[Iterable[enum.Enum]] = None,
+    dest: Optional[str] = None,
+    help: Optional[str] = None,
+) -> Decorator:
+    """An option whose value is one of ``enum_type``'s (``members``: some of them): the words as typed, the member passed on."""
+    words = [m.value for m in (members if members is not None else enum_type)]
+
+    def member(ctx: click.Context, param: click.Parameter, value: str) -> enum.Enum:
+        return enum_type(value)
+
+    names = (name, dest) if dest else (name,)
+    return click.option(
+        *names,
+        type=click.Choice(words),
+        default=default.value,
+        show_default=True,
+        callback=member,
+        help=help,
+    )
+
+
+def _format(formats: Iterable[OutputFormat] = DOCUMENT_FORMATS, help: Optional[str] = None) -> Decorator:
+    """``--format`` (``output_format``): text and json, and github where ``formats`` has it (docs/json.md)."""
+    return _choice("--format", OutputFormat, OutputFormat.TEXT, formats, dest="output_format", help=help)
+
+
+def _color(help: Optional[str] = None) -> Decorator:
+    """``--color``: auto, always or never."""
+    return _choice("--color", Color, Color.AUTO, help=help)
+
+
+def _overlay(help: str) -> Decorator:
+    """``--overlay DIR`` (``overlay_dir``): what an overlay directory stands for is each command's ``help``."""
+    return click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help=help)
+
+
+#: ``--tp N`` of explain and check-draft: the server's tensor parallelism.
+_tp = click.option(
+    "--tp",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).",
+)
 
 
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -33,17 +85,8 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option(
         "--model", "models", multiple=True, metavar="NAME", help="Only this model (file stem or class); repeatable."
     )(func)
-    func = click.option(
-        "--format",
-        "output_format",
-        type=REPORT_FORMATS,
-        default="text",
-        show_default=True,
-        help="Report format (github: workflow annotations).",
-    )(func)
-    func = click.option(
-        "--color", type=COLORS, default="auto", show_default=True, help="Colour; NO_COLOR is honoured."
-    )(func)
+    func = _format(REPORT_FORMATS, help="Report format (github: workflow annotations).")(func)
+    func = _color(help="Colour; NO_COLOR is honoured.")(func)
     func = click.option(
         "--release",
         metavar="VERSION",
@@ -185,12 +228,7 @@ def apply(
     is_flag=True,
     help="Do not run the CPU harness on hand-made edits (it runs when torch is installed).",
 )
-@click.option(
-    "--overlay",
-    "overlay_dir",
-    type=click.Path(file_okay=False),
-    help="Check the overlay in DIR instead: it matches the install (TARGET) and is fully patched.",
-)
+@_overlay("Check the overlay in DIR instead: it matches the install (TARGET) and is fully patched.")
 @click.option(
     "--user",
     "user",
@@ -222,11 +260,10 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
 
 @cli.command()
 @_common
-@click.option(
+@_choice(
     "--device",
-    type=click.Choice(["cpu", "cuda"]),
-    default="cpu",
-    show_default=True,
+    Device,
+    Device.CPU,
     help="cpu: the patched methods on stand-ins (needs patchcraft[smoke]); cuda: the GPU smoke test.",
 )
 @click.option(
@@ -243,11 +280,10 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
     help="cuda: EAGLE-3 draft (default: a tiny random one).",
 )
 @click.option("--layer-ids", metavar="IDS", help="cuda: aux layer ids for the tiny draft, e.g. -1,1,2.")
-@click.option(
+@_choice(
     "--engine",
-    type=click.Choice(["sglang", "harness"]),
-    default="sglang",
-    show_default=True,
+    Engine,
+    Engine.SGLANG,
     help="cuda: sglang runs the GPU smoke test; harness runs the CPU harness's scenarios, a CUDA graph replay and torch.compile on the GPU (torch only).",
 )
 @click.option(
@@ -280,12 +316,7 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
     metavar="F",
     help="cuda (sglang): SGLang's mem_fraction_static (default 0.3 for small targets, 0.85 for real ones).",
 )
-@click.option(
-    "--overlay",
-    "overlay_dir",
-    type=click.Path(file_okay=False),
-    help="cpu: run the harness on the files of the overlay in DIR (patchcraft overlay build).",
-)
+@_overlay("cpu: run the harness on the files of the overlay in DIR (patchcraft overlay build).")
 def smoke(
     targets,
     models,
@@ -349,7 +380,7 @@ def revert(targets, models, output_format, color, release, no_runner) -> None:
 
 @cli.command(name="list")
 @click.argument("targets", nargs=-1, type=click.Path())
-@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
+@_format()
 def list_(targets, output_format) -> None:
     """Show the transforms and which places they match in TARGET."""
     from patchcraft.commands.list_ import list_command
@@ -378,20 +409,9 @@ def fetch(version, dest) -> None:
 @click.option("--num-layers", required=True, type=int, help="The target's num_hidden_layers.")
 @click.option("--model", metavar="NAME", help="Model file stem or class, e.g. deepseek_v2.")
 @click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
-@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
-@click.option(
-    "--tp",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).",
-)
-@click.option(
-    "--overlay",
-    "overlay_dir",
-    type=click.Path(file_okay=False),
-    help="Explain the overlay in DIR: the files `patchcraft run` serves.",
-)
+@_format()
+@_tp
+@_overlay("Explain the overlay in DIR: the files `patchcraft run` serves.")
 def explain(target, layer_ids, num_layers, model, release, output_format, tp, overlay_dir) -> None:
     """Show which hidden states these aux layer ids capture on this install."""
     from patchcraft.commands.explain import ExplainOptions, explain_command
@@ -418,20 +438,9 @@ def explain(target, layer_ids, num_layers, model, release, output_format, tp, ov
 @click.option("--num-layers", type=int, help="The target's num_hidden_layers (default: from --target).")
 @click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
 @click.option("--no-cuda-graph", "no_cuda_graph", is_flag=True, help="The server runs with --disable-cuda-graph.")
-@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
-@click.option(
-    "--tp",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="The server's --tp-size (at TP > 1, all-reduce fusion can leave captured states partial).",
-)
-@click.option(
-    "--overlay",
-    "overlay_dir",
-    type=click.Path(file_okay=False),
-    help="Check against the overlay in DIR: the files `patchcraft run` serves.",
-)
+@_format()
+@_tp
+@_overlay("Check against the overlay in DIR: the files `patchcraft run` serves.")
 def check_draft(
     draft_dir,
     target,
@@ -466,12 +475,7 @@ def check_draft(
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--target", metavar="TARGET", help="The sglang the command imports (default: the installed one).")
-@click.option(
-    "--overlay",
-    "overlay_dir",
-    type=click.Path(file_okay=False),
-    help="Use a prebuilt overlay (patchcraft overlay build --out DIR).",
-)
+@_overlay("Use a prebuilt overlay (patchcraft overlay build --out DIR).")
 @click.option(
     "--no-preflight",
     "no_preflight",
@@ -508,7 +512,7 @@ def overlay() -> None:
 )
 @click.option("--no-smoke", "no_smoke", is_flag=True, help="Do not run the CPU harness on the patched files.")
 @click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ out of the overlay.")
-@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
+@_format()
 def overlay_build(target, out, no_smoke, no_runner, output_format) -> None:
     """Write the overlay and its bootstrap; print the PYTHONPATH=DIR line to set (Dockerfile ENV, manifest)."""
     from patchcraft.commands.run import overlay_build_command
@@ -519,8 +523,8 @@ def overlay_build(target, out, no_smoke, no_runner, output_format) -> None:
 @overlay.command(name="verify")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.argument("target", required=False, type=click.Path())
-@click.option("--format", "output_format", type=REPORT_FORMATS, default="text", show_default=True)
-@click.option("--color", type=COLORS, default="auto", show_default=True)
+@_format(REPORT_FORMATS)
+@_color()
 @click.option(
     "--user",
     "user",
@@ -540,7 +544,7 @@ def cache_group() -> None:
 
 
 @cache_group.command(name="prune")
-@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True)
+@_format()
 def cache_prune(output_format) -> None:
     """Remove the cached overlays no process uses (and stale temp directories); never one in use."""
     from patchcraft.commands.prune import prune_command

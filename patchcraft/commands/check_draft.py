@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchcraft.ui import console, documents
+from patchcraft.ui.choices import OutputFormat
 from patchcraft.commands.explain import fed_line, resolve_tree, source_line
 from patchcraft.analysis.draft_check import DraftReport, check_draft, read_draft, read_target, speculators_note
 from patchcraft.base.errors import PatchcraftError
@@ -24,7 +25,7 @@ class CheckDraftOptions:
     num_layers: int | None = None
     trained_on: str | None = None
     cuda_graph: bool = True
-    output_format: str = "text"
+    output_format: OutputFormat = OutputFormat.TEXT
     #: Tensor parallelism the server runs with (all-reduce fusion matters only above 1).
     tp: int = 1
     #: An overlay directory: its files are the ones the server imports (``patchcraft run``).

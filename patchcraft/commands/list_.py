@@ -9,10 +9,11 @@ from patchcraft.planning.selection import plan_tree
 from patchcraft.transforms import MODEL_TRANSFORMS
 from patchcraft.base.target import resolve_target
 from patchcraft.ui import documents
+from patchcraft.ui.choices import OutputFormat
 from patchcraft.ui.machine_output import OK
 
 
-def list_command(targets: tuple[str, ...], output_format: str) -> int:
+def list_command(targets: tuple[str, ...], output_format: OutputFormat) -> int:
     """Show the transforms and, for each target tree, the sites each one matches."""
     trees = [resolve_target(t) for t in targets] if targets else []
     matches: dict[str, list[str]] = {t.NAME: [] for t in MODEL_TRANSFORMS}
@@ -25,7 +26,7 @@ def list_command(targets: tuple[str, ...], output_format: str) -> int:
                 if label not in seen:
                     seen.add(label)
                     matches[by_kind[site.kind]].append(label)
-    if output_format == "json":
+    if output_format == OutputFormat.JSON:
         # A list, not an object: written as console.print_json writes its documents.
         sys.stdout.write(json.dumps(documents.list_json(MODEL_TRANSFORMS, matches), indent=2) + "\n")
         return OK

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from patchcraft.ui import console, documents
 from patchcraft.overlay import store as overlay_store
+from patchcraft.ui.choices import OutputFormat
 from patchcraft.ui.machine_output import OK
 
 
-def prune_command(output_format: str) -> int:
+def prune_command(output_format: OutputFormat) -> int:
     """Remove every unused overlay in ``<cache>/overlays``, and build temp dirs whose builder is gone."""
     from patchcraft.base.fetch import cache_dir
 
@@ -34,7 +35,7 @@ def prune_command(output_format: str) -> int:
     orphans, held = overlay_store.remove_orphans(overlays)
     removed += orphans
     kept += held
-    if output_format == "json":
+    if output_format == OutputFormat.JSON:
         console.print_json(documents.prune_json(removed, kept))
         return OK
     for path in kept:

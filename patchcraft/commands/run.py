@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchcraft.ui import console, documents
+from patchcraft.ui.choices import Color, OutputFormat
 from patchcraft.ui.messages import no_torch_line
 from patchcraft.commands._preflight import preflight, run_preflight
 from patchcraft.base.errors import PatchcraftError
@@ -109,14 +110,16 @@ def _say_what_was_proven(overlay, smoke: bool, prefix: str = "patchcraft run: ")
     return True
 
 
-def overlay_build_command(target: str | None, out: str | None, runner: bool, smoke: bool, output_format: str) -> int:
+def overlay_build_command(
+    target: str | None, out: str | None, runner: bool, smoke: bool, output_format: OutputFormat
+) -> int:
     """``patchcraft overlay build [TARGET] --out DIR``: write the overlay; print the PYTHONPATH line."""
     from patchcraft.pipeline.serve import build_overlay
     from patchcraft.base.target import resolve_target
 
     tree = resolve_target(target)
     overlay = build_overlay(tree, Path(out) if out else None, runner=runner, smoke=smoke, require_proof=smoke)
-    if output_format == "json":
+    if output_format == OutputFormat.JSON:
         console.print_json(documents.overlay_json(overlay))
         return OK
     _say_what_was_proven(overlay, smoke, "patchcraft overlay build: ")
@@ -131,7 +134,7 @@ def overlay_build_command(target: str | None, out: str | None, runner: bool, smo
 
 
 def overlay_verify_command(
-    directory: str, target: str | None, output_format: str, color: str, user: str | None = None
+    directory: str, target: str | None, output_format: OutputFormat, color: Color, user: str | None = None
 ) -> int:
     """``patchcraft verify --overlay DIR``: readable by the server, owned, intact, matches the install, fully patched."""
     from patchcraft.overlay import check as overlay_check

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from patchcraft.ui import console, documents
 from patchcraft.ui import machine_output
+from patchcraft.ui.choices import DOCUMENT_FORMATS, OutputFormat
+from patchcraft.commands._smoke_choices import Device, Engine
 from patchcraft.pipeline import hand_review, proof as _proof
 from patchcraft.pipeline.stages import Options, resolve_targets
 from patchcraft.engine.tree_run import run
@@ -15,16 +17,20 @@ from patchcraft.harness import require_torch
 
 
 def smoke_command(
-    options: Options, device: str = "cpu", cuda: dict | None = None, engine: str = "sglang", compiled: bool = False
+    options: Options,
+    device: Device = Device.CPU,
+    cuda: dict | None = None,
+    engine: Engine = Engine.SGLANG,
+    compiled: bool = False,
 ) -> int:
     """The CPU harness on every patched model class (``cuda``: the GPU smoke test instead).
 
     ``compiled``: the torch.compile check instead of the scenarios (patchcraft.harness.compiled).
-    ``device="cuda", engine="harness"``: the harness on a CUDA device (patchcraft.harness.cuda).
+    ``device=Device.CUDA, engine=Engine.HARNESS``: the harness on a CUDA device (patchcraft.harness.cuda).
     """
-    if device != "cpu" and engine == "harness":
+    if device != Device.CPU and engine == Engine.HARNESS:
         return _device_harness(options, device, compiled)
-    if device == "cuda":
+    if device == Device.CUDA:
         return _cuda(options, **(cuda or {}))
     return _verify_and_smoke(options, show_verify=False, compiled=compiled)
 
@@ -34,10 +40,10 @@ def verify_smoke_command(options: Options) -> int:
     return _verify_and_smoke(options, show_verify=True)
 
 
-def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = False, device: str = "cpu") -> int:
+def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = False, device: Device = Device.CPU) -> int:
     require_torch()  # before any work: without torch this is one line, exit 2
     with console.progress(
-        _progress_label(show_verify, compiled, device), shown=options.output_format != "json", unit="models"
+        _progress_label(show_verify, compiled, device), shown=options.output_format != OutputFormat.JSON, unit="models"
     ) as status:
         status.update("importing torch")
         results, runs, label = _smoke_runs(options, compiled, device, on_row=status.update)
@@ -49,29 +55,29 @@ def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = Fals
     from patchcraft.harness import smoke_rows
 
     code = machine_output.exit_code(results, options.models, options.strict, smoke=runs)
-    if options.output_format == "json":
+    if options.output_format == OutputFormat.JSON:
         console.print_json(documents.smoke_json(results, runs, label, code, verify=show_verify))
         return code
     if show_verify:
         console.print_results(results, options.color)
     for line in smoke_rows.text_lines(runs, label):
         console.print_line(line)
-    if options.output_format == "github":
+    if options.output_format == OutputFormat.GITHUB:
         # verify's annotations too: they say why a model class was not run (not patched, unsupported).
         console.print_github(machine_output.github_lines(results, code) + smoke_rows.github_lines(runs))
     return code
 
 
-def _progress_label(show_verify: bool, compiled: bool, device: str) -> str:
+def _progress_label(show_verify: bool, compiled: bool, device: Device) -> str:
     return (
         "verify --smoke"
         if show_verify
-        else "smoke" + (f" --device {device}" if device != "cpu" else "") + (" --compile" if compiled else "")
+        else "smoke" + (f" --device {device}" if device != Device.CPU else "") + (" --compile" if compiled else "")
     )
 
 
 def _smoke_runs(
-    options: Options, compiled: bool, device: str, on_row: Callable[[str, int, int], None]
+    options: Options, compiled: bool, device: Device, on_row: Callable[[str, int, int], None]
 ) -> tuple[list[RunResult], list[Any], str]:
     """verify's results, the harness's runs (``on_row``: as each model class starts) and the label of what ran."""
     from patchcraft.harness.runner import smoke_model, smoke_tree
@@ -80,10 +86,10 @@ def _smoke_runs(
         run(tree, Mode.VERIFY, options.models, runner=options.runner) for tree in resolve_targets(options.targets)
     ]
     check: Callable[..., Any] = smoke_model
-    if device != "cpu":
+    if device != Device.CPU:
         from patchcraft.harness.cuda import device_check
 
-        check = device_check(device, compiled)
+        check = device_check(device.value, compiled)
         label = f"{device}, scenarios + graph replay" + (" + compile" if compiled else "")
     elif compiled:
         from patchcraft.harness.compiled import compiler
@@ -107,12 +113,12 @@ def _smoke_runs(
     return results, runs, label
 
 
-def _device_harness(options: Options, device: str, compiled: bool) -> int:
+def _device_harness(options: Options, device: Device, compiled: bool) -> int:
     """The CPU harness's scenarios, a graph capture and replay, and (``compiled``) torch.compile, on ``device``."""
     require_torch()
     from patchcraft.harness.cuda import require_device
 
-    require_device(device)  # no CUDA here: one line, exit 2
+    require_device(device.value)  # no CUDA here: one line, exit 2
     return _verify_and_smoke(options, show_verify=False, compiled=compiled, device=device)
 
 
@@ -133,7 +139,6 @@ def _cuda(
         from patchcraft.gpu_smoke.cuda_smoke import run_cuda_smoke
     except ImportError as exc:
         raise PatchcraftError(f"the CUDA smoke test is not available in this patchcraft ({exc})") from None
-    fmt: Sequence[str] = ("text", "json")
     given: dict = {
         "timeout_s": timeout,
         "out_dir": out,
@@ -145,7 +150,7 @@ def _cuda(
         model_path=model_path,
         draft_path=draft_path,
         layer_ids=_cuda_layer_ids(layer_ids) if layer_ids else None,
-        output_format=options.output_format if options.output_format in fmt else "text",
+        output_format=options.output_format if options.output_format in DOCUMENT_FORMATS else OutputFormat.TEXT,
         **{name: value for name, value in given.items() if value is not None},  # the defaults stay run_cuda_smoke's
     )
 

@@ -246,6 +246,30 @@ def test_help_and_version() -> None:
     assert "patchcraft" in patchcraft("--version").stdout
 
 
+def test_shared_options_are_declared_once() -> None:
+    """``--format``, ``--color`` and ``--overlay`` have one declaration each in cli.py, and explain and check-draft
+    share one ``--tp`` (smoke's ``--tp`` is the GPU smoke's own: other range, no default): same words everywhere."""
+    import click
+
+    import patchcraft.cli as cli_module
+
+    source = Path(cli_module.__file__).read_text(encoding="utf-8")
+    assert [source.count(f'"{name}"') for name in ("--format", "--color", "--overlay", "--tp")] == [1, 1, 1, 2]
+
+    def option(path: tuple[str, ...], name: str) -> click.Option:
+        command: click.Command = cli_module.cli
+        for part in path:
+            assert isinstance(command, click.Group)
+            command = command.commands[part]
+        (found,) = [p for p in command.params if isinstance(p, click.Option) and name in p.opts]
+        return found
+
+    tps = [option((c,), "--tp") for c in ("explain", "check-draft")]
+    assert tps[0].help == tps[1].help and tps[0].default == tps[1].default == 1
+    assert option(("verify",), "--overlay").help != option(("smoke",), "--overlay").help  # each says what DIR is
+    assert option(("list",), "--format").default == option(("apply",), "--format").default == "text"
+
+
 def test_fetch_prints_the_package_root() -> None:
     result = patchcraft("fetch", "0.5.10")
     assert result.returncode == 0
