@@ -114,11 +114,17 @@ def overlay_build_command(
     target: str | None, out: str | None, runner: bool, smoke: bool, output_format: OutputFormat
 ) -> int:
     """``patchcraft overlay build [TARGET] --out DIR``: write the overlay; print the PYTHONPATH line."""
-    from patchcraft.pipeline.serve import build_overlay
+    from patchcraft.pipeline.serve import Refused, build_overlay
     from patchcraft.base.target import resolve_target
 
     tree = resolve_target(target)
-    overlay = build_overlay(tree, Path(out) if out else None, runner=runner, smoke=smoke, require_proof=smoke)
+    try:
+        overlay = build_overlay(tree, Path(out) if out else None, runner=runner, smoke=smoke, require_proof=smoke)
+    except Refused as refused:
+        if output_format != OutputFormat.JSON:  # the rows apply would print for this install, then the refusal
+            console.print_hand_edits(refused.hand.reports, refused.hand.replaced, show_diff=False, color=Color.AUTO)
+            console.print_results([refused.result], Color.AUTO)
+        raise
     if output_format == OutputFormat.JSON:
         console.print_json(documents.overlay_json(overlay))
         return OK

@@ -171,12 +171,9 @@ def _cuda_layer_ids(text: str) -> list[int] | None:
 
 
 def overlay_target(directory: str) -> str:
-    """``smoke --overlay DIR``: the overlay's patched tree, once the overlay is owned, intact and current (else exit 2)."""
+    """``smoke --overlay DIR``: the overlay's patched tree, once the overlay is safe to serve (else exit 2)."""
     from pathlib import Path
 
-    from patchcraft.overlay.build import package_dir
-    from patchcraft.overlay.check import require_usable
+    from patchcraft.overlay import check
 
-    path = Path(directory)
-    require_usable(path)
-    return str(package_dir(path))
+    return str(check.overlay_target(Path(directory)))

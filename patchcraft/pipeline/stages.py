@@ -177,7 +177,5 @@ def run_trees(options: Options, mode: Mode) -> PipelineRun:
         fusion=options.fusion,
         replace_hand_edits=options.replace_hand_edits,
     )
-    code = machine_output.exit_code(results, options.models, options.strict)
-    if options.fail_on_change and mode is Mode.APPLY and code == machine_output.OK and any(r.changes for r in results):
-        code = machine_output.CHANGED
+    code = machine_output.exit_code(results, options.models, options.strict, fail_on_change=options.fail_on_change)
     return PipelineRun(mode, tuple(results), hand, code)

@@ -39,6 +39,7 @@ def test_overlay_build_refuses_with_the_words_of_apply(sed_fixed: Path, tmp_path
     out = tmp_path / "overlay"
     code, _, err = run_cli(capsys, "overlay", "build", "--no-runner", target, "--out", str(out))
     assert code == 2 and not out.exists(), err
+    overlay_row = _row(err, EXAONE)  # the rows apply prints, then the refusal
     refusal = err.strip().splitlines()[-1]
     assert refusal.startswith(f"patchcraft: error: {EXAONE}: ") and refusal.endswith("; no overlay was built"), err
     words = refusal[len(f"patchcraft: error: {EXAONE}: ") : -len("; no overlay was built")]
@@ -47,6 +48,7 @@ def test_overlay_build_refuses_with_the_words_of_apply(sed_fixed: Path, tmp_path
     assert code == 1 and (sed_fixed / "srt" / "models" / "exaone_moe.py").read_bytes() == before
     row = _row(err, EXAONE)
     assert row == f"{words}; proof: harness-failed", (row, words)
+    assert overlay_row == row
     # The hand review's advice is in both: the hand-made lines, the consequence, the command.
     assert "hand-made exaone_moe.py" in words and "at PP > 1 later stages capture the wrong tensor" in words
     assert "run: " in words
