@@ -65,6 +65,7 @@ def test_smoke_overlay_runs_the_harness_on_the_overlay_tree(monkeypatch: pytest.
     refused = CliRunner().invoke(cli, ["smoke", "--overlay", str(tmp_path)])
     assert isinstance(refused.exception, PatchcraftError) and "not an overlay" in str(refused.exception)
     assert seen == {}
+    (tmp_path / "patchcraft_overlay.json").write_text("{}\n")  # an overlay; its checks stubbed out here
     monkeypatch.setattr("patchcraft.overlay.check.require_usable", lambda directory: None)
     result = CliRunner().invoke(cli, ["smoke", "--overlay", str(tmp_path)])
     assert result.exit_code == 0, result.output
