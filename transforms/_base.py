@@ -17,7 +17,8 @@ import libcst as cst
 
 from patchcraft import MARKER
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import FLAG, EditSite, SiteParams, parse_python
+from patchcraft.reading.class_graph import FLAG, SiteParams, parse_python
+from patchcraft.planning.records import EditSite
 from patchcraft.base.status import EditStatus
 from patchcraft.transforms._slices import first_line, split_lines
 

@@ -20,7 +20,7 @@ from typing import Protocol, Sequence
 
 import libcst as cst
 
-from patchcraft.reading.class_graph import EditSite
+from patchcraft.planning.records import EditSite
 from ._base import Example, Outcome  # relative: resolved by mypy (see __init__)
 
 

@@ -6,7 +6,8 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from patchcraft.reading.class_graph import SETTER, EditSite, SetterParams
+from patchcraft.reading.class_graph import SETTER
+from patchcraft.planning.records import EditSite, SetterParams
 from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,

@@ -17,7 +17,8 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from patchcraft.reading.class_graph import CAPTURE_KEYWORDS, EditSite, ForwardParams
+from patchcraft.reading.class_graph import CAPTURE_KEYWORDS
+from patchcraft.planning.records import EditSite, ForwardParams
 from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,

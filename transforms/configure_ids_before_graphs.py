@@ -40,7 +40,8 @@ import libcst as cst
 
 from patchcraft import MARKER
 from patchcraft.base.status import EditStatus
-from patchcraft.reading.class_graph import SETTER, EditSite
+from patchcraft.reading.class_graph import SETTER
+from patchcraft.planning.records import EditSite
 
 # KIND and ROW are the planner's (one definition each); this module gives them to the engine and the docs.
 from patchcraft.planning.runner_edits import ATTR, BEFORE_CAPTURE, KIND, ROW, PassIds, RememberIds  # noqa: F401

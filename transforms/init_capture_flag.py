@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from patchcraft.reading.class_graph import EditSite
+from patchcraft.planning.records import EditSite
 from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (
     FLAG,

@@ -44,7 +44,8 @@ from patchcraft import MARKER
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading import fusion_reading
 from patchcraft.reading.fusion_reading import MARK, FusionCapture, Override
-from patchcraft.reading.class_graph import ClassNode, EditSite, FusionParams, ModelGraph, words_of
+from patchcraft.reading.class_graph import ClassNode, ModelGraph, words_of
+from patchcraft.planning.records import EditSite, FusionParams
 from patchcraft.base.sources import read_source
 from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (

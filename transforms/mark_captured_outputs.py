@@ -27,7 +27,7 @@ from __future__ import annotations
 import libcst as cst
 
 from patchcraft.reading.fusion_reading import MARK, MarkParams
-from patchcraft.reading.class_graph import EditSite
+from patchcraft.planning.records import EditSite
 from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import (
     AnchorError,

@@ -31,15 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import (
-    SETTER,
-    ClassNode,
-    EditSite,
-    ModelGraph,
-    ModelPlan,
-    classes_assigned_to,
-    read_setter,
-)
+from patchcraft.reading.class_graph import SETTER, ClassNode, ModelGraph, classes_assigned_to, read_setter
+from patchcraft.planning.records import EditSite, ModelPlan
 from patchcraft.engine.file_patch import patch_text
 from patchcraft.planning.model_plans import plan_model, plan_models, scan
 from patchcraft.planning.runner_edits import setter_calls

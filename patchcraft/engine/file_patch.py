@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from patchcraft import MARKER
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import EditSite, parse_python
+from patchcraft.reading.class_graph import parse_python
+from patchcraft.planning.records import EditSite
 from patchcraft.base.sources import Source
 from patchcraft.base.status import EDIT_IN_PLACE, EditStatus
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import EditSite
+from patchcraft.planning.records import EditSite
 from patchcraft.engine.file_patch import patch_text, revert_text
 from patchcraft.base.pristine import Pristine
 from patchcraft.base.status import FileState

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Sequence, TypeVar
 
 from patchcraft.planning import runner_edits
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import EditSite, ModelPlan
+from patchcraft.planning.records import EditSite, ModelPlan
 from patchcraft.engine.file_patch import FilePatch, compiles, patch_text, revert_text
 from patchcraft.engine.records import EditResult, FileChange, Mode, ModelResult, ProofVerdict, RunResult
 from patchcraft.planning.selection import is_named, plan_tree

@@ -26,7 +26,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from patchcraft.reading.class_graph import FLAG, ModelGraph, ModelPlan
+from patchcraft.reading.class_graph import FLAG, ModelGraph
+from patchcraft.planning.records import ModelPlan
 from patchcraft.harness.assemble import Program
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.scenarios import ERROR, FAIL, PASS, Check, Scenarios, _describe, _difference

@@ -28,7 +28,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import ModelGraph, ModelPlan
+from patchcraft.reading.class_graph import ModelGraph
+from patchcraft.planning.records import ModelPlan
 from patchcraft.harness.assemble import Program
 from patchcraft.harness.compiled import compile_check
 from patchcraft.harness.scenarios import ERROR, FAIL, PASS, Check, Scenarios, _difference

@@ -14,7 +14,8 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import torch
 
-from patchcraft.reading.class_graph import ModelGraph, ModelPlan
+from patchcraft.reading.class_graph import ModelGraph
+from patchcraft.planning.records import ModelPlan
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.scenarios import ERROR, FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, Scenarios

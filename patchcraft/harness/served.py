@@ -22,7 +22,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from patchcraft.reading.class_graph import ModelGraph, ModelPlan
+from patchcraft.reading.class_graph import ModelGraph
+from patchcraft.planning.records import ModelPlan
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.scenarios import _describe

@@ -17,15 +17,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from patchcraft.reading.class_graph import (
-    FLAG,
-    SETTER,
-    ClassNode,
-    ModelGraph,
-    ModelPlan,
-    classes_assigned_to,
-    read_setter,
-)
+from patchcraft.reading.class_graph import FLAG, SETTER, ClassNode, ModelGraph, classes_assigned_to, read_setter
+from patchcraft.planning.records import ModelPlan
 from patchcraft.harness.assemble import Program, StandInModule
 from patchcraft.harness.extract import PATCHED, MethodCode
 from patchcraft.harness.shapes import LayerCall, embedding_attributes, has_pipeline, layer_call, norm_attributes

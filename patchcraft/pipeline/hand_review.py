@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 from patchcraft.engine import hand_advice
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import EditSite
+from patchcraft.planning.records import EditSite
 from patchcraft.engine.hand_edits import FileReport, classify
 from patchcraft.engine.file_patch import revert_text
 from patchcraft.base.pristine import Pristine, PristineSource

@@ -18,11 +18,7 @@ from typing import Any, Iterable
 from patchcraft.reading.class_graph import (
     SETTER,
     ClassNode,
-    EditSite,
-    ForwardParams,
     ModelGraph,
-    ModelPlan,
-    SetterParams,
     assigns_self_attr,
     class_assigns,
     constructors_of,
@@ -33,6 +29,7 @@ from patchcraft.reading.class_graph import (
     read_setter,
     references_self_attr,
 )
+from patchcraft.planning.records import EditSite, ForwardParams, ModelPlan, SetterParams
 from patchcraft.reading.fusion_reading import MarkParams, read_capture
 from patchcraft.reading.prefilter import ModelTexts, read_models
 

@@ -19,7 +19,8 @@ from typing import Iterator, Optional, Sequence, Union
 
 from patchcraft import MARKER
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import SETTER, EditSite, SiteParams
+from patchcraft.reading.class_graph import SETTER, SiteParams
+from patchcraft.planning.records import EditSite
 from patchcraft.base.sources import decode
 
 #: The edit kind of the runner sites.

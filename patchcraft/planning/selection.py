@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import ModelGraph, ModelPlan
+from patchcraft.reading.class_graph import ModelGraph
+from patchcraft.planning.records import ModelPlan
 from patchcraft.planning.model_plans import plan_models, scan
 from patchcraft.reading.prefilter import ModelTexts, Reach, import_map, importers, read_models
 from patchcraft.base.target import SglangTree

@@ -4,8 +4,12 @@ The unit of work is not a file but a *model*: a class that has
 ``set_eagle3_layers_to_capture`` (its own or inherited). Its three edit
 sites may live in other files: the inner model's ``__init__`` and
 ``forward`` are often inherited (qwen3 -> qwen2, kimi_k25 ->
-deepseek_v2). This module finds those sites with the standard ``ast``
-module, which is fast; libcst is only used on the files that get edited.
+deepseek_v2). This module reads the classes, their bases and imports,
+and answers the structural questions planning asks to find those sites
+(:mod:`patchcraft.planning.model_plans`), with the standard ``ast`` module,
+which is fast; libcst is only used on the files that get edited. The
+records planning returns (``EditSite``, ``ModelPlan``) are in
+:mod:`patchcraft.planning.records`.
 
 Nothing here keys on a release number or a file name: only on structure.
 """
@@ -16,7 +20,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional, TypeVar, Union
+from typing import Iterator, Optional, Union
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.sources import decode
@@ -65,103 +69,13 @@ class ClassNode:
 class SiteParams:
     """The parameters of one edit kind: each kind has a frozen dataclass that derives from this.
 
-    The model kinds' are here; the runner's (``PassIds``, ``RememberIds``) are
-    in :mod:`patchcraft.planning.runner_edits`.
+    The model kinds' and the edit-site record that carries them are planning's
+    (:mod:`patchcraft.planning.records`); the runner's (``PassIds``,
+    ``RememberIds``) are in :mod:`patchcraft.planning.runner_edits`, and
+    ``fusion-mark``'s (``MarkParams``) in :mod:`patchcraft.reading.fusion_reading`.
     """
 
     __slots__ = ()
-
-
-@dataclass(frozen=True)
-class SetterParams(SiteParams):
-    """``setter``: the setter's names, which the block it gets is written with."""
-
-    #: The inner model whose flag the setter sets.
-    target: str = "self.model"
-    #: The setter's ids parameter.
-    param: str = "layer_ids"
-    #: The pipeline group whose ``world_size > 1`` refuses -1, or "" (no check).
-    pp: str = ""
-
-
-@dataclass(frozen=True)
-class ForwardParams(SiteParams):
-    """``forward``: when the embedding output is captured, and how."""
-
-    #: The first-pipeline-stage test joined to the flag, or "" (none).
-    gate: str = ""
-    #: The collector's ``append`` copies, so the capture makes no copy of its own.
-    copies: bool = False
-
-
-@dataclass(frozen=True)
-class FusionParams(SiteParams):
-    """``fusion``: the receiver of the guard's ``.is_eagle()`` (the speculative algorithm)."""
-
-    algo: str
-
-
-P = TypeVar("P", bound=SiteParams)
-
-
-@dataclass(frozen=True)
-class EditSite:
-    """Where one edit goes: a method of a class in a file, plus its kind's parameters."""
-
-    kind: str  # "init" | "setter" | "forward" | "fusion" | "runner"
-    path: Path
-    module: str
-    cls: str
-    method: str
-    #: The kind's :class:`SiteParams`, or None (``init`` has none; ``setter`` and ``forward`` then take their defaults).
-    params: SiteParams | None = None
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (str(self.path), self.cls, self.kind)
-
-    def params_as(self, kind: type[P]) -> P:
-        """The parameters, as the ``kind`` they must be (its defaults when the site has none)."""
-        if self.params is None:
-            return kind()
-        if not isinstance(self.params, kind):
-            raise TypeError(
-                f"{self.kind} site {self.cls}.{self.method} has {type(self.params).__name__}, not {kind.__name__}"
-            )
-        return self.params
-
-
-@dataclass(frozen=True)
-class ModelPlan:
-    """What it takes to make layer id -1 work for one model class."""
-
-    module: str
-    cls: str
-    path: Path
-    sites: tuple[EditSite, ...] = ()
-    unsupported: str | None = None
-    delegate: str | None = None
-    notes: tuple[str, ...] = ()
-    #: Why a model not named with ``--model`` is part of the run (the closure of the names).
-    included_by: str | None = None
-    #: Not an EAGLE-3 target at all (a draft or NextN head whose inner model captures nothing):
-    #: listed and counted, never a failure. ``unsupported`` says why.
-    not_applicable: bool = False
-    #: An entry class that inherits this plan's setter and sites unchanged (a fork's
-    #: ``mellum.MellumForCausalLM(LlamaForCausalLM)``): the label of the class it inherits
-    #: from. Such a row is planned only when asked for (:func:`plan.plan_models`).
-    inherits: str | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.module}.{self.cls}"
-
-    @property
-    def files(self) -> tuple[Path, ...]:
-        seen: dict[Path, None] = {}
-        for site in self.sites:
-            seen.setdefault(site.path, None)
-        return tuple(seen)
 
 
 @dataclass
@@ -175,7 +89,8 @@ class ModelGraph:
     module_imports: dict[str, dict[str, str]] = field(default_factory=dict)
     loaded: dict[str, bool] = field(default_factory=dict)
     duplicates: dict[tuple[str, str], int] = field(default_factory=dict)
-    #: plan_model's results, per (class key, delegation depth): a class is planned once.
+    #: :func:`patchcraft.planning.model_plans.plan_model`'s results, per (class key, delegation depth):
+    #: a class is planned once.
     plans: dict = field(default_factory=dict)
 
     # -- loading -----------------------------------------------------------
@@ -330,7 +245,8 @@ def nodes_of(node: ast.AST) -> tuple[ast.AST, ...]:
 
     Planning asks many questions of the same methods (does ``__init__`` set
     this attribute, does ``forward`` name that one): walking the tree anew
-    for each was most of the time :func:`plan.plan_models` took. Nobody
+    for each was most of the time
+    :func:`patchcraft.planning.model_plans.plan_models` took. Nobody
     modifies these trees (see :func:`parse_python`).
     """
     return tuple(ast.walk(node))

@@ -15,7 +15,8 @@ import pytest
 from conftest import release_package
 from patchcraft import MARKER
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.reading.class_graph import EditSite, ModelGraph
+from patchcraft.reading.class_graph import ModelGraph
+from patchcraft.planning.records import EditSite
 from patchcraft.engine.file_patch import compiles, patch_text, revert_text
 from patchcraft.planning.model_plans import plan_model
 from patchcraft.base.sources import Source

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from patchcraft.engine.tree_run import _failed_models, withhold
-from patchcraft.reading.class_graph import EditSite, ModelPlan
+from patchcraft.planning.records import EditSite, ModelPlan
 from patchcraft.engine.file_patch import FilePatch
 from patchcraft.engine.records import FileChange, Mode, ModelResult, ProofVerdict, RunResult
 from patchcraft.base.sources import Source

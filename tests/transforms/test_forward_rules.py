@@ -13,7 +13,7 @@ import libcst as cst
 import pytest
 
 from patchcraft.engine.file_patch import revert_text
-from patchcraft.reading.class_graph import EditSite
+from patchcraft.planning.records import EditSite
 from patchcraft.transforms import capture_embedding_output as forward
 
 SITE = EditSite(kind="forward", path=Path("m.py"), module="m", cls="DeepseekV2Model", method="forward")

@@ -28,7 +28,7 @@ import libcst as cst
 import pytest
 
 from patchcraft.engine.tree_run import run
-from patchcraft.reading.class_graph import EditSite, ForwardParams, SetterParams
+from patchcraft.planning.records import EditSite, ForwardParams, SetterParams
 from patchcraft.engine.file_patch import patch_text, revert_text
 from patchcraft.engine.records import Mode
 from patchcraft.planning.selection import plan_tree

@@ -17,7 +17,7 @@ import libcst as cst
 import pytest
 
 from patchcraft.engine.file_patch import patch_text, revert_text
-from patchcraft.reading.class_graph import EditSite, ForwardParams, SetterParams
+from patchcraft.planning.records import EditSite, ForwardParams, SetterParams
 from patchcraft.transforms import BY_KIND
 from patchcraft.transforms.examples import capture_embedding_output as forward_examples
 from patchcraft.transforms._base import AnchorError

@@ -3,7 +3,8 @@ and its section of docs/transforms.md (scripts/document_transforms.py)."""
 
 from __future__ import annotations
 
-from patchcraft.reading.class_graph import SETTER, EditSite, SetterParams
+from patchcraft.reading.class_graph import SETTER
+from patchcraft.planning.records import EditSite, SetterParams
 from .. import accept_embedding_layer_id
 from .._base import Example, example_site
 from .._contract import Transform

@@ -3,7 +3,7 @@ and its section of docs/transforms.md (scripts/document_transforms.py)."""
 
 from __future__ import annotations
 
-from patchcraft.reading.class_graph import EditSite, ForwardParams
+from patchcraft.planning.records import EditSite, ForwardParams
 from .. import capture_embedding_output
 from .._base import Example, example_site
 from .._contract import Transform

@@ -3,7 +3,7 @@ and its section of docs/transforms.md (scripts/document_transforms.py)."""
 
 from __future__ import annotations
 
-from patchcraft.reading.class_graph import FusionParams
+from patchcraft.planning.records import FusionParams
 from .. import keep_captured_states_reduced
 from ..keep_captured_states_reduced import CLASS, KIND, METHOD
 from .._base import Example, example_site
