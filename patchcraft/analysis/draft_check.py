@@ -21,7 +21,8 @@ from typing import Any
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.safetensors_header import read_header
-from patchcraft.analysis.explain import RUN, Explanation, Model, Suggestion, apply_helps, explain, states_text
+from patchcraft.analysis.explain import Explanation, Suggestion, explain
+from patchcraft.analysis.target_model import RUN, Model, apply_helps, states_text
 from patchcraft.analysis.fixes import Fix, fixes
 from patchcraft.analysis.training import Expected, Training, expected_states
 

@@ -25,7 +25,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from patchcraft.analysis.explain import RUN, STATIC, Model, apply_helps, run_served, serve
+from patchcraft.analysis.target_model import RUN, STATIC, Model, apply_helps, run_served, serve
 
 #: Longest training list searched (2**8 candidate lists at most per way).
 MAX_STATES = 8

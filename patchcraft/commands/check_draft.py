@@ -7,10 +7,11 @@ from pathlib import Path
 
 from patchcraft.ui import console, documents
 from patchcraft.ui.choices import OutputFormat
-from patchcraft.commands.explain import fed_line, resolve_tree, source_line
+from patchcraft.commands.explain import resolve_tree
+from patchcraft.ui.explain_text import fed_line, source_line
 from patchcraft.analysis.draft_check import DraftReport, check_draft, read_draft, read_target, speculators_note
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.analysis.explain import load_model, states_text
+from patchcraft.analysis.target_model import load_model, states_text
 from patchcraft.ui.machine_output import verdict_code
 from patchcraft.analysis.training import parse_training
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # types only: each document loads what it reads when it is bu
 
 def explanation_json(result: Explanation, code: int) -> dict[str, Any]:
     """``explain --format json``; also the ``explain`` of a check-draft document."""
-    from patchcraft.analysis.explain import describe_state
+    from patchcraft.analysis.target_model import describe_state
 
     return {
         "schema": SCHEMA_VERSION,

@@ -17,7 +17,7 @@ from conftest import copy_release, release_package, run_cli as cli
 from patchcraft.analysis.draft_check import check_draft, read_draft, read_target
 from patchcraft.engine.tree_run import run, write_changes
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.analysis.explain import Model, load_model
+from patchcraft.analysis.target_model import Model, load_model
 from patchcraft.engine.records import Mode
 from patchcraft.analysis.training import Training, parse_training
 from patchcraft.base.target import resolve_target

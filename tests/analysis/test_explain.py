@@ -15,7 +15,11 @@ import pytest
 
 from patchcraft.engine.tree_run import run, write_changes
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.analysis.explain import Model, explain, load_model, reachable, runner_resets
+import patchcraft.analysis.explain as explain_module
+from patchcraft.analysis.explain import NOT_RUN, explain, explanation, read_ids, run_harness
+from patchcraft.analysis.target_model import Model, load_model
+from patchcraft.planning.runner_resets import runner_resets
+from patchcraft.reading.capture_reading import reachable
 from patchcraft.engine.file_patch import patch_text
 from patchcraft.engine.records import Mode
 from patchcraft.base.target import resolve_target
@@ -217,20 +221,9 @@ def test_legacy_setter_ignores_the_ids():
     assert result.served == (2, 30, 58)
 
 
-@pytest.mark.parametrize(
-    ("version", "reset"), [("0.4.10", True), ("0.5.6", True), ("0.5.10", True), ("0.5.15", False), ("0.5.23", False)]
-)
-def test_runner_reset_is_found_by_structure(version, reset):
-    resets = runner_resets(resolve_target(str(release_package(version))))
-    assert bool(resets) is reset
-    if reset:
-        assert any("cuda_graph_runner.py" in r.file for r in resets)
-
-
-def test_runner_reset_lists_the_warm_up_from_0_5_6():
-    resets = runner_resets(resolve_target(str(release_package("0.5.10"))))
-    assert {r.function for r in resets} == {"__init__", "_dummy_run"}
+def test_runner_resets_warn_that_cuda_graphs_capture_the_defaults():
     result = explain(model("0.5.10", "deepseek_v2"), [2, 30, 58], KIMI_LAYERS)
+    assert {r.function for r in result.resets} == {"__init__", "_dummy_run"}
     warning = result.findings("cuda-graph")[0].message
     assert warning.startswith("CUDA-graph decode will capture the default layers (hs[2], hs[30], hs[58])")
 
@@ -387,3 +380,47 @@ def test_an_unsupported_qwen3_5_on_a_patched_tree_names_its_class_and_no_apply(r
     text = " ".join(w.message for w in result.warnings)
     assert "StandIn" not in text
     assert "run `patchcraft apply`" not in text and "`patchcraft apply` cannot help here" in text
+
+
+# -- read, run, compose: the harness runs only in run_harness ------------------------------
+
+
+def test_the_explanation_runs_nothing_it_is_handed_what_ran(monkeypatch):
+    deepseek = model("0.5.10", "deepseek_v2")
+    reading = read_ids(deepseek, [-1, 2, 30], KIMI_LAYERS)
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("explanation() ran the harness")
+
+    monkeypatch.setattr(explain_module, "run_served", no_run)
+    static = explanation(reading, NOT_RUN)
+    assert static == explain(deepseek, [-1, 2, 30], KIMI_LAYERS, run_code=False)
+    assert static.source == "static" and static.outcome is None
+    assert "after `patchcraft apply`, these ids serve hs[0], hs[3], hs[31]" in static.notes
+
+
+def test_run_harness_runs_the_ids_the_default_and_after_apply_only_where_asked():
+    pytest.importorskip("torch")
+    deepseek = model("0.5.10", "deepseek_v2")
+    runs = run_harness(read_ids(deepseek, [-1, 2, 30], KIMI_LAYERS))
+    assert runs.ids is not None and runs.ids.ran
+    assert runs.default is not None  # 0.5.10's runner resets the ids before graph capture
+    assert runs.after_apply is not None and runs.after_apply.states == (0, 3, 31)
+    plain = run_harness(read_ids(model("0.5.23", "deepseek_v2"), [2, 30, 58], KIMI_LAYERS))
+    assert plain.ids is not None and plain.default is None and plain.after_apply is None
+
+
+def test_without_torch_nothing_runs(monkeypatch):
+    import patchcraft.harness
+
+    monkeypatch.setattr(patchcraft.harness, "torch_problem", lambda: "is not installed")
+    assert run_harness(read_ids(model("0.5.10", "deepseek_v2"), [2, 30, 58], KIMI_LAYERS)) == NOT_RUN
+
+
+@pytest.mark.parametrize(
+    ("tp", "num_layers", "message"),
+    [(0, 61, "--tp must be positive, not 0"), (1, 0, "--num-layers must be positive, not 0")],
+)
+def test_the_reading_refuses_sizes_below_one(tp, num_layers, message):
+    with pytest.raises(PatchcraftError, match=message):
+        read_ids(model("0.5.10", "deepseek_v2"), [2], num_layers, tp=tp)

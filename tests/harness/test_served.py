@@ -18,7 +18,8 @@ from conftest import release_package, run_cli as cli
 from patchcraft.analysis.draft_check import check_draft, read_draft, read_target
 from patchcraft.analysis.training import parse_training
 from patchcraft.engine.tree_run import run, write_changes
-from patchcraft.analysis.explain import explain, load_model
+from patchcraft.analysis.explain import explain
+from patchcraft.analysis.target_model import load_model
 from patchcraft.analysis.fixes import Fix
 from patchcraft.engine.records import Mode
 from patchcraft.base.target import resolve_target

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import release_package
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.analysis.explain import Model, load_model, run_served, serve
+from patchcraft.analysis.target_model import Model, load_model, run_served, serve
 from patchcraft.base.releases import MINOR_RELEASES
 from patchcraft.base.target import resolve_target
 

@@ -16,7 +16,7 @@ from conftest import release_package
 from drafts import LAYERS, kimi_target, sglang_draft
 from patchcraft import __version__
 from patchcraft.analysis.draft_check import check_draft, read_draft, read_target
-from patchcraft.analysis.explain import load_model
+from patchcraft.analysis.target_model import load_model
 from patchcraft.analysis.training import parse_training
 from patchcraft.base.status import HarnessStatus, Proof
 from patchcraft.base.target import SglangTree, resolve_target
@@ -67,13 +67,41 @@ def test_check_draft_document(report) -> None:
     json.dumps(document)  # plain JSON all through
 
 
-def test_explain_document_is_explain_s_own(report) -> None:
-    """Until commands/explain.py builds its document here, both builders agree on every byte."""
-    from patchcraft.commands.explain import explanation_json
-
-    for code in (0, 1):
-        ours = documents.explanation_json(report.explanation, code)
-        assert json.dumps(ours, indent=2) == json.dumps(explanation_json(report.explanation, code), indent=2)
+def test_explain_document(report) -> None:
+    """``explain --format json`` is built here alone (commands/explain.py renders it): its fields, in order."""
+    document = documents.explanation_json(report.explanation, 1)
+    assert list(document) == [
+        "schema",
+        "patchcraft",
+        "command",
+        "sglang_version",
+        "package",
+        "model",
+        "num_layers",
+        "setter_calls",
+        "variant",
+        "rule",
+        "patched",
+        "install",
+        "layer_ids",
+        "layers_to_capture",
+        "embedding",
+        "ids",
+        "served",
+        "served_source",
+        "run",
+        "static_served",
+        "static_unknown",
+        "default_served",
+        "cuda_graph_resets",
+        "warnings",
+        "notes",
+        "exit_code",
+    ]
+    assert (document["schema"], document["command"], document["exit_code"]) == (SCHEMA_VERSION, "explain", 1)
+    assert [row["id"] for row in document["ids"]] == list(report.explanation.layer_ids or ())
+    assert all(set(w) == {"kind", "message"} for w in document["warnings"])
+    json.dumps(document)
 
 
 def _run(*rows: SmokeResult) -> SmokeRun:

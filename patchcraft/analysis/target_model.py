@@ -1,0 +1,184 @@
+"""The model class explained, its install, and the states it serves for a list of aux layer ids.
+
+- the class is planning's choice (:func:`patchcraft.planning.model_choice.choose_model`),
+  its edit sites the engine's plan (:mod:`patchcraft.planning.model_plans`);
+- "patched" is the engine's verify verdict on the plan's sites
+  (:func:`patchcraft.engine.file_patch.patch_text`); the same call gives the patched
+  text, which answers "what would these ids do after ``patchcraft apply``";
+- the states served are read by rules (:func:`serve`: the release's setter run on
+  stand-ins, :mod:`patchcraft.reading.setter_sandbox`, against what its forward
+  captures, :mod:`patchcraft.reading.capture_reading`), or seen by running the
+  setter and forward on the CPU harness (:func:`run_served`, the one torch user here).
+
+Hidden states are numbered as Hugging Face does: ``hs[0]`` is the embedding
+output and ``hs[k]`` the output of decoder layer ``k-1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.sources import read_source
+from patchcraft.base.status import EDIT_IN_PLACE
+from patchcraft.base.target import SglangTree
+from patchcraft.engine.file_patch import patch_text
+from patchcraft.planning.model_choice import choose_model
+from patchcraft.planning.model_plans import plan_model
+from patchcraft.planning.records import EditSite, ModelPlan
+from patchcraft.reading.capture_reading import reachable, sets_marks, static_unknown
+from patchcraft.reading.class_graph import ClassNode, ModelGraph
+from patchcraft.reading.setter_sandbox import NotEvaluable, SetterRun, run_setter
+
+if TYPE_CHECKING:
+    from patchcraft.harness.served import RunOutcome
+
+#: The source of the served states: the code ran on the CPU harness, or the static reading.
+RUN, STATIC = "run", "static"
+
+
+def hs(index: int) -> str:
+    return f"hs[{index}]"
+
+
+def describe_state(index: int) -> str:
+    """``hs[0]`` is the embedding output, ``hs[k]`` the output of layer ``k-1``."""
+    return "embedding output" if index == 0 else f"output of layer {index - 1}"
+
+
+def states_text(states: Iterable[int]) -> str:
+    items = [hs(s) for s in states]
+    return ", ".join(items) if items else "nothing"
+
+
+@dataclass
+class Model:
+    """One model class of one SGLang tree, with what the engine says about it."""
+
+    tree: SglangTree
+    graph: ModelGraph
+    cls: ClassNode
+    plan: ModelPlan
+    patched: bool
+    patch_detail: str
+    patched_texts: dict[Path, str] = field(default_factory=dict)
+    _patched_graph: ModelGraph | None = None
+
+    @property
+    def label(self) -> str:
+        return self.cls.label
+
+    def patched_graph(self) -> ModelGraph:
+        """The graph as it will be after ``patchcraft apply`` (patched text, in memory)."""
+        if self.patched or not self.patched_texts:
+            return self.graph
+        if self._patched_graph is None:
+            graph = ModelGraph(models_dir=self.graph.models_dir)
+            for path, text in self.patched_texts.items():
+                graph.load(path.stem, text.encode("utf-8"))
+            self._patched_graph = graph
+        return self._patched_graph
+
+
+def load_model(tree: SglangTree, name: str | None) -> Model:
+    """Find model ``name`` (file stem, class, or ``module.Class``) in ``tree``, with its patch state."""
+    graph, cls = choose_model(tree, name)
+    plan = plan_model(graph, cls)
+    patched, detail, texts = _patch_state(plan)
+    return Model(tree=tree, graph=graph, cls=cls, plan=plan, patched=patched, patch_detail=detail, patched_texts=texts)
+
+
+def _patch_state(plan: ModelPlan) -> tuple[bool, str, dict[Path, str]]:
+    """The engine's verify verdict for ``plan``, and the text ``apply`` would write."""
+    if plan.unsupported:
+        return False, f"unsupported: {plan.unsupported}", {}
+    by_file: dict[Path, list[EditSite]] = {}
+    for site in plan.sites:
+        by_file.setdefault(site.path, []).append(site)
+    statuses: list[str] = []
+    texts: dict[Path, str] = {}
+    for path, sites in by_file.items():
+        text = read_source(path).text
+        patch = patch_text(text, path, sites)
+        if patch.errors:
+            return (
+                False,
+                f"not patched for -1, and `patchcraft apply` cannot patch it: {next(iter(patch.errors.values()))}",
+                {},
+            )
+        statuses += [patch.outcomes[s.key].status for s in sites]
+        if patch.after != text:
+            texts[path] = patch.after
+    if all(s in EDIT_IN_PLACE for s in statuses):
+        return True, "patched for -1", {}
+    kinds = [site.kind for sites in by_file.values() for site in sites]
+    missing = sorted({kind for kind, status in zip(kinds, statuses) if status not in EDIT_IN_PLACE})
+    return False, f"not patched for -1: {', '.join(missing)} edit missing", texts
+
+
+def apply_helps(model: Model) -> bool:
+    """Whether ``patchcraft apply`` would change this model (not unsupported, something to write)."""
+    return not model.plan.unsupported and bool(model.patched_texts)
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the draft is fed for one id list: the states, in forward order."""
+
+    run: SetterRun
+    states: tuple[int, ...]
+    reachable: frozenset[int]
+    #: Why the static reading cannot tell what is served ("" when it can): the run decides.
+    unknown: str = ""
+
+    @property
+    def unsafe_embedding(self) -> bool:
+        """``hs[0]`` comes from ``layers_to_capture`` 0, not from patchcraft's cloned capture."""
+        return 0 in (self.run.layers_to_capture or ()) and 0 in self.reachable
+
+
+def serve(model: Model, layer_ids: Sequence[int] | None, num_layers: int, after_apply: bool = False) -> Served:
+    """The states SGLang feeds the draft for ``layer_ids`` (None: the default call), read by rules."""
+    graph = model.patched_graph() if after_apply else model.graph
+    cls = graph.classes.get(model.cls.key) if after_apply else model.cls
+    if cls is None:  # the class's own module was not patched: load it as it is
+        graph.load(model.cls.module)
+        cls = graph.classes[model.cls.key]
+    try:
+        run = run_setter(graph, cls, layer_ids, num_layers)
+    except NotEvaluable as exc:
+        raise PatchcraftError(f"{model.label}: cannot evaluate the setter statically: {exc}") from None
+    reach = reachable(graph, run.holder, num_layers, marks=sets_marks(run))
+    if run.error or run.layers_to_capture is None:
+        return Served(run, (), reach)
+    loop = sorted({v for v in run.layers_to_capture if v in reach})
+    return Served(run, ((0,) if run.embedding else ()) + tuple(loop), reach, static_unknown(graph, run, reach))
+
+
+def run_served(
+    model: Model, layer_ids: Sequence[int] | None, num_layers: int, after_apply: bool = False
+) -> "RunOutcome | None":
+    """Run the setter and forward on the CPU harness (None without torch).
+
+    What runs is what the server would import: the files of ``model``'s
+    tree as they are (the install, patched or not, or an overlay's tree),
+    or with ``after_apply`` the texts ``patchcraft apply`` would write.
+    """
+    from patchcraft.harness import torch_problem
+
+    if torch_problem() is not None:
+        return None
+    from patchcraft.harness.served import run_ids
+
+    texts = model.patched_texts if after_apply else None
+    return run_ids(model.tree.package, model.graph, model.plan, layer_ids, num_layers, texts)
+
+
+def fusion_defect(model: Model) -> str | None:
+    """At TP > 1: the partial-sum warning when this model's capture reads a deferred all-reduce sum
+    (found through the class graph, the same detection as the allreduce-fusion edit)."""
+    from patchcraft.transforms import keep_captured_states_reduced as fusion
+
+    return fusion.defect(model.tree.package, model.graph, model.cls)

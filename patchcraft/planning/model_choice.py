@@ -1,0 +1,77 @@
+"""Which model class ``explain`` and ``check-draft`` are about: ``--model NAME`` in one tree.
+
+``NAME`` is a model file stem, a class, ``module.Class``, or an
+architecture (a class with the setter in its MRO that has no plan row of
+its own). A file stem (or ``module.Class``) loads that file and its bases'
+files only; anything else plans the whole tree. More than one match, or
+none, is a one-line :class:`~patchcraft.base.errors.PatchcraftError`
+naming the candidates or the nearest names (:func:`patchcraft.planning.selection.no_match`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.target import SglangTree
+from patchcraft.planning.model_plans import plan_models, scan
+from patchcraft.planning.records import ModelPlan
+from patchcraft.planning.selection import named, no_match
+from patchcraft.reading.class_graph import SETTER, ClassNode, ModelGraph
+
+
+def choose_model(tree: SglangTree, name: str | None) -> tuple[ModelGraph, ClassNode]:
+    """The class graph read for ``name`` and the model class it names in ``tree`` (None: the only one)."""
+    if not tree.models_dir.is_dir():
+        raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
+    stem = name.lower().removesuffix(".py") if name else ""
+    if "." in stem and (tree.models_dir / f"{stem.split('.')[0]}.py").is_file():
+        stem = stem.split(".")[0]  # module.Class: that module's classes are enough, as for a file stem
+    if stem and (tree.models_dir / f"{stem}.py").is_file():
+        # A model file: its classes and what they import are enough (loaded on demand).
+        graph = ModelGraph(models_dir=tree.models_dir)
+        graph.load(stem)
+        for cls in list(graph.classes.values()):
+            graph.mro(cls)  # load the bases' files: an inherited setter makes a model class
+    else:
+        graph = scan(tree.models_dir)
+    plans = plan_models(graph, inheriting=True)  # a fork's entry class that only inherits a setter has a row
+    return graph, _choose_class(tree, graph, plans, name)
+
+
+def _choose_class(tree: SglangTree, graph: ModelGraph, plans: list[ModelPlan], name: str | None) -> ClassNode:
+    chosen = named(plans, [name] if name else [])
+    if len(chosen) > 1:
+        # One module, several model classes (an MTP head next to the model): take the supported one.
+        exact = [p for p in chosen if name and p.cls.lower() == name.lower()]
+        supported = [p for p in chosen if not p.unsupported]
+        chosen = exact or (supported if len(supported) == 1 else chosen)
+    if len(chosen) == 1:
+        return graph.classes[(chosen[0].module, chosen[0].cls)]
+    if name and not chosen:
+        found = class_by_name(graph, name)
+        if found is not None:
+            return found
+        raise PatchcraftError(f"{tree.models_dir}: {no_match(tree.models_dir, [name])}")
+    names = ", ".join(p.label for p in chosen[:8]) + (", ..." if len(chosen) > 8 else "")
+    raise PatchcraftError(f"{len(chosen)} model classes match; pass --model NAME (one of: {names})")
+
+
+def class_by_name(graph: ModelGraph, name: str) -> ClassNode | None:
+    """A class with a setter in its MRO, found by its name (e.g. an architecture) in any model file.
+
+    The files are scanned as bytes for ``class NAME``; only those that hold
+    it are parsed.
+    """
+    bare = name.split(".")[-1]
+    pattern = re.compile(rb"^class\s+" + re.escape(bare.encode()) + rb"\b", re.M)
+    for path in sorted(graph.models_dir.glob("*.py")):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if pattern.search(data) and graph.load(path.stem):
+            cls = graph.classes.get((path.stem, bare))
+            if cls is not None and graph.find_method(cls, SETTER) is not None:
+                return cls
+    return None
