@@ -19,7 +19,7 @@ from patchcraft import MARKER
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.class_graph import FLAG, SiteParams, parse_python
 from patchcraft.planning.records import EditSite
-from patchcraft.base.status import EditStatus
+from patchcraft.base.status import EditKind, EditStatus
 from patchcraft.transforms._slices import first_line, split_lines
 
 #: How inserted code in ``forward`` reads the flag: a class that runs a patched
@@ -69,7 +69,7 @@ class Example:
 
 
 def example_site(
-    kind: str, cls: str, method: str, params: SiteParams | None = None, path: str = "example.py"
+    kind: EditKind, cls: str, method: str, params: SiteParams | None = None, path: str = "example.py"
 ) -> EditSite:
     """Where a transform's example edits: ``cls.method`` in a file of its own."""
     file = Path(path)

@@ -8,7 +8,7 @@ import libcst as cst
 
 from patchcraft.reading.class_graph import SETTER
 from patchcraft.planning.records import EditSite, SetterParams
-from patchcraft.base.status import EditStatus
+from patchcraft.base.status import EditKind, EditStatus
 from patchcraft.transforms._base import (
     FLAG,
     AnchorError,
@@ -28,7 +28,7 @@ from patchcraft.transforms._base import (
 )
 
 NAME = "accept_embedding_layer_id"
-KIND = "setter"
+KIND = EditKind.SETTER
 DESCRIPTION = (
     "At the top of set_eagle3_layers_to_capture, turn layer id -1 into "
     "`capture_embedding_for_eagle3 = True` and drop it before the release's own id "

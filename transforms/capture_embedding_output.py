@@ -19,7 +19,7 @@ import libcst as cst
 
 from patchcraft.reading.class_graph import CAPTURE_KEYWORDS
 from patchcraft.planning.records import EditSite, ForwardParams
-from patchcraft.base.status import EditStatus
+from patchcraft.base.status import EditKind, EditStatus
 from patchcraft.transforms._base import (
     FLAG,
     FLAG_COUNT,
@@ -42,7 +42,7 @@ from patchcraft.transforms._base import (
 from patchcraft.transforms._definite_assignment import binds, bound_on_every_path, bound_on_some_path
 
 NAME = "capture_embedding_output"
-KIND = "forward"
+KIND = EditKind.FORWARD
 DESCRIPTION = (
     "Right before the layer loop that captures aux hidden states (in its own branch), append "
     "a copy of the embedding output when the flag is set, on the first pipeline stage only; "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from patchcraft.planning.records import EditSite
-from patchcraft.base.status import EditStatus
+from patchcraft.base.status import EditKind, EditStatus
 from patchcraft.transforms._base import (
     FLAG,
     AnchorError,
@@ -22,7 +22,7 @@ from patchcraft.transforms._base import (
 )
 
 NAME = "init_capture_flag"
-KIND = "init"
+KIND = EditKind.INIT
 DESCRIPTION = (
     "Put `self.capture_embedding_for_eagle3 = False` right after "
     "`self.layers_to_capture = []` in the inner model's __init__, so forward never "

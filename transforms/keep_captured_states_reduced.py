@@ -47,7 +47,7 @@ from patchcraft.reading.fusion_reading import MARK, FusionCapture, Override
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, words_of
 from patchcraft.planning.records import EditSite, FusionParams
 from patchcraft.base.sources import read_source
-from patchcraft.base.status import EditStatus
+from patchcraft.base.status import EditKind, EditStatus
 from patchcraft.transforms._base import (
     AnchorError,
     Outcome,
@@ -60,7 +60,7 @@ from patchcraft.transforms._base import (
 )
 
 NAME = "keep_captured_states_reduced"
-KIND = "fusion"
+KIND = EditKind.FUSION
 #: The report row's model name.
 ROW = "allreduce-fusion"
 DESCRIPTION = (

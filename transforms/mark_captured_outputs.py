@@ -28,7 +28,7 @@ import libcst as cst
 
 from patchcraft.reading.fusion_reading import MARK, MarkParams
 from patchcraft.planning.records import EditSite
-from patchcraft.base.status import EditStatus
+from patchcraft.base.status import EditKind, EditStatus
 from patchcraft.transforms._base import (
     AnchorError,
     Outcome,
@@ -43,7 +43,7 @@ from patchcraft.transforms._base import (
 )
 
 NAME = "mark_captured_outputs"
-KIND = "fusion-mark"
+KIND = EditKind.FUSION_MARK
 DESCRIPTION = (
     "At the end of set_eagle3_layers_to_capture, in models whose capture reads hidden_states + residual before a "
     "deferred all-reduce, mark the communicator of each layer whose output a capture reads, so the fusion guard "

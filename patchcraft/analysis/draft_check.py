@@ -22,6 +22,7 @@ from typing import Any
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.safetensors_header import read_header
 from patchcraft.analysis.explain import Explanation, Suggestion, explain
+from patchcraft.analysis.explain_findings import FindingKind
 from patchcraft.analysis.target_model import RUN, Model, apply_helps, states_text
 from patchcraft.analysis.fixes import Fix, fixes
 from patchcraft.analysis.training import Expected, Training, expected_states
@@ -237,22 +238,22 @@ def check_draft(
 
 def _check_run(explanation: Explanation) -> Check:
     """The served states by running the code: a crash or nothing captured fails; static says so."""
-    found = explanation.findings("crash", "nothing", "unknown") + [
-        w for w in explanation.findings("startup") if explanation.source == RUN
+    found = explanation.findings(FindingKind.CRASH, FindingKind.NOTHING, FindingKind.UNKNOWN) + [
+        w for w in explanation.findings(FindingKind.STARTUP) if explanation.source == RUN
     ]
     if found:
         return Check("run", False, found[0].message)
     if explanation.source != RUN:
         return Check("run", None, "static reading: the code was not run (install torch to run it on the CPU harness)")
     if explanation.outcome is not None and not explanation.outcome.all_copies:
-        return Check("run", False, explanation.findings("embedding")[0].message)
+        return Check("run", False, explanation.findings(FindingKind.EMBEDDING)[0].message)
     return Check(
         "run", True, f"ran this install's setter and forward on the CPU harness: fed {states_text(explanation.served)}"
     )
 
 
 def _check_fusion(explanation: Explanation, tp: int) -> Check:
-    found = explanation.findings("fusion")
+    found = explanation.findings(FindingKind.FUSION)
     if found:
         return Check("fusion", False, found[0].message)
     return Check("fusion", True, f"captured layer states are all-reduced at TP {tp}")
@@ -310,7 +311,7 @@ def _check_fc(draft: DraftConfig, explanation: Explanation, hidden: int | None) 
 
 
 def _check_range(explanation: Explanation) -> Check:
-    found = explanation.findings("startup", "legacy", "range")
+    found = explanation.findings(FindingKind.STARTUP, FindingKind.LEGACY, FindingKind.RANGE)
     if found:
         return Check("range", False, found[0].message)
     return Check("range", True, f"every id is captured on a {explanation.num_layers}-layer target")
@@ -362,7 +363,7 @@ def _check_cuda_graph(explanation: Explanation, expected: Expected | None, cuda_
     wanted = expected.states if expected and not expected.problem else explanation.served
     if explanation.default_served == wanted:
         return Check("cuda-graph", True, "the ids are reset before graph capture, but the defaults are the same states")
-    found = explanation.findings("cuda-graph")
+    found = explanation.findings(FindingKind.CUDA_GRAPH)
     message = (
         found[0].message
         if found

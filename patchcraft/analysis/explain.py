@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from patchcraft.analysis.explain_findings import Facts, Finding, IdRow, id_rows, judge
+from patchcraft.analysis.explain_findings import Facts, Finding, FindingKind, IdRow, id_rows, judge
 from patchcraft.analysis.target_model import (
     RUN,
     STATIC,
@@ -78,7 +78,7 @@ class Explanation:
     static_served: tuple[int, ...] = ()
     static_unknown: str = ""
 
-    def findings(self, *kinds: str) -> list[Finding]:
+    def findings(self, *kinds: FindingKind) -> list[Finding]:
         return [w for w in self.warnings if w.kind in kinds]
 
     @property
@@ -195,7 +195,7 @@ def explanation(reading: IdsReading, runs: HarnessRuns = NOT_RUN) -> Explanation
     if reading.tp > 1:
         partial = fusion_defect(model)
         if partial:
-            warnings.append(Finding("fusion", partial))
+            warnings.append(Finding(FindingKind.FUSION, partial))
     calls = tuple(str(c) for c in run.calls)
     return Explanation(
         version=model.tree.version,

@@ -8,6 +8,7 @@ whose ``kind`` ``check-draft`` sorts on (:mod:`patchcraft.analysis.draft_check`)
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,11 +32,42 @@ class IdRow:
     note: str = ""
 
 
+class FindingKind(str, enum.Enum):
+    """What a warning is about: check-draft sorts on it; the JSON's ``warnings[].kind``."""
+
+    #: The setter raises: the server fails at start-up.
+    STARTUP = "startup"
+    #: A setter that takes no ids: the defaults whatever the config says.
+    LEGACY = "legacy"
+    #: The static reading cannot tell what is served.
+    UNKNOWN = "unknown"
+    #: The forward crashes on the harness.
+    CRASH = "crash"
+    #: Nothing reaches the collector.
+    NOTHING = "nothing"
+    #: hs[0] is not (or not safely) the embedding.
+    EMBEDDING = "embedding"
+    #: An id out of range, or ids that collapse.
+    RANGE = "range"
+    #: A setter heuristic keeps the ids raw.
+    HEURISTIC = "heuristic"
+    #: CUDA-graph decode captures other layers.
+    CUDA_GRAPH = "cuda-graph"
+    #: A capture reads a per-rank partial sum at TP > 1.
+    FUSION = "fusion"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One warning: ``kind`` says what it is about (check-draft sorts on it)."""
 
-    kind: str  # "startup" | "legacy" | "range" | "heuristic" | "embedding" | "cuda-graph" | "fusion"
+    kind: FindingKind
     message: str
 
     def __str__(self) -> str:
@@ -122,11 +154,11 @@ def judge(facts: Facts) -> tuple[list[Finding], list[str]]:
     run, ids, outcome = facts.run, facts.ids, facts.outcome
     if run.error and not (outcome is not None and outcome.stage == "setter"):
         message = _no_apply_advice(_real_names(run.error, facts), facts.model)
-        warnings.append(Finding("startup", f"SGLang will fail at start-up: the setter raises {message}"))
+        warnings.append(Finding(FindingKind.STARTUP, f"SGLang will fail at start-up: the setter raises {message}"))
     if not run.takes_ids and ids is not None:
         warnings.append(
             Finding(
-                "legacy",
+                FindingKind.LEGACY,
                 "this release's setter takes no ids: SGLang captures the default layers whatever the draft config says"
                 " (`patchcraft apply` cannot change that: it patches only setters that take ids)",
             )
@@ -140,7 +172,7 @@ def judge(facts: Facts) -> tuple[list[Finding], list[str]]:
     elif facts.served.unknown:
         warnings.append(
             Finding(
-                "unknown",
+                FindingKind.UNKNOWN,
                 f"the static reading cannot tell what is served: {facts.served.unknown}; "
                 f"install torch to run the code ({INSTALL_HINT})",
             )
@@ -162,12 +194,12 @@ def _run_findings(facts: Facts, outcome: "RunOutcome") -> list[Finding]:
     """What running the code showed: a crash, nothing captured, an embedding that is no copy."""
     if outcome.crash:
         when = "at start-up: the setter raises" if outcome.stage == "setter" else "on its first forward:"
-        kind = "startup" if outcome.stage == "setter" else "crash"
+        kind = FindingKind.STARTUP if outcome.stage == "setter" else FindingKind.CRASH
         return [Finding(kind, f"SGLang will crash {when} {_no_apply_advice(outcome.crash, facts.model)}")]
     if outcome.nothing:
         return [
             Finding(
-                "nothing",
+                FindingKind.NOTHING,
                 "nothing is captured: the setter and forward ran and no hidden state reached the collector, "
                 "so the draft is fed nothing (EAGLE-3 cannot run on these ids here)",
             )
@@ -176,14 +208,16 @@ def _run_findings(facts: Facts, outcome: "RunOutcome") -> list[Finding]:
     if not outcome.all_copies:
         found.append(
             Finding(
-                "embedding",
+                FindingKind.EMBEDDING,
                 "hs[0] reaches the collector as the embedding tensor itself, not a copy: "
                 "layer 0's in-place residual add overwrites it before the draft reads it",
             )
         )
     unknown = [f.what for f in outcome.fed if f.state is None]
     if unknown:
-        found.append(Finding("range", f"the collector got {unknown[0]}, which is no hidden state of the target"))
+        found.append(
+            Finding(FindingKind.RANGE, f"the collector got {unknown[0]}, which is no hidden state of the target")
+        )
     return found
 
 
@@ -237,21 +271,23 @@ def _range_warnings(facts: Facts) -> list[Finding]:
             span = f"captures {min(reach)}..{max(reach)}" if reach else "captures nothing"
             warnings.append(
                 Finding(
-                    "range",
+                    FindingKind.RANGE,
                     f"id {row.layer_id} is out of range: layers_to_capture {row.value} is never captured "
                     f"(this forward {span} for {n} layers), so the draft gets fewer states than ids",
                 )
             )
     if not facts.rows:
         warnings += [
-            Finding("range", f"id {i} is out of range for {n} layers") for i in facts.ids or () if i < -1 or i > n
+            Finding(FindingKind.RANGE, f"id {i} is out of range for {n} layers")
+            for i in facts.ids or ()
+            if i < -1 or i > n
         ]
     values = [v for v in facts.run.layers_to_capture or () if v in reach]
     repeated = sorted({v for v in values if values.count(v) > 1})
     if repeated:
         warnings.append(
             Finding(
-                "range",
+                FindingKind.RANGE,
                 f"several ids become layers_to_capture {', '.join(map(str, repeated))}: each layer is captured once, "
                 "so the draft gets fewer states than ids",
             )
@@ -266,7 +302,7 @@ def _heuristic_message(facts: Facts, warnings: list[Finding], notes: list[str]) 
         example = kept[0]
         warnings.append(
             Finding(
-                "heuristic",
+                FindingKind.HEURISTIC,
                 f"heuristic {condition} keeps these ids raw: id {example} means {hs(example)}, not {hs(example + 1)} "
                 "as under the +1 rule; the other ids in the list decide the meaning of every id",
             )
@@ -292,7 +328,7 @@ def _unpatched_embedding(facts: Facts) -> Finding:
         fix = f"run `patchcraft apply` ({facts.model.patch_detail})"
     else:
         fix = f"`patchcraft apply` cannot help here ({facts.model.patch_detail})"
-    return Finding("embedding", f"id -1 on an install not patched for -1: {what}; {fix}")
+    return Finding(FindingKind.EMBEDDING, f"id -1 on an install not patched for -1: {what}; {fix}")
 
 
 def _runner_message(facts: Facts, warnings: list[Finding], notes: list[str]) -> None:
@@ -302,7 +338,7 @@ def _runner_message(facts: Facts, warnings: list[Finding], notes: list[str]) -> 
     if facts.run.takes_ids and facts.ids is not None and facts.states != facts.default_states:
         warnings.append(
             Finding(
-                "cuda-graph",
+                FindingKind.CUDA_GRAPH,
                 f"CUDA-graph decode will capture the default layers ({states_text(facts.default_states)}), not these: "
                 f"this release resets the ids before graph capture ({where}); "
                 "run `patchcraft apply` (its runner edit passes the configured ids), or serve with --disable-cuda-graph",

@@ -110,3 +110,16 @@ PROOF_OF = {HarnessStatus.PASS: Proof.PASSED, HarnessStatus.FAIL: Proof.FAILED, 
 
 #: The proofs that withhold a model's text: never written, the run exits 1.
 WITHHELD = frozenset({Proof.FAILED, Proof.ERROR})
+
+
+class EditKind(_Status):
+    """Which of patchcraft's edits an edit site takes (each transform's ``KIND``; the JSON schema's ``kind``)."""
+
+    INIT = "init"
+    SETTER = "setter"
+    FORWARD = "forward"
+    #: Keep a captured state reduced where the layer leaves it to a fused all-reduce (TP > 1).
+    FUSION = "fusion"
+    #: Mark the captured layers so their all-reduce is not fused away.
+    FUSION_MARK = "fusion-mark"
+    RUNNER = "runner"

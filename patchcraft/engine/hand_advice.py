@@ -15,14 +15,14 @@ from typing import Mapping
 
 from patchcraft.engine.hand_edits import FileReport
 from patchcraft.engine.records import ModelResult
-from patchcraft.base.status import HAND_MADE, EditStatus, FileState
+from patchcraft.base.status import HAND_MADE, EditStatus, FileState, EditKind
 from patchcraft.base.target import SglangTree
 
 
 def missing_init(model: ModelResult) -> str | None:
     """The static verdict of a hand forward whose flag some ``__init__`` never sets, or None."""
-    forward_by_hand = any(e.kind == "forward" and e.status == EditStatus.HAND_APPLIED for e in model.edits)
-    missing = sorted({e.cls for e in model.edits if e.kind == "init" and e.status == EditStatus.APPLIED})
+    forward_by_hand = any(e.kind == EditKind.FORWARD and e.status == EditStatus.HAND_APPLIED for e in model.edits)
+    missing = sorted({e.cls for e in model.edits if e.kind == EditKind.INIT and e.status == EditStatus.APPLIED})
     if not forward_by_hand or not missing:
         return None
     classes = ", ".join(missing)

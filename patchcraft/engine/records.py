@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 
 from patchcraft.base.sources import Source
-from patchcraft.base.status import HAND_MADE, EditStatus, HarnessStatus, ModelStatus, Proof
+from patchcraft.base.status import EditKind, EditStatus, HAND_MADE, HarnessStatus, ModelStatus, Proof
 from patchcraft.base.target import SglangTree
 
 
@@ -26,7 +26,7 @@ class Mode(enum.Enum):
 
 @dataclass(frozen=True)
 class EditResult:
-    kind: str
+    kind: EditKind
     transform: str
     file: str
     cls: str

@@ -23,7 +23,7 @@ from patchcraft.engine.file_patch import FilePatch, compiles, patch_text, revert
 from patchcraft.engine.records import EditResult, FileChange, Mode, ModelResult, ProofVerdict, RunResult
 from patchcraft.planning.selection import is_named, plan_tree
 from patchcraft.base.sources import Source, check_writable, read_source, write_all
-from patchcraft.base.status import EDIT_IN_PLACE, EditStatus, ModelStatus, Proof, WITHHELD
+from patchcraft.base.status import EDIT_IN_PLACE, EditStatus, ModelStatus, Proof, WITHHELD, EditKind
 from patchcraft.base.target import SglangTree
 from patchcraft.engine.extra_rows import edit_result, fusion_row, runner_row
 from patchcraft.engine.workers import gc_paused, map_files
@@ -152,7 +152,7 @@ def _failed_models(
         if broken:
             site = broken[0]
             failed[plan.label] = file_errors.get(site.path) or patches[site.path].errors[site.key]
-            if any(s.kind == "setter" for s in broken):  # its setter's file has an error: never written
+            if any(s.kind == EditKind.SETTER for s in broken):  # its setter's file has an error: never written
                 setter_only.add(plan.label)
     # A file with any error is never written, whoever else it serves.
     blocked: dict[Path, str] = {}
@@ -166,7 +166,7 @@ def _failed_models(
     spread_to_fixpoint(
         failed,
         [
-            (plan.label, [] if plan.label in setter_only else [s.path for s in plan.sites if s.kind != "setter"])
+            (plan.label, [] if plan.label in setter_only else [s.path for s in plan.sites if s.kind != EditKind.SETTER])
             for plan in plans
         ],
         blocked,

@@ -22,6 +22,7 @@ from patchcraft.planning.records import ModelPlan
 from patchcraft.harness.assemble import Program, StandInModule
 from patchcraft.harness.extract import PATCHED, MethodCode
 from patchcraft.harness.shapes import LayerCall, embedding_attributes, has_pipeline, layer_call, norm_attributes
+from patchcraft.base.status import EditKind
 from patchcraft.harness.standins import (
     ForwardBatch,
     HarnessError,
@@ -271,7 +272,7 @@ def _forward_owner(graph: ModelGraph, plan: ModelPlan, inner: ClassNode) -> Clas
     harness runs the capturing forward itself, on an instance of ``inner``.
     """
     mro = graph.mro(inner)
-    keys = {(s.module, s.cls) for s in plan.sites if s.kind == "forward"}
+    keys = {(s.module, s.cls) for s in plan.sites if s.kind == EditKind.FORWARD}
     for owner in mro:
         if owner.key in keys and "forward" in owner.methods:
             return owner

@@ -32,6 +32,7 @@ from patchcraft.reading.class_graph import (
 from patchcraft.planning.records import EditSite, ForwardParams, ModelPlan, SetterParams
 from patchcraft.reading.fusion_reading import MarkParams, read_capture
 from patchcraft.reading.prefilter import ModelTexts, read_models
+from patchcraft.base.status import EditKind
 
 
 #: Start of the reason given for an inner model's helper setter that nothing calls.
@@ -147,14 +148,14 @@ def _with_inheriting_inits(
         if found is None or init is None:
             continue
         forward_key = (str(found[0].path), found[0].name, "forward")
-        site = EditSite(kind="init", path=init.path, module=init.module, cls=init.name, method="__init__")
+        site = EditSite(kind=EditKind.INIT, path=init.path, module=init.module, cls=init.name, method="__init__")
         if site not in forwards.setdefault(forward_key, []):
             forwards[forward_key].append(site)
     result: dict[tuple[str, str], ModelPlan] = {}
     for key, plan in plans.items():
         # In file and class order: a single-file run loads classes in another order than the whole tree.
         extra = sorted(
-            (i for s in plan.sites if s.kind == "forward" for i in forwards.get(s.key, ())),
+            (i for s in plan.sites if s.kind == EditKind.FORWARD for i in forwards.get(s.key, ())),
             key=lambda i: (str(i.path), i.cls),
         )
         result[key] = replace(plan, sites=tuple(_unique([*plan.sites, *extra]))) if extra else plan
@@ -235,7 +236,7 @@ def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
     pp = _pipeline_group(graph, cls, setter, shape.inner_attr, inner_classes)
     sites: list[EditSite] = [
         EditSite(
-            kind="setter",
+            kind=EditKind.SETTER,
             path=setter_owner.path,
             module=setter_owner.module,
             cls=setter_owner.name,
@@ -261,7 +262,7 @@ def _fusion_mark(graph: ModelGraph, cls: ClassNode) -> list[EditSite]:
     module = capture.setter_path.stem
     return [
         EditSite(
-            kind="fusion-mark",
+            kind=EditKind.FUSION_MARK,
             path=capture.setter_path,
             module=module,
             cls=capture.setter_cls,
@@ -390,12 +391,14 @@ def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite], not
     elif class_assigns(graph, forward_owner, "start_layer"):
         gate = "self.start_layer == 0"
     sites.append(
-        EditSite(kind="init", path=init_owner.path, module=init_owner.module, cls=init_owner.name, method="__init__")
+        EditSite(
+            kind=EditKind.INIT, path=init_owner.path, module=init_owner.module, cls=init_owner.name, method="__init__"
+        )
     )
     params = ForwardParams(gate=gate or "", copies=collector_copies(graph.models_dir, read_forward(forward).collector))
     sites.append(
         EditSite(
-            kind="forward",
+            kind=EditKind.FORWARD,
             path=forward_owner.path,
             module=forward_owner.module,
             cls=forward_owner.name,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from patchcraft.reading.class_graph import SiteParams
+from patchcraft.base.status import EditKind
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ P = TypeVar("P", bound=SiteParams)
 class EditSite:
     """Where one edit goes: a method of a class in a file, plus its kind's parameters."""
 
-    kind: str  # "init" | "setter" | "forward" | "fusion" | "runner"
+    kind: EditKind
     path: Path
     module: str
     cls: str

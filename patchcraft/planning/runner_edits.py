@@ -22,9 +22,10 @@ from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.class_graph import SETTER, SiteParams
 from patchcraft.planning.records import EditSite
 from patchcraft.base.sources import decode
+from patchcraft.base.status import EditKind
 
 #: The edit kind of the runner sites.
-KIND = "runner"
+KIND = EditKind.RUNNER
 #: The report row's model name.
 ROW = "runner"
 #: Where the model runner keeps the configured ids (SGLang's own name from 0.5.8).

@@ -19,6 +19,7 @@ from patchcraft.planning.records import ModelPlan
 from patchcraft.planning.model_plans import plan_models, scan
 from patchcraft.reading.prefilter import ModelTexts, Reach, import_map, importers, read_models
 from patchcraft.base.target import SglangTree
+from patchcraft.base.status import EditKind
 
 
 def plan_tree(tree: SglangTree, names: Sequence[str] = (), whole_files: bool = False) -> list[ModelPlan]:
@@ -153,7 +154,7 @@ def _closure(chosen: Sequence[ModelPlan], plans: Sequence[ModelPlan], whole_file
         if whole_files:
             return {path.resolve(): path.name for path in plan.files}
         # A shared forward is named first: it is what crashes without its __init__ edit.
-        sites = sorted(plan.sites, key=lambda site: site.kind != "forward")
+        sites = sorted(plan.sites, key=lambda site: site.kind != EditKind.FORWARD)
         return {site.key: f"{site.cls}.{site.method}" for site in sites}
 
     why: dict[str, str | None] = {plan.label: None for plan in chosen}
