@@ -19,6 +19,7 @@ import click
 
 from patchcraft import __version__
 from patchcraft.base.errors import BUG, INTERRUPTED, USAGE, PatchcraftError
+from patchcraft.base.engines import ServingEngine
 from patchcraft.commands._smoke_choices import Device, Engine
 from patchcraft.ui.choices import DOCUMENT_FORMATS, REPORT_FORMATS, Color, OutputFormat
 
@@ -68,6 +69,23 @@ def _color(help: Optional[str] = None) -> Decorator:
 def _overlay(help: str) -> Decorator:
     """``--overlay DIR`` (``overlay_dir``): what an overlay directory stands for is each command's ``help``."""
     return click.option("--overlay", "overlay_dir", type=click.Path(file_okay=False), help=help)
+
+
+def _engine(help: str, detect: bool = False) -> Decorator:
+    """``--engine sglang|vllm`` (``engine``): the serving engine whose tree is read (docs/vllm.md).
+
+    ``detect``: no default, the engine is told from TARGET or the installs
+    (:func:`patchcraft.base.engines.detect_engine`); otherwise sglang.
+    """
+    if not detect:
+        return _choice("--engine", ServingEngine, ServingEngine.SGLANG, help=help)
+
+    def member(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[ServingEngine]:
+        return ServingEngine(value) if value is not None else None
+
+    return click.option(
+        "--engine", type=click.Choice([m.value for m in ServingEngine]), default=None, callback=member, help=help
+    )
 
 
 #: ``--tp N`` of explain and check-draft: the server's tensor parallelism.
@@ -390,12 +408,13 @@ def list_(targets, output_format) -> None:
 
 @cli.command()
 @click.argument("version")
-@click.option("--dest", type=click.Path(file_okay=False), help="Unpack into DEST/sglang instead of the cache.")
-def fetch(version, dest) -> None:
-    """Download SGLang VERSION's source into the cache; print its package root."""
+@click.option("--dest", type=click.Path(file_okay=False), help="Unpack into DEST/sglang (DEST/vllm) instead of the cache.")
+@_engine("The release's engine (vllm: only the Python patchcraft reads is kept, not the wheel).")
+def fetch(version, dest, engine) -> None:
+    """Download SGLang (or vLLM) VERSION's source into the cache; print its package root."""
     from patchcraft.commands.fetch import fetch_command
 
-    sys.exit(fetch_command(version, dest))
+    sys.exit(fetch_command(version, dest, engine))
 
 
 @cli.command()

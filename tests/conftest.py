@@ -80,6 +80,14 @@ def release_package(version: str) -> Path:
         return fetch(version, cache_dir() / "test-releases" / version)
 
 
+def vllm_release_package(version: str) -> Path:
+    """The cached, pristine package root of vLLM ``version`` (its slim archive fetched on first use, shared like a wheel)."""
+    from patchcraft.base.vllm_fetch import fetch_vllm
+
+    with suite_cache.release_lock(f"vllm-{version}"):
+        return fetch_vllm(version, cache_dir() / "test-releases" / f"vllm-{version}")
+
+
 def copy_release(version: str, dest: Path, extra: tuple[str, ...] = ()) -> Path:
     """Copy the parts of release ``version`` that patchcraft reads, and ``extra`` parts, into ``dest/sglang``."""
     return copy_parts(release_package(version), dest / "sglang", COPIED + extra)

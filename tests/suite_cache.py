@@ -80,13 +80,18 @@ def configure(config: pytest.Config) -> None:
 
 def _link_wheels(store: Path, wheels: Path) -> set[str]:
     names: set[str] = set()
-    for wheel in sorted(store.glob("sglang-*.whl")) if store.is_dir() else ():
+    for wheel in _shared_archives(store) if store.is_dir() else ():
         try:
             os.link(wheel, wheels / wheel.name)
         except OSError:
             shutil.copy2(wheel, wheels / wheel.name)
         names.add(wheel.name)
     return names
+
+
+def _shared_archives(folder: Path) -> list[Path]:
+    """The shared downloads in ``folder``: SGLang wheels and vLLM's slim archives (patchcraft.base.vllm_fetch)."""
+    return sorted(folder.glob("sglang-*.whl")) + sorted(folder.glob("vllm-*.slim.zip"))
 
 
 def finish(session: pytest.Session) -> None:
@@ -114,7 +119,7 @@ def _store_new_wheels(wheels: Path, store: Path, linked: set[str]) -> None:
     """Each whole wheel this run downloaded, moved into the user's store atomically (a failure keeps the run's)."""
     try:
         store.mkdir(parents=True, exist_ok=True)
-        for wheel in sorted(wheels.glob("sglang-*.whl")):
+        for wheel in _shared_archives(wheels):
             if wheel.name in linked or (store / wheel.name).exists():
                 continue
             handle, temporary = tempfile.mkstemp(prefix=".suite-", suffix=".part", dir=store)

@@ -31,14 +31,14 @@ def cache_dir() -> Path:
     return root()
 
 
-def find_wheel(wheels: Path, version: str) -> Path | None:
-    for candidate in sorted(wheels.glob(f"sglang-{version}-*.whl")):
+def find_wheel(wheels: Path, version: str, distribution: str = "sglang") -> Path | None:
+    for candidate in sorted(wheels.glob(f"{distribution}-{version}-*.whl")):
         return candidate
     return None
 
 
-def download_wheel(version: str, wheels: Path) -> Path:
-    """The cached wheel of SGLang ``version``, downloaded with ``pip download --no-deps`` if not there yet.
+def download_wheel(version: str, wheels: Path, distribution: str = "sglang") -> Path:
+    """The cached wheel of ``distribution`` (SGLang) ``version``, downloaded with ``pip download --no-deps`` if not there yet.
 
     pip writes into a private staging directory and the finished wheel is
     moved into ``wheels`` with one ``os.replace``: a concurrent process
@@ -46,23 +46,26 @@ def download_wheel(version: str, wheels: Path) -> Path:
     whole wheel or none, and two downloads of the same release each put an
     identical file in place.
     """
-    found = find_wheel(wheels, version)
+    found = find_wheel(wheels, version, distribution)
     if found:
         return found
     ensure_directory(wheels)
     staging = Path(tempfile.mkdtemp(prefix=".download-", dir=wheels))
     try:
-        downloaded = _pip_download(version, staging)
+        downloaded = pip_download(version, staging, distribution)
         final = wheels / downloaded.name
         os.replace(downloaded, final)
     except OSError as exc:
-        raise PatchcraftError(f"{wheels}: cannot store the sglang {version} wheel ({exc.strerror or exc})") from None
+        raise PatchcraftError(
+            f"{wheels}: cannot store the {distribution} {version} wheel ({exc.strerror or exc})"
+        ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
 
 
-def _pip_download(version: str, into: Path) -> Path:
+def pip_download(version: str, into: Path, distribution: str = "sglang") -> Path:
+    """``pip download --no-deps`` of ``distribution==version``'s wheel into ``into``; the wheel's path."""
     command = [
         sys.executable,
         "-m",
@@ -73,25 +76,25 @@ def _pip_download(version: str, into: Path) -> Path:
         "-q",
         "-d",
         str(into),
-        f"sglang=={version}",
+        f"{distribution}=={version}",
     ]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise PatchcraftError(f"cannot run pip to download sglang=={version}: {exc}") from None
-    found = find_wheel(into, version)
+        raise PatchcraftError(f"cannot run pip to download {distribution}=={version}: {exc}") from None
+    found = find_wheel(into, version, distribution)
     if proc.returncode != 0 or found is None:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PatchcraftError(f"pip could not download sglang=={version}: {last}")
+        raise PatchcraftError(f"pip could not download {distribution}=={version}: {last}")
     return found
 
 
-def _sources(archive: zipfile.ZipFile) -> list[str]:
-    """The ``sglang/**.py`` members of a wheel: what patchcraft reads."""
-    return [name for name in archive.namelist() if name.startswith("sglang/") and name.endswith(".py")]
+def _sources(archive: zipfile.ZipFile, package: str = "sglang") -> list[str]:
+    """The ``<package>/**.py`` members of a wheel: what patchcraft reads."""
+    return [name for name in archive.namelist() if name.startswith(f"{package}/") and name.endswith(".py")]
 
 
-def _record(archive: zipfile.ZipFile) -> dict[str, str]:
+def record(archive: zipfile.ZipFile) -> dict[str, str]:
     """``{member: "sha256=<urlsafe b64>"}`` from the wheel's ``*.dist-info/RECORD`` (empty if it has none)."""
     names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
     if not names:
@@ -100,7 +103,8 @@ def _record(archive: zipfile.ZipFile) -> dict[str, str]:
     return {path: digest for path, digest, *_ in csv.reader(rows) if digest.startswith("sha256=")}
 
 
-def _digest(data: bytes) -> str:
+def digest(data: bytes) -> str:
+    """A RECORD hash: ``sha256=`` and the urlsafe base64 digest without padding."""
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
 
 
@@ -116,37 +120,40 @@ def _check_against_record(wheel: Path, package: Path, names: list[str], record: 
                 f"remove {package} and fetch again"
             ) from None
         expected = record.get(name)
-        if expected is not None and _digest(data) != expected:
+        if expected is not None and digest(data) != expected:
             raise PatchcraftError(
                 f"{root / name}: its bytes differ from {wheel.name}'s RECORD; remove {package} and fetch again"
             )
 
 
-def unpack(wheel: Path, dest: Path) -> Path:
+def unpack(wheel: Path, dest: Path, package_name: str = "sglang", ready: str = "srt/models") -> Path:
     """Unpack the ``sglang/`` Python sources of ``wheel`` into ``dest/sglang`` atomically; return ``dest/sglang``.
+
+    ``package_name`` and ``ready`` (the folder whose presence means "unpacked")
+    name another distribution's package (vLLM's: ``vllm``, ``model_executor/models``).
 
     Each file is checked against the wheel's RECORD (sha256) before the
     package is moved into place with one ``os.replace``. A concurrent unpack
     of the same release that got there first wins: its copy is checked the
     same way and returned, and this one's is thrown away.
     """
-    package = dest / "sglang"
-    if (package / "srt" / "models").is_dir():
+    package = dest / package_name
+    if (package / ready).is_dir():
         return package
     ensure_directory(dest)
     staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest))
     try:
         with zipfile.ZipFile(wheel) as archive:
-            names, record = _sources(archive), _record(archive)
+            names, hashes = _sources(archive, package_name), record(archive)
             for name in names:
                 archive.extract(name, staging)
-        _check_against_record(wheel, staging / "sglang", names, record)
+        _check_against_record(wheel, staging / package_name, names, hashes)
         try:
-            os.replace(staging / "sglang", package)
+            os.replace(staging / package_name, package)
         except OSError:
-            if not (package / "srt" / "models").is_dir():
+            if not (package / ready).is_dir():
                 raise
-            _check_against_record(wheel, package, names, record)  # the winner's copy
+            _check_against_record(wheel, package, names, hashes)  # the winner's copy
     except (OSError, zipfile.BadZipFile) as exc:
         raise PatchcraftError(
             f"{wheel}: cannot unpack ({getattr(exc, 'strerror', None) or exc}); "
@@ -203,3 +210,49 @@ def copy_parts(source: Path, package: Path, parts: tuple[str, ...] = PATCHED_PAR
             (package / part).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, package / part)
     return package
+
+
+def slim_wheel(wheel: Path, out: Path, keep: Callable[[str], bool]) -> Path:
+    """Write ``out``: a zip of ``wheel``'s members that ``keep`` accepts and its RECORD restricted to them.
+
+    Each kept member is checked against the wheel's RECORD first, so the
+    slim archive holds only verified bytes; :func:`unpack` checks them again
+    against the archive's own RECORD. It is written beside ``out`` and moved
+    into place with one ``os.replace`` (a concurrent fetch sees all of it or
+    none). Used for releases whose wheel is mostly compiled kernels (vLLM's
+    is 400 MB; the Python patchcraft reads is a few MB).
+    """
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            hashes = record(archive)
+            names = [n for n in archive.namelist() if keep(n)]
+            records = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+            handle, temporary = tempfile.mkstemp(prefix=".slim-", suffix=".part", dir=out.parent)
+            os.close(handle)
+            try:
+                with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as slim:
+                    rows = []
+                    for name in names:
+                        data = archive.read(name)
+                        expected = hashes.get(name)
+                        if expected is not None and digest(data) != expected:
+                            raise PatchcraftError(
+                                f"{wheel}: {name} does not match the wheel's RECORD; remove the wheel and fetch again"
+                            )
+                        slim.writestr(name, data)
+                        rows.append(f"{name},{expected or ''},{len(data)}")
+                    if records:
+                        slim.writestr(records[0], "\n".join(rows + [f"{records[0]},,"]) + "\n")
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(temporary, 0o666 & ~umask)  # as a downloaded file would be, not mkstemp's 0600
+                os.replace(temporary, out)
+            finally:
+                if os.path.exists(temporary):
+                    os.unlink(temporary)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise PatchcraftError(
+            f"{wheel}: cannot read it into {out.name} ({getattr(exc, 'strerror', None) or exc}); "
+            f"if the wheel is damaged, remove it and fetch again"
+        ) from None
+    return out

@@ -1,0 +1,103 @@
+"""Fetch a vLLM release's Python: ``pip download --no-deps vllm==X``, kept slim.
+
+A vLLM wheel is 240-430 MB, almost all compiled kernels. patchcraft reads
+a few MB of its Python: the model files, the runners that set the aux layer
+ids, the speculative config (its model-type gate), the draft config classes
+and the version. So the wheel is downloaded into a private staging
+directory, those members are checked against its RECORD and written to a
+slim archive ``<cache>/wheels/vllm-<version>.slim.zip`` (with their RECORD
+rows), and the wheel is deleted. The slim archive is unpacked like an
+SGLang wheel (:func:`patchcraft.base.fetch.unpack`: RECORD-checked, one
+``os.replace``) into ``<cache>/releases/vllm-<version>/vllm``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from patchcraft.base.cache_root import ensure_directory
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.fetch import _VERSION, cache_dir, pip_download, slim_wheel, unpack
+
+DISTRIBUTION = "vllm"
+#: The folder whose presence means a release is unpacked.
+READY = "model_executor/models"
+#: The Python parts of a vLLM package patchcraft reads (folders end with "/").
+PARTS = (
+    "__init__.py",
+    "_version.py",
+    "version.py",
+    "envs.py",
+    "model_executor/models/",
+    "models/",
+    "model_executor/layers/layernorm.py",
+    "v1/worker/gpu_model_runner.py",
+    "v1/worker/gpu_worker.py",
+    "v1/worker/gpu/",
+    "v1/spec_decode/",
+    "config.py",
+    "config/speculative.py",
+    "config/__init__.py",
+    "transformers_utils/configs/eagle.py",
+    "transformers_utils/configs/speculators/",
+    "platforms/interface.py",
+)
+
+
+def kept(member: str) -> bool:
+    """Whether a wheel member is one of :data:`PARTS` (Python files only)."""
+    if not member.startswith(f"{DISTRIBUTION}/") or not member.endswith(".py"):
+        return False
+    inside = member[len(DISTRIBUTION) + 1 :]
+    return any(inside == part or (part.endswith("/") and inside.startswith(part)) for part in PARTS)
+
+
+def slim_name(version: str) -> str:
+    return f"{DISTRIBUTION}-{version}.slim.zip"
+
+
+def find_slim(wheels: Path, version: str) -> Optional[Path]:
+    path = wheels / slim_name(version)
+    return path if path.is_file() else None
+
+
+def slim_archive(version: str, wheels: Path) -> Path:
+    """The cached slim archive of vLLM ``version``, made now from a downloaded wheel if not there yet."""
+    found = find_slim(wheels, version)
+    if found is not None:
+        return found
+    ensure_directory(wheels)
+    staging = Path(tempfile.mkdtemp(prefix=".download-", dir=wheels))
+    try:
+        wheel = pip_download(version, staging, DISTRIBUTION)
+        return slim_wheel(wheel, wheels / slim_name(version), kept)
+    except OSError as exc:
+        raise PatchcraftError(f"{wheels}: cannot store the vllm {version} sources ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def release_dir(version: str) -> Path:
+    return cache_dir() / "releases" / f"{DISTRIBUTION}-{version}"
+
+
+def fetch_vllm(version: str, dest: Optional[Path] = None, on_step: Optional[Callable[[str], None]] = None) -> Path:
+    """The package root of vLLM ``version`` (``<dest>/vllm``; by default ``<cache>/releases/vllm-<version>``)."""
+    if not _VERSION.match(version):
+        raise PatchcraftError(f"{version!r} is not a release version (e.g. 0.18.0)")
+    release = dest if dest is not None else release_dir(version)
+    if (release / DISTRIBUTION / READY).is_dir():
+        return release / DISTRIBUTION
+    wheels = cache_dir() / "wheels"
+    if on_step is not None and find_slim(wheels, version) is None:
+        on_step("pip download --no-deps (the wheel is kept only until its Python is read)")
+    archive = slim_archive(version, wheels)
+    if on_step is not None:
+        on_step("unpacking")
+    package = unpack(archive, release, DISTRIBUTION, READY)
+    os.utime(archive)  # most recently used, for a future prune
+    return package
