@@ -34,12 +34,9 @@ def run_pipeline(options: Options, mode: Mode) -> int:
         return "".join(unified_diffs(r.changes) for r in results)
 
     if options.output_format == "json":
-        document = machine_output.to_json(results, code)
-        if mode in JUDGED:
-            document["files"] = machine_output.files_json(hand.reports, hand.replaced)
-        if options.show_diff or mode is Mode.DIFF:
-            document["diff"] = diff_text()
-        console.print_json(document)
+        files = machine_output.files_json(hand.reports, hand.replaced) if mode in JUDGED else None
+        diff = diff_text() if options.show_diff or mode is Mode.DIFF else None
+        console.print_json(machine_output.to_json(results, code, files, diff))
         return code
     console.print_hand_edits(
         hand.reports, hand.replaced, show_diff=options.show_diff or mode is Mode.VERIFY, color=options.color

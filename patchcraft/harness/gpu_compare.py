@@ -13,7 +13,7 @@ patchcraft id ``-1`` means ``hs[0]``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 # bf16 has an 8-bit mantissa (relative step 2**-8 ~ 0.4 %).  A few layers of
@@ -60,9 +60,6 @@ class AuxComparison:
     entries: List[EntryResult] = field(default_factory=list)
     first_mismatch: Optional[int] = None  # index into entries
     message: str = ""
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
 
 
 def _split_recorded(recorded: Any, n_entries: int) -> list:
@@ -267,9 +264,6 @@ class LosslessResult:
     num_tokens_total: int = 0
     near_ties: List[Dict[str, Any]] = field(default_factory=list)  # {"prompt", "position", "margin"}
     info: List[str] = field(default_factory=list)  # after a near tie: reported, never gating
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
 
 
 def _gate_end(n: int, margins: Optional[Sequence[Optional[float]]], tie_margin: float) -> Tuple[int, Optional[float]]:

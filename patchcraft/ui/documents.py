@@ -181,9 +181,9 @@ def cuda_smoke_json(summary: CudaSmokeSummary) -> dict[str, Any]:
     document["checks"] = [asdict(check) for check in summary.checks]
     if result is not None:
         document.update(
-            aux={phase: c.to_dict() for phase, c in result.aux.items()},
+            aux={phase: asdict(c) for phase, c in result.aux.items()},
             records={"used": result.records_used, "skipped": result.records_skipped},
-            lossless=result.lossless.to_dict(),
+            lossless=asdict(result.lossless),
             speed=result.speed,
             engine=result.engine,
         )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from patchcraft import __version__
 from patchcraft.base.errors import CHANGED, OK, USAGE
@@ -215,9 +215,15 @@ def written(results: Sequence[RunResult]) -> list[str]:
     return [str(c.rel) for r in results if r.mode in (Mode.APPLY, Mode.REVERT) for c in r.changes]
 
 
-def to_json(results: Sequence[RunResult], code: int) -> dict[str, Any]:
-    """The document printed by ``--format json`` (documented in docs/json.md)."""
-    return {
+def to_json(
+    results: Sequence[RunResult],
+    code: int,
+    files: Optional[list[dict[str, Any]]] = None,
+    diff: Optional[str] = None,
+) -> dict[str, Any]:
+    """The document printed by ``--format json`` (documented in docs/json.md); ``files`` (:func:`files_json`) for
+    verify and apply, ``diff`` when the diff is shown."""
+    document: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "patchcraft": __version__,
         "command": results[0].mode.value if results else None,
@@ -227,6 +233,11 @@ def to_json(results: Sequence[RunResult], code: int) -> dict[str, Any]:
         "models": [model_json(m) for r in results for m in r.models],
         "summary": summary(results, code),
     }
+    if files is not None:
+        document["files"] = files
+    if diff is not None:
+        document["diff"] = diff
+    return document
 
 
 def files_json(
