@@ -13,7 +13,7 @@ from patchcraft.analysis.target_model import load_model
 from patchcraft.commands._targets import release_targets
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.layer_ids import parse_layer_ids
-from patchcraft.ui.machine_output import CHANGED, OK
+from patchcraft.ui.machine_output import verdict_code
 from patchcraft.base.target import SglangTree, resolve_target
 
 
@@ -55,7 +55,7 @@ def explain_command(options: ExplainOptions) -> int:
     model = load_model(tree, options.model)
     reading = read_ids(model, parse_layer_ids(options.layer_ids), options.num_layers, tp=options.tp)
     result = explanation(reading, run_harness(reading))  # run_harness: the CPU harness, when torch is there
-    code = CHANGED if result.warnings else OK
+    code = verdict_code(not result.warnings)
     return console.print_report(
         options.output_format, code, lambda: explanation_json(result, code), lambda: explanation_text(result)
     )
