@@ -159,7 +159,7 @@ def judge(facts: Facts) -> tuple[list[Finding], list[str]]:
         warnings.append(
             Finding(
                 FindingKind.LEGACY,
-                "this release's setter takes no ids: SGLang captures the default layers whatever the draft config says"
+                f"{facts.model.tree.noun}'s setter takes no ids: SGLang captures the default layers whatever the draft config says"
                 " (`patchcraft apply` cannot change that: it patches only setters that take ids)",
             )
         )
@@ -340,9 +340,9 @@ def _runner_message(facts: Facts, warnings: list[Finding], notes: list[str]) -> 
             Finding(
                 FindingKind.CUDA_GRAPH,
                 f"CUDA-graph decode will capture the default layers ({states_text(facts.default_states)}), not these: "
-                f"this release resets the ids before graph capture ({where}); "
+                f"{facts.model.tree.noun} resets the ids before graph capture ({where}); "
                 "run `patchcraft apply` (its runner edit passes the configured ids), or serve with --disable-cuda-graph",
             )
         )
     else:
-        notes.append(f"this release resets the ids before CUDA-graph capture ({where})")
+        notes.append(f"{facts.model.tree.noun} resets the ids before CUDA-graph capture ({where})")

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.sources import read_source
+from patchcraft.base.tree_version import TreeVersion, identify
 
 MODELS = Path("srt") / "models"
-_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.M)
 
 
 @dataclass(frozen=True)
@@ -44,16 +43,19 @@ class SglangTree:
         return self.package / "srt" / "model_executor"
 
     @property
+    def version_info(self) -> TreeVersion:
+        """The version and where it came from: a version file, ``git describe``, the closest release (base.tree_version)."""
+        return identify(self.package)
+
+    @property
     def version(self) -> str:
-        for name in ("_version.py", "version.py", "__init__.py"):
-            try:
-                text = (self.package / name).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            match = _VERSION_RE.search(text)
-            if match:
-                return match.group(1)
-        return "unknown"
+        """The version as text shows it: ``0.5.10``, ``v0.5.10-3-gabc1234 (git describe)``, ``unknown (closest to ...)``."""
+        return self.version_info.label
+
+    @property
+    def noun(self) -> str:
+        """How advice names this tree: ``this release`` when a version file names it, else ``this tree``."""
+        return self.version_info.noun
 
     def check_inside(self, path: Path) -> None:
         """Refuse to write ``path`` when it is a symlink leading outside the target root."""

@@ -200,7 +200,7 @@ def _boundary_row(tree: SglangTree, row: _Row) -> Optional[ModelResult]:
         return row.result(ModelStatus.ERROR, str(exc))
     if affected:
         notes = tuple(f"captures partial sums: {c.model} ({tree.relative(c.forward_path)})" for c in affected)
-        message = f"{_models(affected)} capture a deferred all-reduce sum, and this release has no {fusion_transform.COMMUNICATOR} decision to guard"
+        message = f"{_models(affected)} capture a deferred all-reduce sum, and {tree.noun} has no {fusion_transform.COMMUNICATOR} decision to guard"
         return replace(row, notes=notes).result(ModelStatus.UNSUPPORTED, message)
     return row.result(ModelStatus.NOT_NEEDED, f"{fusion_transform.NOT_NEEDED}; no decoder layer defers its all-reduce")
 

@@ -33,6 +33,7 @@ from patchcraft.planning.records import EditSite, ForwardParams, ModelPlan, Sett
 from patchcraft.reading.fusion_reading import MarkParams, read_capture
 from patchcraft.reading.prefilter import ModelTexts, read_models
 from patchcraft.base.status import EditKind
+from patchcraft.base.tree_version import tree_noun
 
 
 #: Start of the reason given for an inner model's helper setter that nothing calls.
@@ -306,7 +307,7 @@ def _flag_setters(graph: ModelGraph, inner: ClassNode) -> str:
     ]
     if others:
         return f"only {', '.join(others)} (the DFLASH path) sets, never the EAGLE-3 setter"
-    return "nothing sets in this release"
+    return f"nothing sets in {tree_noun(graph.models_dir.parent.parent)}"
 
 
 def _pipeline_group(graph: ModelGraph, cls: ClassNode, setter, inner_attr: str, inners: list[ClassNode]) -> str:
@@ -381,7 +382,7 @@ def _inner_sites(graph: ModelGraph, inner: ClassNode, sites: list[EditSite], not
         return (
             f"{forward_owner.label}.forward returns `{ast.unparse(early.value) if early.value else 'None'}` on every non-idle batch "
             f"(line {early.lineno}), before its aux states: none ever reaches the draft, so EAGLE-3 itself does not work "
-            "with this model in this release"
+            f"with this model in {tree_noun(graph.models_dir.parent.parent)}"
         )
     gate = group_of(forward, "is_first_rank")
     if gate:

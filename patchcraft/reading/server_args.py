@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.tree_version import tree_noun
 
 #: The release's ``dest`` -> the ServerArgs field the preflight reads.
 WANTED = {
@@ -203,7 +204,9 @@ def parse_server_args(argv: Sequence[str], package: Path | None = None) -> Serve
             value = args[index + 1]
         found[WANTED[dest]] = value  # the last one wins, as in argparse
     if "--config" in argv and flags is not None and not flags.config:
-        notes.append("this release has no --config flag: the config file is not read")
+        notes.append(
+            f"{tree_noun(package) if package else 'this release'} has no --config flag: the config file is not read"
+        )
     return _server_args(found, tuple(notes), unchecked)
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from patchcraft import __version__
-from patchcraft.ui.machine_output import SCHEMA_VERSION, to_json, verdict_code
+from patchcraft.base.tree_version import identify
+from patchcraft.ui.machine_output import SCHEMA_VERSION, to_json, verdict_code, version_json
 
 if TYPE_CHECKING:  # types only: each document loads what it reads when it is built
     from patchcraft.analysis.draft_check import DraftReport
@@ -42,7 +43,7 @@ def explanation_json(result: Explanation, code: int) -> dict[str, Any]:
         "schema": SCHEMA_VERSION,
         "patchcraft": __version__,
         "command": "explain",
-        "sglang_version": result.version,
+        **version_json(result.version, identify(Path(result.package))),
         "package": result.package,
         "model": result.model,
         "num_layers": result.num_layers,
@@ -143,7 +144,7 @@ def smoke_rows_json(runs: Sequence[SmokeRun], device: str = "cpu") -> dict[str, 
     rows = [row for run in runs for row in run.results]
     return {
         "device": device,
-        "targets": [{"package": str(r.tree.package), "sglang_version": r.version} for r in runs],
+        "targets": [{"package": str(r.tree.package), **version_json(r.version, r.tree.version_info)} for r in runs],
         "models": [smoke_row_json(row) for row in rows],
         "summary": {s: sum(r.status == s for r in rows) for s in (PASS, FAIL, ERROR, SKIPPED)},
     }

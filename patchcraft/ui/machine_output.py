@@ -25,6 +25,7 @@ from patchcraft import __version__
 from patchcraft.base.errors import CHANGED, OK, USAGE
 from patchcraft.planning.selection import is_named
 from patchcraft.engine.records import EditResult, Mode, ModelResult, RunResult
+from patchcraft.base.tree_version import TreeVersion
 from patchcraft.base.status import (
     EDIT_IN_PLACE,
     MODEL_DONE,
@@ -210,6 +211,20 @@ def summary(results: Sequence[RunResult], code: int) -> dict[str, Any]:
     }
 
 
+def version_json(label: str, tree_version: TreeVersion) -> dict[str, Any]:
+    """A target's ``sglang_version`` (docs/json.md) from a record's ``label``, with where it came from.
+
+    ``tree_version`` is the tree's version read now: when its label is the
+    record's, a tree without a version file adds the structured parts
+    (``sglang_version_source``, the closest release and its counts) and
+    ``sglang_version`` holds the bare version (``unknown``, the ``git
+    describe`` line). A version file's version is the label alone, as before.
+    """
+    if tree_version.label != label:
+        return {"sglang_version": label}
+    return {"sglang_version": tree_version.version, **tree_version.as_json()}
+
+
 def written(results: Sequence[RunResult]) -> list[str]:
     """The files a run wrote (apply and revert write their changes; the other modes write nothing)."""
     return [str(c.rel) for r in results if r.mode in (Mode.APPLY, Mode.REVERT) for c in r.changes]
@@ -228,7 +243,8 @@ def to_json(
         "patchcraft": __version__,
         "command": results[0].mode.value if results else None,
         "targets": [
-            {"root": str(r.tree.root), "package": str(r.tree.package), "sglang_version": r.version} for r in results
+            {"root": str(r.tree.root), "package": str(r.tree.package), **version_json(r.version, r.tree.version_info)}
+            for r in results
         ],
         "models": [model_json(m) for r in results for m in r.models],
         "summary": summary(results, code),

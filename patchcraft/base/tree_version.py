@@ -1,0 +1,274 @@
+"""The version of any SGLang tree: its version file, else ``git describe``, else the closest tested release.
+
+A release (a wheel, an install, ``patchcraft fetch``) names its version in
+``_version.py``, ``version.py`` or ``__init__.py``. A fork or a checkout
+built with setuptools-scm often has none of them (``_version.py`` is
+written at build time), and a copied package may have lost it. Then:
+
+- a checkout (the package's model files tracked by a git repository at or
+  above the tree): ``git describe --tags --always --dirty``, one line, git
+  run with a timeout (a missing or failing git is no error: the next rule
+  answers);
+- otherwise the closest tested release by file digests: each of the tree's
+  compared files (:data:`COMPARED`) is looked up in a table of every
+  tested release's digests that ships with patchcraft
+  (``data/release_digests.json``, digests only, written by
+  ``python -m tools.release_digests``); the release with the most identical
+  files wins (ties: the one whose file list differs least from the tree's;
+  releases still tied, such as a post release that changed none of these
+  files, are all named). Files holding patchcraft's marker are left out: they
+  were patched, so they cannot be identical to any release.
+
+Patching is driven by the code, never by the version: the version only
+says what the tree is, in text and JSON, and whether advice may speak of
+"this release" (a version file) or "this tree" (anything else).
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from patchcraft import MARKER
+
+#: Files compared with the releases, as paths inside the package (no sub-folders).
+COMPARED: tuple[str, ...] = ("srt/models/*.py", "srt/model_executor/*.py")
+#: How much of each sha256 the table keeps (64 bits: no two files of the table collide by chance).
+DIGEST_CHARS = 16
+#: Bump when the table's layout changes (tools/release_digests.py writes it).
+TABLE_FORMAT = 1
+#: The table that ships with patchcraft.
+TABLE = Path(__file__).resolve().parent / "data" / "release_digests.json"
+#: The files a version is read from, in this order.
+VERSION_FILES: tuple[str, ...] = ("_version.py", "version.py", "__init__.py")
+#: How long ``git describe`` may take.
+GIT_TIMEOUT_S = 10
+
+_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.M)
+_MARKER = MARKER.encode()
+
+
+class VersionSource(str, enum.Enum):
+    """Where a tree's version came from."""
+
+    FILE = "file"
+    GIT = "git"
+    CLOSEST = "closest"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class TreeVersion:
+    """A tree's version and where it came from.
+
+    ``version`` is what JSON's ``sglang_version`` holds: the release a
+    version file names, the ``git describe`` line, or ``unknown``.
+    For a closest match, ``closest_release`` is the release and
+    ``identical_files`` of ``compared_files`` (the tree's files compared)
+    are byte for byte that release's; ``patched_files`` were left out.
+    """
+
+    version: str
+    source: VersionSource
+    closest_release: Optional[str] = None
+    #: Releases as close as ``closest_release`` (the same compared files: a post release that changed none of them).
+    tied_releases: tuple[str, ...] = ()
+    identical_files: int = 0
+    compared_files: int = 0
+    patched_files: int = 0
+
+    @property
+    def label(self) -> str:
+        """The version as text shows it: ``0.5.10``, ``v0.5.10-3-gabc1234 (git describe)``, ``unknown (closest to ...)``."""
+        if self.source is VersionSource.FILE:
+            return self.version
+        if self.source is VersionSource.GIT:
+            return f"{self.version} (git describe)"
+        if self.source is VersionSource.CLOSEST:
+            left_out = f"; {self.patched_files} patched by patchcraft, not compared" if self.patched_files else ""
+            names = " or ".join((str(self.closest_release), *self.tied_releases))
+            return (
+                f"unknown (closest to {names}: {self.identical_files} of {self.compared_files} "
+                f"model and runner files identical{left_out})"
+            )
+        return "unknown"
+
+    @property
+    def noun(self) -> str:
+        """How advice names the tree: ``this release`` when a version file names it, else ``this tree``."""
+        return "this release" if self.source is VersionSource.FILE else "this tree"
+
+    def as_json(self) -> dict[str, Any]:
+        """The structured parts, for JSON beside ``sglang_version`` (docs/json.md); empty for a version file's version."""
+        if self.source is VersionSource.FILE:
+            return {}  # a release's documents keep exactly the keys they had
+        fields: dict[str, Any] = {"sglang_version_source": self.source.value}
+        if self.source is VersionSource.CLOSEST:
+            fields.update(
+                closest_release=self.closest_release,
+                tied_releases=list(self.tied_releases),
+                identical_files=self.identical_files,
+                compared_files=self.compared_files,
+                patched_files=self.patched_files,
+            )
+        return fields
+
+
+def identify(package: Path) -> TreeVersion:
+    """The version of the SGLang package at ``package`` (never raises for an unreadable tree: ``unknown``)."""
+    found = file_version(package)
+    if found is not None:
+        return TreeVersion(found, VersionSource.FILE)
+    described = git_describe(package)
+    if described is not None:
+        return TreeVersion(described, VersionSource.GIT)
+    return closest_release(package)
+
+
+def tree_noun(package: Path) -> str:
+    """How advice names the tree at ``package``: ``this release`` (a version file names it) or ``this tree``."""
+    return identify(package).noun
+
+
+def file_version(package: Path) -> str | None:
+    """The ``__version__`` a version file of ``package`` names, or None."""
+    for name in VERSION_FILES:
+        try:
+            text = (package / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        match = _VERSION_RE.search(text)
+        if match:
+            return match.group(1)
+    return None
+
+
+# -- git ---------------------------------------------------------------------------------------
+
+
+def git_describe(package: Path) -> str | None:
+    """``git describe --tags --always --dirty`` of the checkout tracking ``package``'s model files, or None."""
+    if not any((parent / ".git").exists() for parent in (package, *package.parents)):
+        return None  # spare the subprocess: no repository at or above the tree
+    tracked = _git(package, "ls-files", "--error-unmatch", "srt/models")
+    if tracked is None or tracked.returncode != 0:
+        return None  # a repository above that does not hold this tree (an install under a dotfiles repository)
+    proc = _git(package, "describe", "--tags", "--always", "--dirty")
+    if proc is None or proc.returncode != 0:
+        return None  # no commit yet
+    lines = proc.stdout.decode("utf-8", "replace").strip().splitlines()
+    return lines[0].strip() if lines and lines[0].strip() else None
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes] | None:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(cwd), *args],
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None  # no git, or it hung: the closest release answers instead
+
+
+# -- the closest release -----------------------------------------------------------------------
+
+
+def is_compared(path: str) -> bool:
+    """Whether ``path`` (inside the package, ``/``-separated) is one of the compared files."""
+    return any(fnmatch.fnmatchcase(path, pattern) and path.count("/") == pattern.count("/") for pattern in COMPARED)
+
+
+def digest(data: bytes) -> str:
+    """A file's digest as the table holds it."""
+    return hashlib.sha256(data).hexdigest()[:DIGEST_CHARS]
+
+
+def tree_digests(package: Path) -> tuple[dict[str, str], int]:
+    """``path -> digest`` of the tree's compared files, and how many were left out as patched by patchcraft."""
+    found: dict[str, str] = {}
+    patched = 0
+    for pattern in COMPARED:
+        folder, _, glob = pattern.rpartition("/")
+        try:
+            names = sorted(os.listdir(package / folder))
+        except OSError:
+            continue
+        for name in names:
+            if not fnmatch.fnmatchcase(name, glob):
+                continue
+            try:
+                data = (package / folder / name).read_bytes()
+            except OSError:
+                continue  # a folder named like a file, a broken link: not compared
+            if _MARKER in data:
+                patched += 1
+            else:
+                found[f"{folder}/{name}"] = digest(data)
+    return found, patched
+
+
+_table: dict[str, Any] | None = None
+
+
+def load_table() -> dict[str, Any]:
+    """The shipped table (read once); an empty one if it is missing or damaged (then no release is closest)."""
+    global _table
+    if _table is None:
+        try:
+            loaded = json.loads(TABLE.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            loaded = None
+        ok = isinstance(loaded, dict) and loaded.get("format") == TABLE_FORMAT
+        _table = loaded if ok else {"releases": [], "files": {}}
+    return _table
+
+
+def closest_release(package: Path, table: dict[str, Any] | None = None) -> TreeVersion:
+    """The tested release whose compared files are most often identical to the tree's."""
+    table = table if table is not None else load_table()
+    releases: list[str] = table["releases"]
+    files: dict[str, dict[str, list[int]]] = table["files"]
+    ours, patched = tree_digests(package)
+    identical = [0] * len(releases)
+    shared = [0] * len(releases)  # files the tree and the release both have, identical or not
+    sizes = [0] * len(releases)
+    for values in files.values():
+        for indexes in values.values():
+            for index in indexes:
+                sizes[index] += 1
+    for path, value in ours.items():
+        for other, indexes in files.get(path, {}).items():
+            for index in indexes:
+                shared[index] += 1
+                if other == value:
+                    identical[index] += 1
+    if not releases or not ours or max(identical) == 0:
+        return TreeVersion("unknown", VersionSource.UNKNOWN, compared_files=len(ours), patched_files=patched)
+
+    def rank(index: int) -> tuple[int, int]:
+        differing = (sizes[index] - shared[index]) + (len(ours) - shared[index])  # files only one side has
+        return identical[index], -differing
+
+    top = max(map(rank, range(len(releases))))
+    best = [releases[index] for index in range(len(releases)) if rank(index) == top]  # oldest first
+    first = releases.index(best[0])
+    return TreeVersion(
+        "unknown",
+        VersionSource.CLOSEST,
+        closest_release=best[0],
+        tied_releases=tuple(best[1:]),
+        identical_files=identical[first],
+        compared_files=len(ours),
+        patched_files=patched,
+    )
