@@ -408,7 +408,9 @@ def list_(targets, output_format) -> None:
 
 @cli.command()
 @click.argument("version")
-@click.option("--dest", type=click.Path(file_okay=False), help="Unpack into DEST/sglang (DEST/vllm) instead of the cache.")
+@click.option(
+    "--dest", type=click.Path(file_okay=False), help="Unpack into DEST/sglang (DEST/vllm) instead of the cache."
+)
 @_engine("The release's engine (vllm: only the Python patchcraft reads is kept, not the wheel).")
 def fetch(version, dest, engine) -> None:
     """Download SGLang (or vLLM) VERSION's source into the cache; print its package root."""
@@ -431,13 +433,19 @@ def fetch(version, dest, engine) -> None:
 @_format()
 @_tp
 @_overlay("Explain the overlay in DIR: the files `patchcraft run` serves.")
-def explain(target, layer_ids, num_layers, model, release, output_format, tp, overlay_dir) -> None:
+@_engine(
+    "The server: sglang or vllm (default: told from TARGET, else the installed one; --release means sglang).",
+    detect=True,
+)
+def explain(target, layer_ids, num_layers, model, release, output_format, tp, overlay_dir, engine) -> None:
     """Show which hidden states these aux layer ids capture on this install."""
     from patchcraft.commands.explain import ExplainOptions, explain_command
 
     sys.exit(
         explain_command(
-            ExplainOptions(layer_ids, num_layers, target, release, model, output_format, tp=tp, overlay=overlay_dir)
+            ExplainOptions(
+                layer_ids, num_layers, target, release, model, output_format, tp=tp, overlay=overlay_dir, engine=engine
+            )
         )
     )
 
@@ -490,6 +498,76 @@ def check_draft(
         overlay=overlay_dir,
     )
     sys.exit(check_draft_command(options))
+
+
+@cli.command()
+@click.argument("draft_dir", type=click.Path())
+@click.argument("target", required=False, type=click.Path())
+@click.option(
+    "--data",
+    required=True,
+    metavar="PATH",
+    type=click.Path(),
+    help="The training dump: a file or a directory (docs/probe.md).",
+)
+@click.option(
+    "--states",
+    metavar="hf:I,J,...",
+    help="The HF indices of the dump's states, in stored order (speculators, SpecForge).",
+)
+@click.option(
+    "--target",
+    "target_model",
+    metavar="DIR",
+    type=click.Path(),
+    help="The target model's directory: its config.json, and its embedding when the draft has none.",
+)
+@click.option("--served", metavar="hf:I,J,K", help="Compare with this wiring instead of the one this install serves.")
+@click.option("--model", metavar="NAME", help="Model file stem or class (default: the target's architecture).")
+@click.option("--num-layers", type=int, help="The target's num_hidden_layers (default: from --target).")
+@click.option(
+    "--release", metavar="VERSION", help="Run SGLang VERSION's draft code from the cache instead of TARGET's."
+)
+@click.option("--tokens", type=click.IntRange(min=1), default=512, show_default=True, help="Positions scored.")
+@click.option(
+    "--top-k", "top_k", type=click.IntRange(min=1), default=4, show_default=True, help="k of the top-k accuracy."
+)
+@_format()
+@_overlay("Run the draft code of the overlay in DIR.")
+def probe(
+    draft_dir,
+    target,
+    data,
+    states,
+    target_model,
+    served,
+    model,
+    num_layers,
+    release,
+    tokens,
+    top_k,
+    output_format,
+    overlay_dir,
+) -> None:
+    """Measure which hidden states a draft's weights expect: run its first step on its training states."""
+    from patchcraft.commands.probe import ProbeOptions, probe_command
+
+    options = ProbeOptions(
+        draft_dir,
+        data,
+        target,
+        release,
+        overlay_dir,
+        target_model,
+        states,
+        served,
+        model,
+        num_layers,
+        tokens,
+        top_k,
+        output_format,
+    )
+    sys.exit(probe_command(options))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
