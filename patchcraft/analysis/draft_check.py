@@ -15,9 +15,9 @@ The training presets (what ``--trained-on`` means) live in
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.safetensors_header import read_header
@@ -86,6 +86,8 @@ class DraftConfig:
     fc_source: str
     #: top-level eagle_aux_hidden_state_layer_ids in any format: SGLang ignores them, vLLM reads them first
     top_level_ids: tuple[int, ...] | None = None
+    #: the whole config.json: the training presets read ids from fields no engine reads
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def read_draft(directory: Path) -> DraftConfig:
@@ -115,6 +117,7 @@ def read_draft(directory: Path) -> DraftConfig:
         fc_in=fc_in,
         fc_source=fc_source,
         top_level_ids=top_level_ids,
+        raw=config,
     )
 
 

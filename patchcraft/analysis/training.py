@@ -24,6 +24,8 @@ training code it is named after, as read in its repository
   ``[2, n//2, n-3]`` (and ``n-1``, the verifier's state).
 - ``eagle``: SafeAILab EAGLE's eagle3 training, the inputs of layers 2,
   ``n//2`` and ``n-3``; its configs hold no ids.
+- ``measured:REPORT``: the best wiring ``patchcraft probe`` measured by
+  running the draft's weights on its training states (``hf:`` states).
 - ``hf:0,3,31``: the states themselves (``hs[n]`` of Hugging Face's
   ``hidden_states`` is after the final norm, which no engine captures).
 
@@ -69,9 +71,12 @@ class Training:
     states: tuple[int, ...] = ()
     sglang: tuple[int, ...] = SPECFORGE_SGLANG  # specforge only: the release it captured through
     deprecation: str = ""  # one line when the name given is deprecated
+    source: str = ""  # hf states measured by ``patchcraft probe``: ``measured:REPORT`` (its label)
 
     @property
     def label(self) -> str:
+        if self.source:
+            return self.source
         if self.kind == "hf":
             return f"hf:{','.join(map(str, self.states))}"
         if self.kind == "specforge" and self.sglang != SPECFORGE_SGLANG:
@@ -94,6 +99,8 @@ def parse_training(text: str) -> Training:
     found = re.fullmatch(r"specforge@(\d+)\.(\d+)\.(\d+)(?:\.post\d+)?", value)
     if found:
         return Training("specforge", sglang=tuple(int(g) for g in found.groups()))
+    if value.startswith("measured:"):
+        return measured_training(text.strip()[len("measured:") :])
     if value.startswith("hf:"):
         states = _states(value[3:])
         if states:
@@ -102,6 +109,34 @@ def parse_training(text: str) -> Training:
         f"--trained-on {text!r}: expected hf:I,J,K (Hugging Face hidden_states indices, 0 = embedding), "
         "specforge, specforge@<SGLang release it captured through>, speculators, speculators@0.4 or eagle"
     )
+
+
+def measured_training(path: str) -> Training:
+    """``measured:REPORT``: the best wiring of ``patchcraft probe --report REPORT`` (docs/probe.md), as ``hf:`` states.
+
+    The probe ran the draft's own weights on its training states; its report
+    is read here (JSON, no torch), so check-draft and ``patchcraft run`` take
+    the measured wiring as the training states.
+    """
+    import json
+
+    try:
+        document = json.loads(open(path, encoding="utf-8").read())
+    except FileNotFoundError:
+        raise PatchcraftError(f"--trained-on measured:{path}: no such file (write it with patchcraft probe --report)") from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise PatchcraftError(f"--trained-on measured:{path}: not a probe report ({exc})") from None
+    best = document.get("best") if isinstance(document, dict) and document.get("command") == "probe" else None
+    states = best.get("states") if isinstance(best, dict) else None
+    if not (isinstance(states, list) and states and all(isinstance(s, int) and s >= 0 for s in states)):
+        raise PatchcraftError(f"--trained-on measured:{path}: not a patchcraft probe report (no best.states)")
+    top1 = best.get("top1")
+    measured = f", top-1 {top1 * 100:.0f}%" if isinstance(top1, (int, float)) else ""
+    return Training("hf", tuple(states), source=f"measured:{path} ({_hs(states)}{measured})")
+
+
+def _hs(states: Sequence[int]) -> str:
+    return ", ".join(f"hs[{s}]" for s in states)
 
 
 def _states(text: str) -> tuple[int, ...]:
