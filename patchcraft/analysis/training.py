@@ -24,6 +24,14 @@ training code it is named after, as read in its repository
   ``[2, n//2, n-3]`` (and ``n-1``, the verifier's state).
 - ``eagle``: SafeAILab EAGLE's eagle3 training, the inputs of layers 2,
   ``n//2`` and ``n-3``; its configs hold no ids.
+- the layer-output pipelines (``LAYER_OUTPUT``): ``modelopt`` (NVIDIA
+  Model-Optimizer), ``torchspec``, ``angelslim`` (Tencent AngelSlim) and
+  ``automodel`` (NeMo Automodel) hook the output of layer ``j``: id ``j`` is
+  ``hs[j+1]``, no embedding, defaults ``[1, n//2-1, n-4]``. Each reads its
+  ids where that pipeline writes them into the exported config, or takes
+  its defaults where it writes none. Two versioned exceptions passed the
+  ids to vLLM's ``extract_hidden_states`` unshifted, so id ``j`` is
+  ``hs[j]``: ``modelopt@vllm-dump`` and ``torchspec@vllm-ebf869e``.
 - ``measured:REPORT``: the best wiring ``patchcraft probe`` measured by
   running the draft's weights on its training states (``hf:`` states).
 - ``hf:0,3,31``: the states themselves (``hs[n]`` of Hugging Face's
@@ -37,7 +45,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence
 
 from patchcraft.base.errors import PatchcraftError
 
@@ -61,6 +70,12 @@ class DraftIds(Protocol):
 
     @property
     def top_level_ids(self) -> tuple[int, ...] | None: ...  # eagle_aux_hidden_state_layer_ids at the top level
+
+    @property
+    def raw(self) -> Mapping[str, Any]: ...  # the whole config.json, for fields no engine reads
+
+    @property
+    def path(self) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -94,7 +109,7 @@ def parse_training(text: str) -> Training:
             deprecation=f"--trained-on {value} is deprecated: it means `{new}` (id j = hs[j]); "
             "data from speculators' v0.4 worker is `speculators@0.4`",
         )
-    if value in ("specforge", "speculators", "speculators@0.4", "eagle"):
+    if value in ("specforge", "speculators", "speculators@0.4", "eagle") or value in LAYER_OUTPUT:
         return Training(value)
     found = re.fullmatch(r"specforge@(\d+)\.(\d+)\.(\d+)(?:\.post\d+)?", value)
     if found:
@@ -107,7 +122,8 @@ def parse_training(text: str) -> Training:
             return Training("hf", states)
     raise PatchcraftError(
         f"--trained-on {text!r}: expected hf:I,J,K (Hugging Face hidden_states indices, 0 = embedding), "
-        "specforge, specforge@<SGLang release it captured through>, speculators, speculators@0.4 or eagle"
+        "specforge, specforge@<SGLang release it captured through>, speculators, speculators@0.4, eagle, "
+        + ", ".join(LAYER_OUTPUT)
     )
 
 
@@ -179,6 +195,8 @@ def expected_states(
         return _hf(training, num_layers)
     if training.kind == "specforge":
         return _specforge(training, draft.layer_ids, num_layers, setter_modules)
+    if training.kind in LAYER_OUTPUT:
+        return _layer_output(training.kind, draft, num_layers)
     if training.kind == "eagle":
         n = num_layers
         return Expected(
@@ -243,5 +261,90 @@ def _speculators(kind: str, ids: tuple[int, ...] | None, fc_states: int | None, 
     if bad:
         return Expected(
             states, how, f"id {bad[0]} has no meaning under {kind} ({'no embedding' if old else '0 is the embedding'})"
+        )
+    return Expected(states, how)
+
+
+# -- the layer-output pipelines -------------------------------------------------------
+
+EAGLE_CONFIG_IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"  # the only field SGLang reads
+
+
+@dataclass(frozen=True)
+class LayerOutput:
+    """A pipeline that hooks one decoder layer per id (docs/layer-ids.md cites the code read)."""
+
+    pipeline: str
+    shift: int  # 1: id j is the output of layer j, hs[j+1]; 0: id j is hs[j] (vLLM's capture, unshifted)
+    ids_from: str = ""  # the config field its export writes the ids to; "" = it writes none
+    layer_order: bool = False  # its hooks fire in layer order, whatever the order of the ids
+    writes: str = ""  # what it writes instead, said when the config's ids are not read
+
+
+#: The presets, each as read in its repository (docs/layer-ids.md names file and commit).
+LAYER_OUTPUT: dict[str, LayerOutput] = {
+    "modelopt": LayerOutput("Model-Optimizer", 1, EAGLE_CONFIG_IDS, layer_order=True),
+    "modelopt@vllm-dump": LayerOutput(
+        "Model-Optimizer's vLLM hidden-state dump", 0, EAGLE_CONFIG_IDS, layer_order=True
+    ),
+    "torchspec": LayerOutput(
+        "TorchSpec", 1, writes="its ids are the YAML's inference.aux_hidden_states_layers, never written to the config"
+    ),
+    "torchspec@vllm-ebf869e": LayerOutput(
+        "TorchSpec's vLLM backend",
+        0,
+        writes="its ids are the YAML's inference.aux_hidden_states_layers, never written to the config",
+    ),
+    "angelslim": LayerOutput("AngelSlim", 1, "aux_hidden_states_layer_ids"),
+    "automodel": LayerOutput(
+        "NeMo Automodel", 1, writes="its ids are recipe_args.aux_layer_ids, never written to the config"
+    ),
+}
+
+
+def _config_field(draft: DraftIds, path: str) -> tuple[int, ...] | None:
+    """The ids at dotted ``path`` of the draft config (None: absent)."""
+    if path == EAGLE_CONFIG_IDS:
+        return draft.layer_ids  # read_draft checked them
+    value: Any = draft.raw
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    if value is None:
+        return None
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    raise PatchcraftError(f"{draft.path}: {path}: expected a list of integers, got {value!r}")
+
+
+def _layer_output(name: str, draft: DraftIds, num_layers: int) -> Expected:
+    preset, n = LAYER_OUTPUT[name], num_layers
+    meaning = "output of layer j = hs[j+1], no embedding" if preset.shift else "id j = hs[j] (vLLM's capture)"
+    defaults = f"{name} defaults [1, n//2-1, n-4] for {n} layers"
+    ids = _config_field(draft, preset.ids_from) if preset.ids_from else None
+    if ids:
+        source = f"{name} ids {list(ids)} from {preset.ids_from}"
+        if preset.ids_from != EAGLE_CONFIG_IDS:
+            source += " (which neither SGLang nor vLLM reads)"
+    else:
+        ids = (1, n // 2 - 1, n - 4)
+        if preset.ids_from:
+            source = f"{defaults} (no {preset.ids_from} in the config)"
+        else:
+            source = f"{defaults} ({preset.writes})"
+            found = draft.layer_ids or draft.top_level_ids
+            if found and tuple(found) != ids:
+                hf = ",".join(str(i + preset.shift) for i in found)
+                source += (
+                    f"; the config's ids {list(found)} are not {preset.pipeline}'s"
+                    f" (trained on them? say --trained-on hf:{hf})"
+                )
+    if preset.layer_order:
+        ids = tuple(sorted(set(ids)))
+    states = tuple(i + preset.shift for i in ids)
+    how = f"{source}: {meaning}"
+    outside = [i for i in ids if not 0 <= i < n]
+    if outside:
+        return Expected(
+            states, how, f"id {outside[0]} has no meaning under {name}: layers are 0..{n - 1} ({preset.pipeline})"
         )
     return Expected(states, how)
