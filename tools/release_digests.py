@@ -24,16 +24,16 @@ import hashlib
 import json
 import sys
 import zipfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # python tools/release_digests.py from anywhere: the checkout's patchcraft
     sys.path.insert(0, str(ROOT))
 
-from patchcraft.base import tree_version  # noqa: E402
-from patchcraft.base.fetch import cache_dir, download_wheel, find_wheel  # noqa: E402
-from patchcraft.base.releases import ALL_RELEASES  # noqa: E402
+from patchcraft.base import tree_version
+from patchcraft.base.fetch import cache_dir, download_wheel, find_wheel
+from patchcraft.base.releases import ALL_RELEASES
 
 PREFIX = "sglang/"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.sources import read_source
-from patchcraft.base.tree_version import TreeVersion, identify
+from patchcraft.base.tree_version import TreeVersion, VersionLabel, identify
 
 MODELS = Path("srt") / "models"
 
@@ -49,8 +49,12 @@ class SglangTree:
 
     @property
     def version(self) -> str:
-        """The version as text shows it: ``0.5.10``, ``v0.5.10-3-gabc1234 (git describe)``, ``unknown (closest to ...)``."""
-        return self.version_info.label
+        """The version as text shows it: ``0.5.10``, ``v0.5.10-3-gabc1234 (git describe)``, ``unknown (closest to ...)``.
+
+        A :class:`~patchcraft.base.tree_version.VersionLabel`: it carries
+        the record, so JSON built later still says what was read now.
+        """
+        return VersionLabel(self.version_info)
 
     @property
     def noun(self) -> str:

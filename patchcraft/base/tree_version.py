@@ -52,7 +52,7 @@ VERSION_FILES: tuple[str, ...] = ("_version.py", "version.py", "__init__.py")
 #: How long ``git describe`` may take.
 GIT_TIMEOUT_S = 10
 
-_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.M)
+_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.MULTILINE)
 _MARKER = MARKER.encode()
 
 
@@ -120,6 +120,25 @@ class TreeVersion:
                 patched_files=self.patched_files,
             )
         return fields
+
+
+class VersionLabel(str):
+    """A version as text shows it (:attr:`TreeVersion.label`), carrying the record it was read as.
+
+    Records keep the version as a string (``RunResult.version``); JSON
+    takes the structured parts from :attr:`info`, so a document says what
+    the run read before it wrote, not what the tree reads after.
+    """
+
+    info: TreeVersion
+
+    def __new__(cls, info: TreeVersion) -> VersionLabel:
+        label = super().__new__(cls, info.label)
+        label.info = info
+        return label
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the result cache pickles records
+        return (VersionLabel, (self.info,))
 
 
 def identify(package: Path) -> TreeVersion:

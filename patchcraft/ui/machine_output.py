@@ -211,18 +211,20 @@ def summary(results: Sequence[RunResult], code: int) -> dict[str, Any]:
     }
 
 
-def version_json(label: str, tree_version: TreeVersion) -> dict[str, Any]:
-    """A target's ``sglang_version`` (docs/json.md) from a record's ``label``, with where it came from.
+def version_json(version: str) -> dict[str, Any]:
+    """A target's ``sglang_version`` (docs/json.md) from a record's version.
 
-    ``tree_version`` is the tree's version read now: when its label is the
-    record's, a tree without a version file adds the structured parts
-    (``sglang_version_source``, the closest release and its counts) and
-    ``sglang_version`` holds the bare version (``unknown``, the ``git
-    describe`` line). A version file's version is the label alone, as before.
+    A version read by :attr:`SglangTree.version` carries its record
+    (``VersionLabel.info``): a tree without a version file adds where the
+    version came from (``sglang_version_source``, the closest release and
+    its counts), and ``sglang_version`` holds the bare version (``unknown``,
+    the ``git describe`` line). A version file's version is the string
+    alone, as it always was.
     """
-    if tree_version.label != label:
-        return {"sglang_version": label}
-    return {"sglang_version": tree_version.version, **tree_version.as_json()}
+    info = getattr(version, "info", None)
+    if not isinstance(info, TreeVersion) or not info.as_json():
+        return {"sglang_version": str(version)}
+    return {"sglang_version": info.version, **info.as_json()}
 
 
 def written(results: Sequence[RunResult]) -> list[str]:
@@ -243,8 +245,7 @@ def to_json(
         "patchcraft": __version__,
         "command": results[0].mode.value if results else None,
         "targets": [
-            {"root": str(r.tree.root), "package": str(r.tree.package), **version_json(r.version, r.tree.version_info)}
-            for r in results
+            {"root": str(r.tree.root), "package": str(r.tree.package), **version_json(r.version)} for r in results
         ],
         "models": [model_json(m) for r in results for m in r.models],
         "summary": summary(results, code),

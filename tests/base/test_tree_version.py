@@ -11,20 +11,22 @@ two releases in the fast tier, every release in the full tier.
 from __future__ import annotations
 
 import json
+import pickle
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_release, run_cli
+
 from patchcraft import MARKER
 from patchcraft.base import tree_version
 from patchcraft.base.fetch import cache_dir, find_wheel
 from patchcraft.base.releases import ALL_RELEASES
 from patchcraft.base.target import resolve_target
-from patchcraft.base.tree_version import VersionSource, closest_release, identify
+from patchcraft.base.tree_version import VersionLabel, VersionSource, identify
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -202,6 +204,14 @@ def test_text_and_json_name_the_closest_release(tmp_path: Path, capsys: pytest.C
         "compared_files": total,
         "patched_files": 0,
     }
+    section = (ROOT / "docs" / "json.md").read_text(encoding="utf-8").split("### A target without a version file")[1]
+    documented = set(
+        re.findall(
+            r"`(\w+)`",
+            "".join(line.split("|")[1] for line in section.split("### ")[0].splitlines() if line.startswith("| `")),
+        )
+    )
+    assert documented == set(target) - {"root", "package", "sglang_version"}
 
 
 def test_advice_on_a_tree_without_a_version_says_this_tree(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -266,3 +276,22 @@ def test_the_table_ships_in_the_wheel_and_holds_no_source() -> None:
     assert len(text) < 200_000 and "import" not in text and "def " not in text
     for values in json.loads(text)["files"].values():
         assert all(len(value) == tree_version.DIGEST_CHARS for value in values)
+
+
+def test_apply_reports_the_version_it_read_before_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The files apply writes then hold patchcraft's marker: JSON still says what the run read (0 patched)."""
+    package = scm_tree(tmp_path)
+    total = compared(package)
+    code, out, err = run_cli(capsys, "apply", "--no-smoke", "--model", "llama", "--format", "json", str(package))
+    document = json.loads(out)
+    assert code == 0 and document["summary"]["written"], err
+    target = document["targets"][0]
+    assert (target["identical_files"], target["patched_files"]) == (total, 0)
+    assert identify(package).patched_files == len(document["summary"]["written"])
+
+
+def test_a_version_label_keeps_its_record_through_pickle(tmp_path: Path) -> None:
+    """The result cache pickles records: the label comes back with its record."""
+    label = resolve_target(str(scm_tree(tmp_path))).version
+    again = pickle.loads(pickle.dumps(label))
+    assert (again, again.info) == (label, label.info) and isinstance(again, VersionLabel)
