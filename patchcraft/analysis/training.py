@@ -139,7 +139,7 @@ def measured_training(path: str) -> Training:
     try:
         document = json.loads(open(path, encoding="utf-8").read())
     except FileNotFoundError:
-        raise PatchcraftError(f"--trained-on measured:{path}: no such file (write it with patchcraft probe --report)") from None
+        raise PatchcraftError(f"--trained-on measured:{path}: no such file (see patchcraft probe --report)") from None
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise PatchcraftError(f"--trained-on measured:{path}: not a probe report ({exc})") from None
     best = document.get("best") if isinstance(document, dict) and document.get("command") == "probe" else None
