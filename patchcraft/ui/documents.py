@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from patchcraft import __version__
-from patchcraft.base.tree_version import identify
 from patchcraft.ui.machine_output import SCHEMA_VERSION, to_json, verdict_code, version_json
 
 if TYPE_CHECKING:  # types only: each document loads what it reads when it is built
     from patchcraft.analysis.draft_check import DraftReport
     from patchcraft.analysis.explain import Explanation
+    from patchcraft.analysis.probe import ProbeReport
     from patchcraft.engine.records import RunResult
     from patchcraft.harness.gpu_summary import CudaSmokeSummary
     from patchcraft.harness.runner import SmokeResult, SmokeRun
@@ -43,7 +43,7 @@ def explanation_json(result: Explanation, code: int) -> dict[str, Any]:
         "schema": SCHEMA_VERSION,
         "patchcraft": __version__,
         "command": "explain",
-        **version_json(result.version, identify(Path(result.package))),
+        **version_json(result.version),
         "package": result.package,
         "model": result.model,
         "num_layers": result.num_layers,
@@ -144,7 +144,7 @@ def smoke_rows_json(runs: Sequence[SmokeRun], device: str = "cpu") -> dict[str, 
     rows = [row for run in runs for row in run.results]
     return {
         "device": device,
-        "targets": [{"package": str(r.tree.package), **version_json(r.version, r.tree.version_info)} for r in runs],
+        "targets": [{"package": str(r.tree.package), **version_json(r.version)} for r in runs],
         "models": [smoke_row_json(row) for row in rows],
         "summary": {s: sum(r.status == s for r in rows) for s in (PASS, FAIL, ERROR, SKIPPED)},
     }
@@ -218,4 +218,49 @@ def overlay_json(overlay: Overlay) -> dict[str, Any]:
         "modules": list(overlay.modules),
         "reused": overlay.reused,
         "proof": overlay.proof,
+    }
+
+
+# -- probe ----------------------------------------------------------------------------------------
+
+
+def probe_json(report: ProbeReport, code: int) -> dict[str, Any]:
+    """``probe --format json``: the dump, every wiring measured (best first), the best, and the served one's rank."""
+
+    def score(found: Any) -> dict[str, Any]:
+        return {"states": list(found.states), "tokens": found.tokens, "top1": found.top1, "topk": found.topk}
+
+    served = report.served
+    return {
+        "schema": SCHEMA_VERSION,
+        "patchcraft": __version__,
+        "command": "probe",
+        "exit_code": code,
+        "draft": str(report.draft),
+        "engine": report.engine,
+        "version": report.version,
+        "draft_code": str(report.draft_code),
+        "data": {
+            "path": str(report.dump.path),
+            "format": report.dump.format,
+            "files": len(report.dump.files),
+            "states": list(report.dump.states),
+            "named_by": report.dump.named_by,
+            "hidden_size": report.dump.hidden_size,
+        },
+        "embedding": report.embedding,
+        "tokens": report.tokens,
+        "top_k": report.top_k,
+        "wirings": report.wirings,
+        "best": {**score(report.best), "margin": report.margin},
+        "served": None
+        if served is None
+        else {
+            "states": list(served.states),
+            "how": served.how,
+            "score": score(served.score) if served.score is not None else None,
+            "rank": served.rank,
+            "missing": list(served.missing),
+        },
+        "scores": [score(s) for s in report.scores],
     }
