@@ -459,7 +459,7 @@ def explain(target, layer_ids, num_layers, model, release, output_format, tp, ov
 @click.option(
     "--trained-on",
     metavar="CONV",
-    help="How the draft was trained: hf:0,3,31 (HF hidden_states indices), specforge, specforge@<SGLang release>, speculators, speculators@0.4 or eagle (docs/layer-ids.md).",
+    help="How the draft was trained: hf:0,3,31 (HF hidden_states indices), specforge, specforge@<SGLang release>, speculators, speculators@0.4, eagle, modelopt, modelopt@vllm-dump, torchspec, torchspec@vllm-ebf869e, angelslim or automodel (docs/layer-ids.md).",
 )
 @click.option("--model", metavar="NAME", help="Model file stem or class (default: the target's architecture).")
 @click.option("--num-layers", type=int, help="The target's num_hidden_layers (default: from --target).")
