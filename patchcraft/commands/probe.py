@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,7 @@ class ProbeOptions:
     tokens: int = 512
     top_k: int = 4
     output_format: OutputFormat = OutputFormat.TEXT
+    report: str | None = None  # write the JSON document here too (for check-draft --trained-on measured:REPORT)
 
 
 def parse_states(text: str, option: str) -> tuple[int, ...]:
@@ -84,9 +87,22 @@ def probe_command(options: ProbeOptions) -> int:
         )
         report = probe(inputs)
     code = verdict_code(report.ok)
+    if options.report:
+        write_report(Path(options.report), documents.probe_json(report, code))
     return console.print_report(
         options.output_format, code, lambda: documents.probe_json(report, code), lambda: report_text(report)
     )
+
+
+def write_report(path: Path, document: dict) -> None:
+    """The JSON document at ``path``, whole or not at all (written beside it, then renamed)."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise PatchcraftError(f"--report {path}: cannot write ({exc.strerror})") from None
 
 
 def _pct(rate: float) -> str:
@@ -128,7 +144,7 @@ def report_text(report: ProbeReport, shown: int = 5) -> str:
         if served.rank != 1:
             ids = ",".join(map(str, best.states))
             lines.append(
-                f"next: patchcraft check-draft {report.draft} --trained-on hf:{ids} (or measured:REPORT.json) "
+                f"next: patchcraft check-draft {report.draft} --trained-on hf:{ids} (or measured:REPORT with --report REPORT) "
                 "for the ids that feed it"
             )
     else:
