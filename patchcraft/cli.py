@@ -532,6 +532,12 @@ def check_draft(
 @click.option(
     "--top-k", "top_k", type=click.IntRange(min=1), default=4, show_default=True, help="k of the top-k accuracy."
 )
+@click.option(
+    "--report",
+    metavar="FILE",
+    type=click.Path(),
+    help="Also write the JSON report to FILE (check-draft --trained-on measured:FILE).",
+)
 @_format()
 @_overlay("Run the draft code of the overlay in DIR.")
 def probe(
@@ -546,6 +552,7 @@ def probe(
     release,
     tokens,
     top_k,
+    report,
     output_format,
     overlay_dir,
 ) -> None:
@@ -566,6 +573,7 @@ def probe(
         tokens,
         top_k,
         output_format,
+        report,
     )
     sys.exit(probe_command(options))
 
