@@ -77,6 +77,16 @@ class Explanation:
     outcome: "RunOutcome | None" = None
     static_served: tuple[int, ...] = ()
     static_unknown: str = ""
+    #: Why the harness did not run the code though torch is there ("" when it ran or torch is missing):
+    #: ``cannot be run here: ...`` when what failed was a stand-in, not SGLang's code.
+    not_run: str = ""
+
+    @property
+    def static_why(self) -> str:
+        """Why the served states are the static reading's (check-draft's ``run`` row)."""
+        if self.not_run:
+            return f"static reading: {self.not_run}"
+        return "static reading: the code was not run (install torch to run it on the CPU harness)"
 
     def findings(self, *kinds: FindingKind) -> list[Finding]:
         return [w for w in self.warnings if w.kind in kinds]
@@ -113,6 +123,8 @@ class HarnessRuns:
     default: "RunOutcome | None" = None
     #: These ids after ``patchcraft apply``, run only for -1 on an install apply would patch.
     after_apply: "RunOutcome | None" = None
+    #: Why nothing ran though torch is there (the outcome's ``not_run``): the static reading stands, labelled.
+    not_run: str = ""
 
 
 #: No run: the explanation is the static reading's.
@@ -139,8 +151,10 @@ def run_harness(reading: IdsReading) -> HarnessRuns:
     """
     model, ids, num_layers = reading.model, reading.ids, reading.num_layers
     outcome = run_served(model, ids, num_layers)
-    if outcome is None or not outcome.ran:
+    if outcome is None:
         return NOT_RUN
+    if not outcome.ran:
+        return HarnessRuns(not_run=outcome.not_run)
     default = run_served(model, None, num_layers) if reading.resets else None
     after = run_served(model, ids, num_layers, after_apply=True) if _asks_after_apply(model, ids) else None
     return HarnessRuns(outcome, default, after)
@@ -190,6 +204,7 @@ def explanation(reading: IdsReading, runs: HarnessRuns = NOT_RUN) -> Explanation
         default_states=default_states,
         after_run=runs.after_apply,
         after_static=after_static,
+        not_run=runs.not_run,
     )
     warnings, notes = judge(facts)
     if reading.tp > 1:
@@ -221,6 +236,7 @@ def explanation(reading: IdsReading, runs: HarnessRuns = NOT_RUN) -> Explanation
         outcome=outcome,
         static_served=static.states,
         static_unknown=static.unknown,
+        not_run=runs.not_run,
     )
 
 

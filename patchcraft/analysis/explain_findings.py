@@ -96,6 +96,8 @@ class Facts:
     #: After ``patchcraft apply``, for -1 on an install apply would patch: the run (with ``outcome``), else the reading.
     after_run: "RunOutcome | None" = None
     after_static: Served | None = None
+    #: Why the harness did not run the code though torch is there ("" when it ran, or without torch).
+    not_run: str = ""
 
 
 # -- one row per id ------------------------------------------------------------------
@@ -222,6 +224,8 @@ def _run_findings(facts: Facts, outcome: "RunOutcome") -> list[Finding]:
 
 
 def _source_note(facts: Facts) -> str:
+    if facts.outcome is None and facts.not_run:
+        return f"static reading, not a run: the served states are read from the code by rules; {facts.not_run}"
     if facts.outcome is None:
         return "static reading: the served states are read from the code by rules (with torch, the code is run instead)"
     text = "served states from running this install's setter and forward on the CPU harness (stand-in layers, docs/harness.md)"

@@ -11,7 +11,13 @@ Each aux state that reaches the collector is named by its Hugging Face
 index (``hs[k]``), with whether it is a copy: an entry that shares storage
 with the embedding output is the embedding when captured, and layer 0's
 in-place residual add then overwrites it. A crash (in the setter or the
-forward) is reported with the exception and the file's line.
+forward) is reported with the exception and the file's line, but only when
+it is SGLang's: the failing line is the release's own code acting on values
+the release itself produces. A failure raised in a stand-in, or on a line
+that acts on a stand-in's answer (a helper the stand-ins do not model,
+which answers :class:`~patchcraft.harness.standins.Nothing`), says nothing
+about SGLang: the model "cannot be run here" and the static reading answers
+(:func:`standin_cause`, decided from the traceback's frames).
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
+
+import ast
+import types
 
 import torch
 
@@ -28,11 +37,23 @@ from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.scenarios import _describe
 from patchcraft.harness.shapes import ShapeError
-from patchcraft.harness.standins import HarnessError, RecordingEmbedding, World, mix, reference_states
+from patchcraft.harness.standins import (
+    HARNESS_DIR,
+    HarnessError,
+    Nothing,
+    RecordingEmbedding,
+    StandInWatch,
+    World,
+    mix,
+    reference_states,
+    watch_standins,
+)
 from patchcraft.harness.subject import HIDDEN, VOCAB, Subject, input_ids, subjects
 
 #: Where the harness cannot follow a model, the answer is this prefix and the reason.
 NOT_RUN = "not run"
+#: Where what failed was a stand-in (not SGLang's code on SGLang's values): this prefix and the reason.
+CANNOT_RUN = "cannot be run here"
 
 
 @dataclass(frozen=True)
@@ -56,6 +77,11 @@ class RunOutcome:
     @property
     def ran(self) -> bool:
         return not self.not_run
+
+    @property
+    def harness_limit(self) -> bool:
+        """It failed on a stand-in: no claim about SGLang, the static reading answers."""
+        return self.not_run.startswith(CANNOT_RUN)
 
     @property
     def states(self) -> tuple[int, ...]:
@@ -144,18 +170,19 @@ def _run(subject: Subject, layer_ids: Optional[Sequence[int]], num_layers: int) 
         instance = subject.build(PATCHED, world)
     except Exception as exc:  # the literal __init__ statements failing: the harness cannot judge
         return RunOutcome(not_run=f"{NOT_RUN}: building the model raised {_describe(exc, subject.files)}")
-    try:
-        subject.set_ids(instance, list(layer_ids) if layer_ids is not None else None, world)
-    except HarnessError as exc:
-        return RunOutcome(not_run=f"{NOT_RUN}: {exc}")
-    except Exception as exc:
-        return RunOutcome(crash=_describe(exc, subject.files), stage="setter")
-    try:
-        aux = subject.run(instance, world)
-    except HarnessError as exc:
-        return RunOutcome(not_run=f"{NOT_RUN}: {exc}")
-    except Exception as exc:
-        return RunOutcome(crash=_describe(exc, subject.files), stage="forward")
+    with watch_standins() as seen:
+        try:
+            subject.set_ids(instance, list(layer_ids) if layer_ids is not None else None, world)
+        except HarnessError as exc:
+            return RunOutcome(not_run=f"{NOT_RUN}: {exc}")
+        except Exception as exc:
+            return _crash(exc, subject, seen, "setter")
+        try:
+            aux = subject.run(instance, world)
+        except HarnessError as exc:
+            return RunOutcome(not_run=f"{NOT_RUN}: {exc}")
+        except Exception as exc:
+            return _crash(exc, subject, seen, "forward")
     return RunOutcome(fed=_identify(aux, instance.embedding, num_layers))
 
 
@@ -183,6 +210,106 @@ def _by_value(tensor: torch.Tensor, states: list[torch.Tensor]) -> Fed:
         if tensor.shape == state.shape and torch.equal(tensor, mix(state, index)):
             return Fed(None, True, f"layer {index}'s output without its residual")
     return Fed(None, True, f"an unknown tensor {tuple(tensor.shape)}")
+
+
+def _crash(exc: Exception, subject: Subject, seen: StandInWatch, stage: str) -> RunOutcome:
+    """SGLang's crash, or "cannot be run here" when what failed was a stand-in (:func:`standin_cause`)."""
+    described = _describe(exc, subject.files)
+    cause = standin_cause(exc, subject, seen)
+    if cause:
+        return RunOutcome(not_run=f"{CANNOT_RUN}: the {stage} raised {described}, {cause}")
+    return RunOutcome(crash=described, stage=stage)
+
+
+def standin_cause(exc: BaseException, subject: Subject, seen: StandInWatch) -> str:
+    """Why ``exc`` says nothing about SGLang, or "" when it is SGLang's own crash.
+
+    The innermost frame that is either the harness or the code under test
+    decides (library frames, torch's, are passed over): the harness's
+    (a stand-in raised) is no claim about SGLang; the model's is SGLang's
+    crash unless its statement obtained a stand-in's answer while it ran,
+    or reads a local that holds one.
+    """
+    package = str(subject.programs[PATCHED].sources.package)
+    tb = exc.__traceback__
+    frames: list[tuple[types.FrameType, int]] = []
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    for frame, line in reversed(frames):
+        filename = frame.f_code.co_filename
+        where = f"{Path(filename).name}:{line}"
+        if filename.startswith(HARNESS_DIR):
+            return f"inside the CPU harness's stand-in ({where} in {frame.f_code.co_name}): no claim about SGLang"
+        if filename in subject.files or filename.startswith(package):
+            name = _standin_on_statement(frame, line, subject, seen)
+            if not name:
+                return ""
+            return (
+                f"acting on `{name}`, a stand-in the CPU harness does not model (SGLang gives a real value there): "
+                "no claim about SGLang"
+            )
+    return "outside the model's code: no claim about SGLang"
+
+
+def _standin_on_statement(frame: types.FrameType, line: int, subject: Subject, seen: StandInWatch) -> str:
+    """The stand-in that the statement at ``line`` of ``frame`` obtained or reads ("" when none)."""
+    statements = _statements(subject, Path(frame.f_code.co_filename))
+    first, last = _statement_span(statements, line)
+    made = [
+        m
+        for m in seen.seen
+        if m.frame == id(frame) and m.filename == frame.f_code.co_filename and first <= m.line <= last
+    ]
+    if made:
+        return made[-1].name
+    for name in (n for at in range(first, last + 1) for n in statements.names.get(at, ())):
+        value = frame.f_locals.get(name)
+        if isinstance(value, Nothing) or (
+            isinstance(value, (tuple, list)) and any(isinstance(v, Nothing) for v in value)
+        ):
+            return name
+    return ""
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """A file's statements by line span (a compound statement's header only), and the names each line reads."""
+
+    spans: tuple[tuple[int, int], ...]
+    names: Mapping[int, tuple[str, ...]]
+
+
+_STATEMENTS: dict[int, tuple[ast.Module, _Statements]] = {}
+
+
+def _statements(subject: Subject, path: Path) -> _Statements:
+    try:
+        tree = subject.programs[PATCHED].sources.get(path).syntax
+    except (OSError, SyntaxError, ValueError):
+        return _Statements((), {})
+    cached = _STATEMENTS.get(id(tree))
+    if cached is not None and cached[0] is tree:
+        return cached[1]
+    spans, names = [], {}  # type: ignore[var-annotated]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.setdefault(node.lineno, []).append(node.id)
+        elif isinstance(node, ast.stmt) and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = getattr(node, "body", None)
+            end = body[0].lineno - 1 if isinstance(body, list) and body else node.end_lineno or node.lineno
+            spans.append((node.lineno, max(end, node.lineno)))
+    found = _Statements(tuple(spans), {line: tuple(n) for line, n in names.items()})
+    if len(_STATEMENTS) >= 16:
+        _STATEMENTS.pop(next(iter(_STATEMENTS)))
+    _STATEMENTS[id(tree)] = (tree, found)
+    return found
+
+
+def _statement_span(statements: _Statements, line: int) -> tuple[int, int]:
+    """The lines of the innermost statement holding ``line``."""
+    holding = [span for span in statements.spans if span[0] <= line <= span[1]]
+    return min(holding, key=lambda span: span[1] - span[0]) if holding else (line, line)
 
 
 def fed_text(outcome: RunOutcome) -> str:

@@ -12,7 +12,9 @@ module name: :data:`MODULES`), and every other SGLang helper, which becomes
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -35,6 +37,8 @@ class Nothing:
 
     def __init__(self, name: str = "?") -> None:
         object.__setattr__(self, "_name", name)
+        if _WATCH:
+            _WATCH[-1].made(name)
 
     def __repr__(self) -> str:
         return f"<stand-in {self._name}>"
@@ -99,6 +103,52 @@ class Nothing:
 
 class HarnessError(Exception):
     """The code under test took a path the harness cannot model."""
+
+
+#: This package's files: a frame in one of them is the harness, not the code under test.
+HARNESS_DIR = str(Path(__file__).resolve().parent)
+
+
+@dataclass(frozen=True)
+class Made:
+    """Where the code under test obtained a :class:`Nothing`: its frame, file and line."""
+
+    frame: int  # id() of the frame
+    filename: str
+    line: int
+    name: str
+
+
+class StandInWatch:
+    """Each :class:`Nothing` the code under test obtains, by the frame and line that asked for it.
+
+    A crash on a line that obtained a Nothing (or reads one) acts on a
+    stand-in's answer, not on a value SGLang produces (``with watch_standins() as seen:``).
+    """
+
+    def __init__(self) -> None:
+        self.seen: list[Made] = []
+
+    def made(self, name: str) -> None:
+        frame = sys._getframe(2)  # past Nothing.__init__'s caller, which may be a stand-in itself
+        while frame is not None and frame.f_code.co_filename.startswith(HARNESS_DIR):
+            frame = frame.f_back  # type: ignore[assignment]
+        if frame is not None and len(self.seen) < 100_000:
+            self.seen.append(Made(id(frame), frame.f_code.co_filename, frame.f_lineno, name))
+
+
+_WATCH: list[StandInWatch] = []
+
+
+class watch_standins:
+    """``with watch_standins() as seen:`` records every Nothing the code obtains while it runs."""
+
+    def __enter__(self) -> StandInWatch:
+        _WATCH.append(StandInWatch())
+        return _WATCH[-1]
+
+    def __exit__(self, *exc: Any) -> None:
+        _WATCH.pop()
 
 
 class _UnknownIsNothing:

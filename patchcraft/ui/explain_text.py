@@ -48,4 +48,8 @@ def fed_line(result: Explanation) -> str:
 
 
 def source_line(result: Explanation) -> str:
-    return "by running the code on the CPU harness" if result.source == RUN else "static reading"
+    if result.source == RUN:
+        return "by running the code on the CPU harness"
+    if result.not_run:
+        return "static reading: the code could not be run on the CPU harness, see the note"
+    return "static reading"

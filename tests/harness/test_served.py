@@ -258,3 +258,74 @@ def test_without_torch_the_static_reading_answers_and_says_so(tmp_path, monkeypa
         capsys, "check-draft", str(draft), "--target", str(target), "--trained-on", TRAINED, "--release", "0.5.23"
     )
     assert code == 1 and "(static reading)" in out and "[static reading]" in out
+
+
+# -- a limit of the harness is no fact about SGLang ------------------------------------------
+
+#: 0.5.10's LlamaModel.forward, after the layer call: a fork's decoder layer step that calls a
+#: communicator method the stand-ins do not model (SGLang returns a pair there, the stand-in nothing).
+LAYER_CALL_0_5_10 = "                residual,\n            )\n\n        if not self.pp_group.is_last_rank:\n"
+COMMUNICATOR_CALL = (
+    "                residual,\n            )\n"
+    "            hidden_states, residual = layer.layer_communicator.postprocess_layer(\n"
+    "                hidden_states, residual, forward_batch\n"
+    "            )\n\n        if not self.pp_group.is_last_rank:\n"
+)
+
+
+def communicator_fork(release_copy) -> Path:
+    package = release_copy("0.5.10")
+    path = package / "srt" / "models" / "llama.py"
+    text = path.read_text(encoding="utf-8")
+    assert text.count(LAYER_CALL_0_5_10) == 1
+    path.write_text(text.replace(LAYER_CALL_0_5_10, COMMUNICATOR_CALL), encoding="utf-8")
+    return package
+
+
+def llama_draft(tmp_path: Path) -> tuple[Path, Path]:
+    target = tmp_path / "llama-target"
+    target.mkdir()
+    (target / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096})
+    )
+    return sglang_draft(tmp_path / "llama-draft", [2, 15, 28], fc_in=3 * 4096, target_hidden=4096), target
+
+
+def test_a_method_the_stand_ins_do_not_model_is_no_crash_claim(tmp_path, release_copy, capsys):
+    package = communicator_fork(release_copy)
+    result = explain(load_model(resolve_target(str(package)), "llama"), [2, 15, 28], 32)
+    assert result.source == "static" and result.outcome is None
+    assert result.not_run.startswith("cannot be run here") and "layer_communicator.postprocess_layer" in result.not_run
+    assert result.served == (3, 16, 29)  # the static reading, labelled as such
+    assert not any("SGLang will crash" in w.message for w in result.warnings)
+    assert {"crash", "startup"}.isdisjoint(w.kind for w in result.warnings)
+    code, out, err = cli(
+        capsys, "explain", str(package), "--model", "llama", "--layer-ids", "2,15,28", "--num-layers", "32"
+    )
+    out += err
+    assert "SGLang will crash" not in out and "crash in the forward" not in out
+    assert "static reading: the code could not be run on the CPU harness" in out
+    assert "note: static reading, not a run" in out and "no claim about SGLang" in out
+    draft, target = llama_draft(tmp_path)
+    args = ("check-draft", str(draft), str(package), "--target", str(target), "--model", "llama", "--no-cuda-graph")
+    code, out, err = cli(capsys, *args, "--trained-on", "hf:0,3,16")
+    out += err
+    assert code == 1 and "no id list makes" not in out and "SGLang will crash" not in out
+    assert "skip  run          static reading: cannot be run here" in out
+    assert "[-1, 2, 15] after `patchcraft apply`" in out and "[static reading]" in out
+    code, out, _ = cli(capsys, *args, "--trained-on", "hf:3,16,29")
+    assert code == 0, out
+
+
+def test_a_crash_on_the_release_s_own_values_stays_a_crash(tmp_path, release_copy):
+    # The same fork's line, made to unpack a value the release itself produces: SGLang's crash.
+    package = communicator_fork(release_copy)
+    path = package / "srt" / "models" / "llama.py"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(
+        text.replace("layer.layer_communicator.postprocess_layer(\n", "(lambda *a: a[:1])(\n"), encoding="utf-8"
+    )
+    result = explain(load_model(resolve_target(str(package)), "llama"), [2, 15, 28], 32)
+    assert result.source == "run" and result.outcome is not None
+    assert "ValueError: not enough values to unpack" in result.outcome.crash
+    assert any(w.message.startswith("SGLang will crash on its first forward") for w in result.warnings)
