@@ -247,7 +247,7 @@ def _check_run(explanation: Explanation) -> Check:
     if found:
         return Check("run", False, found[0].message)
     if explanation.source != RUN:
-        return Check("run", None, "static reading: the code was not run (install torch to run it on the CPU harness)")
+        return Check("run", None, explanation.static_why)
     if explanation.outcome is not None and not explanation.outcome.all_copies:
         return Check("run", False, explanation.findings(FindingKind.EMBEDDING)[0].message)
     return Check(
