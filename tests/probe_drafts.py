@@ -270,3 +270,46 @@ def target_dir(directory: Path, target: TinyTarget, name: str = "model.embed_tok
     }
     (directory / "config.json").write_text(json.dumps(config))
     return directory
+
+
+# -- built once per test session ------------------------------------------------------------------
+
+_BUILT: dict[tuple, Path] = {}
+_ROOT: list[Path] = []
+
+
+def _root() -> Path:
+    if not _ROOT:
+        import tempfile
+
+        _ROOT.append(Path(tempfile.mkdtemp(prefix="patchcraft-probe-")))
+    return _ROOT[0]
+
+
+def built(kind: str, *args) -> Path:
+    """``built("draft", (0, 2, 3))``, ``built("plain")``, ``built("speculators")``, ``built("specforge", (0, 2, 3))``,
+    ``built("target")``: made once per session (one thread: these tiny tensors are slower on more)."""
+    key = (kind,) + args
+    if key not in _BUILT:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            where = _root() / "_".join(str(a) for a in key).replace(" ", "").replace(",", "-")
+            target = TinyTarget()
+            if kind == "draft":
+                (wiring,) = args
+                _BUILT[key] = train_draft(where, target, wiring, steps=200, ids_in_config=[s - 1 for s in wiring])
+            elif kind == "plain":
+                _BUILT[key] = dump_plain(where, target, sequences(12, seed=5))
+            elif kind == "speculators":
+                _BUILT[key] = dump_speculators(where, target, sequences(12, seed=5), range(LAYERS + 1))
+            elif kind == "specforge":
+                (held,) = args
+                _BUILT[key] = dump_specforge(where, target, sequences(12, seed=5), held)
+            elif kind == "target":
+                _BUILT[key] = target_dir(where, target)
+            else:
+                raise ValueError(kind)
+        finally:
+            torch.set_num_threads(threads)
+    return _BUILT[key]

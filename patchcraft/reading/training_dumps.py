@@ -183,7 +183,7 @@ def _first_layout(path: Path, fmt: str, states: Optional[Sequence[int]]) -> tupl
             return (
                 tuple(states),
                 _entry(path, header, f"hs.{states[0]}").shape[-1],
-                "the file's keys (--states: a subset)",
+                "the file's keys, a subset by --states",
             )
         shape = _entry(path, header, f"hs.{named[0]}").shape
         return tuple(named), shape[-1], "the file's keys"
