@@ -11,6 +11,7 @@ from patchcraft.ui.explain_text import explanation_text
 from patchcraft.analysis.explain import explanation, read_ids, run_harness
 from patchcraft.analysis.target_model import load_model
 from patchcraft.commands._targets import release_targets
+from patchcraft.base.engines import ServingEngine, detect_engine
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.layer_ids import parse_layer_ids
 from patchcraft.ui.machine_output import verdict_code
@@ -29,6 +30,8 @@ class ExplainOptions:
     tp: int = 1
     #: An overlay directory (patchcraft overlay build): its files are the ones the server imports.
     overlay: str | None = None
+    #: The serving engine (None: told from TARGET or the installs, base.engines.detect_engine).
+    engine: ServingEngine | None = None
 
 
 def resolve_tree(target: str | None, release: str | None, overlay: str | None = None) -> SglangTree:
@@ -51,6 +54,10 @@ def resolve_tree(target: str | None, release: str | None, overlay: str | None = 
 
 def explain_command(options: ExplainOptions) -> int:
     """Print the explanation; exit 1 when any id will not capture what it says."""
+    # --release and --overlay name SGLang's unless --engine says otherwise; else TARGET or the installs tell.
+    told = options.engine or (ServingEngine.SGLANG if options.release or options.overlay else None)
+    if detect_engine(options.target, told) is ServingEngine.VLLM:
+        return _explain_vllm(options)
     tree = resolve_tree(options.target, options.release, options.overlay)
     model = load_model(tree, options.model)
     reading = read_ids(model, parse_layer_ids(options.layer_ids), options.num_layers, tp=options.tp)
@@ -58,4 +65,26 @@ def explain_command(options: ExplainOptions) -> int:
     code = verdict_code(not result.warnings)
     return console.print_report(
         options.output_format, code, lambda: explanation_json(result, code), lambda: explanation_text(result)
+    )
+
+
+def _explain_vllm(options: ExplainOptions) -> int:
+    """``--engine vllm``: the release's runners, gate, setter and forward run (docs/vllm.md)."""
+    from patchcraft.analysis.vllm_explain import explain_vllm
+    from patchcraft.base.vllm_fetch import fetch_vllm
+    from patchcraft.base.vllm_tree import resolve_vllm_target
+    from patchcraft.ui.vllm_explain_text import vllm_explanation_json, vllm_explanation_text
+
+    if options.overlay is not None:
+        raise PatchcraftError("--overlay: vLLM overlays are not built yet (docs/vllm.md); give the vLLM tree as TARGET")
+    if options.target and options.release:
+        raise PatchcraftError("give either TARGET or --release, not both")
+    if not options.model:
+        raise PatchcraftError("--engine vllm needs --model (a class such as DeepseekV3ForCausalLM, or a file stem)")
+    target = str(fetch_vllm(options.release)) if options.release else options.target
+    tree = resolve_vllm_target(target)
+    result = explain_vllm(tree, options.model, parse_layer_ids(options.layer_ids), options.num_layers)
+    code = verdict_code(not result.findings)
+    return console.print_report(
+        options.output_format, code, lambda: vllm_explanation_json(result, code), lambda: vllm_explanation_text(result)
     )

@@ -1,0 +1,318 @@
+"""``explain --engine vllm``: what a vLLM release feeds an EAGLE-3 draft for a list of ids, by running its code.
+
+Everything is the release's own: where its runners take the ids from
+(:mod:`patchcraft.reading.vllm_runner`, run on stand-ins), which runner
+is the default, its model-type gate, the model's default getter, setter and
+forward (:mod:`patchcraft.harness.vllm_served`, on the CPU harness). vLLM's
+id X means ``hs[X]``; the findings say where a release does otherwise:
+an id that crashes (with the file and line), one that is dropped, ids that
+collapse into one state, an entry that aliases the embedding and is
+overwritten in place, ids the default runner does not read from where the
+draft keeps them, and a target the gate refuses. The text and the JSON are
+:mod:`patchcraft.ui.vllm_explain_text`'s.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from patchcraft.base.vllm_tree import VllmTree
+from patchcraft.reading.vllm_runner import EAGLE_CONFIG, TOP_LEVEL, Gate, RunnerIds, read_gate, read_runners
+
+if TYPE_CHECKING:  # torch-free at import: the harness loads only when a run happens
+    from patchcraft.harness.served import RunOutcome
+    from patchcraft.harness.vllm_served import VllmRun
+
+#: ``model_type`` of the architectures whose class name does not give it by the rule in :func:`model_type_of`.
+MODEL_TYPES = {
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "KimiK25ForConditionalGeneration": "kimi_k25",
+    "MiniCPMForCausalLM": "minicpm",
+    "GptOssForCausalLM": "gpt_oss",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "LlamaForCausalLM": "llama",
+}
+
+
+#: ``fed`` of a class the release serves no EAGLE-3 draft for.
+NO_TARGET = "no EAGLE-3 draft (not an EAGLE-3 target on this release)"
+
+
+def model_type_of(cls: str) -> str:
+    """The Hugging Face ``model_type`` of architecture ``cls``: :data:`MODEL_TYPES`, else its name in snake case."""
+    if cls in MODEL_TYPES:
+        return MODEL_TYPES[cls]
+    stem = re.sub(r"For(CausalLM|ConditionalGeneration)$", "", cls)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", stem).lower()
+
+
+class FindingKind(str, enum.Enum):
+    """What a vLLM finding is about (the JSON's ``kind``)."""
+
+    GATE = "gate"
+    IGNORED = "ids-not-read"
+    #: A place of the draft's config (SGLang's ``eagle_config``) a runner does not read: a note, not a warning.
+    PLACE = "place-not-read"
+    CRASH = "crash"
+    DROPPED = "dropped"
+    COLLAPSED = "collapsed"
+    ALIAS = "alias"
+    NOTHING = "captures-nothing"
+    COUNT = "count"
+    NOT_RUN = "not-run"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: FindingKind
+    text: str
+
+
+@dataclass(frozen=True)
+class IdAlone:
+    """One id set by itself: what the draft gets from it (``fed`` is harness.served.fed_text's wording)."""
+
+    layer_id: int
+    fed: str
+    states: tuple[int, ...]
+    copies: bool
+    crash: str
+
+
+@dataclass(frozen=True)
+class VllmExplanation:
+    version: str
+    package: str
+    model: str
+    model_type: str
+    num_layers: int
+    layer_ids: Optional[tuple[int, ...]]
+    gate: Gate
+    runners: tuple[RunnerIds, ...]
+    #: The model's defaults (from the getter the default runner calls), or () when it could not run.
+    defaults: tuple[int, ...]
+    #: The ids the default runner sets when the draft keeps ``layer_ids`` at top level (its defaults when it reads none).
+    served_ids: tuple[int, ...]
+    fed: str  # what the draft gets from ``served_ids``
+    fed_states: tuple[int, ...]
+    alone: tuple[IdAlone, ...]
+    findings: tuple[Finding, ...]
+    ran: bool  # False: torch is missing, nothing ran (the runners and the gate are still read)
+    #: Facts that change nothing for these ids where the draft keeps them (top level): e.g. a place no runner reads.
+    notes: tuple[Finding, ...] = ()
+
+
+def default_runner(runners: Sequence[RunnerIds]) -> Optional[RunnerIds]:
+    return next((r for r in runners if r.default), runners[0] if runners else None)
+
+
+def explain_vllm(
+    tree: VllmTree, model_name: str, layer_ids: Optional[Sequence[int]], num_layers: int
+) -> VllmExplanation:
+    """Read the runners and the gate, then run the model's getter, setter and forward (torch needed for the run)."""
+    import importlib.util
+
+    runners = read_runners(tree.package, layer_ids)
+    gate = read_gate(tree.package)
+    runner = default_runner(runners)
+    ids = tuple(layer_ids) if layer_ids is not None else None
+    set_ids = runner.ids_for(TOP_LEVEL) if runner is not None and ids is not None else None
+    findings: list[Finding] = []
+    if importlib.util.find_spec("torch") is None:
+        label = model_name
+        findings.append(Finding(FindingKind.NOT_RUN, "torch is not installed: the model's code was not run"))
+        return _record(
+            tree, label, num_layers, ids, gate, runners, (), set_ids or (), "not run", (), (), findings, False
+        )
+    from patchcraft.harness.served import fed_text
+    from patchcraft.harness.standins import HarnessError
+    from patchcraft.harness.vllm_served import default_ids, find_model, run_ids
+
+    try:
+        model = find_model(tree.package, model_name)
+    except HarnessError as exc:
+        findings += _gate_findings(gate, model_type_of(model_name))
+        findings.append(Finding(FindingKind.NOT_RUN, str(exc)))
+        return _record(tree, model_name, num_layers, ids, gate, runners, (), (), NO_TARGET, (), (), findings, True)
+    getter = (
+        runner.default_getter if runner is not None and runner.default_getter else "get_eagle3_aux_hidden_state_layers"
+    )
+    defaults, why = default_ids(model, getter, num_layers)
+    if why:
+        findings.append(Finding(FindingKind.NOT_RUN, f"the defaults could not be read: {why}"))
+    served = set_ids if set_ids else defaults
+    run = run_ids(model, served, num_layers)
+    alone = tuple(_alone(run_ids(model, (i,), num_layers), i, fed_text) for i in dict.fromkeys(served))
+    holds = dict(run.aliased_holds)
+    findings += _findings(
+        gate, model_type_of(model.outer.name), runners, runner, ids, served, defaults, run.outcome, alone, holds
+    )
+    return _record(
+        tree,
+        model.label,
+        num_layers,
+        ids,
+        gate,
+        runners,
+        defaults,
+        served,
+        fed_text(run.outcome),
+        run.outcome.states if not run.outcome.crash else (),
+        alone,
+        findings,
+        True,
+    )
+
+
+def _record(
+    tree: VllmTree,
+    label: str,
+    num_layers: int,
+    ids: Optional[tuple[int, ...]],
+    gate: Gate,
+    runners: Sequence[RunnerIds],
+    defaults: Sequence[int],
+    served: Sequence[int],
+    fed: str,
+    states: Sequence[int],
+    alone: Sequence[IdAlone],
+    findings: Sequence[Finding],
+    ran: bool,
+) -> VllmExplanation:
+    notes = tuple(f for f in findings if f.kind is FindingKind.PLACE)
+    return VllmExplanation(
+        version=tree.version,
+        package=str(tree.package),
+        model=label,
+        model_type=model_type_of(label.rpartition(".")[2]),
+        num_layers=num_layers,
+        layer_ids=ids,
+        gate=gate,
+        runners=tuple(runners),
+        defaults=tuple(defaults),
+        served_ids=tuple(served),
+        fed=fed,
+        fed_states=tuple(states),
+        alone=tuple(alone),
+        findings=tuple(f for f in findings if f.kind is not FindingKind.PLACE),
+        ran=ran,
+        notes=notes,
+    )
+
+
+def _alone(run: "VllmRun", layer_id: int, fed_text: Callable[["RunOutcome"], str]) -> IdAlone:
+    outcome = run.outcome
+    return IdAlone(
+        layer_id, fed_text(outcome), outcome.states if not outcome.crash else (), outcome.all_copies, outcome.crash
+    )
+
+
+def _findings(
+    gate: Gate,
+    model_type: str,
+    runners: Sequence[RunnerIds],
+    runner: Optional[RunnerIds],
+    ids: Optional[tuple[int, ...]],
+    served: tuple[int, ...],
+    defaults: tuple[int, ...],
+    outcome: "RunOutcome",
+    alone: Sequence[IdAlone],
+    holds: dict[int, str],
+) -> list[Finding]:
+    found = _gate_findings(gate, model_type)
+    if ids is not None:
+        found += _placement(runners, runner, ids, defaults)
+    for entry in alone:
+        if entry.crash:
+            found.append(Finding(FindingKind.CRASH, f"id {entry.layer_id} crashes the forward: {entry.crash}"))
+        elif not entry.states and entry.layer_id >= 0:
+            found.append(
+                Finding(
+                    FindingKind.DROPPED, f"id {entry.layer_id} captures nothing (dropped: the forward never reaches it)"
+                )
+            )
+        elif not entry.states:
+            found.append(Finding(FindingKind.NOTHING, f"id {entry.layer_id} is accepted and captures nothing"))
+    repeated = sorted({i for i in served if served.count(i) > 1})
+    if repeated:
+        said = ", ".join(str(i) for i in repeated)
+        found.append(
+            Finding(
+                FindingKind.COLLAPSED,
+                f"repeated id{'s' if len(repeated) > 1 else ''} {said}: each gives one state however often it is listed",
+            )
+        )
+    for position, held in sorted(holds.items()):
+        found.append(
+            Finding(
+                FindingKind.ALIAS,
+                f"entry {position} is the embedding output itself, not a copy: layer 0 takes it as its residual and "
+                f"the in-place fused add-norm overwrites it, so the draft reads {held} instead of hs[0]",
+            )
+        )
+    if not outcome.crash and not outcome.not_run and len(outcome.fed) != len(served):
+        found.append(
+            Finding(
+                FindingKind.COUNT,
+                f"the draft gets {len(outcome.fed)} state{'s' if len(outcome.fed) != 1 else ''} for {len(served)} ids "
+                f"(an EAGLE-3 draft's fc expects one per id it was trained on)",
+            )
+        )
+    if outcome.not_run:
+        found.append(Finding(FindingKind.NOT_RUN, outcome.not_run))
+    return found
+
+
+def _gate_findings(gate: Gate, model_type: str) -> list[Finding]:
+    if gate.admits(model_type):
+        return []
+    return [
+        Finding(
+            FindingKind.GATE,
+            f"SpeculativeConfig refuses EAGLE-3 for model_type {model_type!r} ({gate.where}: one of "
+            f"{list(gate.names or ())} must be in it): the server does not start with this target",
+        )
+    ]
+
+
+def _placement(
+    runners: Sequence[RunnerIds], runner: Optional[RunnerIds], ids: tuple[int, ...], defaults: tuple[int, ...]
+) -> list[Finding]:
+    """Which runners never read the draft's ids, and which places of the draft's config they do not read."""
+    found = []
+    served = f"the defaults {list(defaults)} are served" if defaults else "the defaults are served"
+    for each in runners:
+        role = "the default" if each is runner else "not the default"
+        if not each.function:
+            found.append(
+                Finding(
+                    FindingKind.IGNORED,
+                    f"the {each.name} ({role}) never reads ids from the draft: {served} ({each.default_getter})",
+                )
+            )
+        elif each.error:
+            found.append(Finding(FindingKind.NOT_RUN, f"{each.name}: {each.function} could not run: {each.error}"))
+    reading = [r for r in runners if r.function and not r.error]
+    for place in (TOP_LEVEL, EAGLE_CONFIG):
+        blind = [r for r in reading if r.ids_for(place) is None]
+        if not blind:
+            continue
+        who = "no runner" if len(blind) == len(runners) else " and ".join(f"the {r.name}" for r in blind) + " does not"
+        verb = "reads" if who == "no runner" else "read"
+        where = ", ".join(r.function for r in blind)
+        found.append(
+            Finding(
+                FindingKind.IGNORED if place == TOP_LEVEL else FindingKind.PLACE,
+                f"{who} {verb} {place} ({where}): ids kept only there are ignored and {served}",
+            )
+        )
+    return found

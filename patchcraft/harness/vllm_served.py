@@ -1,0 +1,264 @@
+"""The hidden states a vLLM target feeds an EAGLE-3 draft: run the release's own setter and forward.
+
+The shared machinery does the work (:mod:`patchcraft.harness.assemble`
+compiles the release's methods from its files at their own lines into
+stand-in classes, :mod:`patchcraft.harness.standins` gives the embedding,
+layers and norm, :mod:`patchcraft.harness.served` names what reached the
+draft); this module knows vLLM's class shapes:
+
+- the model class holds its setter ``set_aux_hidden_state_layers`` (its own,
+  or ``SupportsEagle3``'s from 0.18, which hands the ids to the inner
+  model's ``EagleModelMixin._set_aux_hidden_state_layers``) and the getter
+  of the defaults the runner calls (``get_eagle3_aux_hidden_state_layers``,
+  later ``get_eagle3_default_aux_hidden_state_layers``);
+- the inner model is ``self.model``; its ``forward`` captures at the top of
+  each layer (``hidden_states + residual``) or, with the mixin, after each
+  layer (``_maybe_add_hidden_state(aux, idx + 1, ...)``);
+- a name that a vLLM file defines or imports from a sibling model file is
+  the stand-in of that class (``isinstance(holder, EagleModelMixin)`` must
+  hold), and a ``vllm.*`` import inside a method is a stand-in module
+  (:mod:`patchcraft.harness.vllm_standins`).
+
+vLLM's id X is ``hs[X]`` wherever the release captures it; which ids are
+served, copied, aliased, dropped or collapsed is what running shows.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import nn
+
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.harness.assemble import Program, Sources
+from patchcraft.harness.extract import PATCHED, ModelSource
+from patchcraft.harness.served import Fed, RunOutcome
+from patchcraft.harness.shapes import ShapeError, layer_call
+from patchcraft.harness.standins import (
+    HarnessError,
+    RecordingEmbedding,
+    StandInConfig,
+    StandInLayer,
+    StandInNorm,
+    World,
+    activate,
+    mix,
+    reference_states,
+)
+from patchcraft.harness.subject import HIDDEN, TOKENS, VOCAB, input_ids
+from patchcraft.harness.vllm_standins import HELPERS, method_builtins
+from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
+
+SETTER = "set_aux_hidden_state_layers"
+INNER = "model"
+
+
+class VllmProgram(Program):
+    """A :class:`Program` over a vLLM models directory: sibling classes are stand-ins, helpers vLLM's."""
+
+    def globals_for(self, path: Path) -> dict[str, Any]:
+        namespace = super().globals_for(path)
+        if not isinstance(namespace.get("__builtins__"), dict):
+            namespace["__builtins__"] = method_builtins()
+            namespace["__name__"] = f"vllm.model_executor.models.{path.stem}"
+        return namespace
+
+    def _resolve(self, name: str, source: ModelSource) -> Any:
+        node = self.graph.resolve(source.path.stem, name)
+        if node is not None:
+            return self.stand_in(node)
+        if name in HELPERS and (name in source.imports or name in source.defined):
+            return HELPERS[name]()
+        return super()._resolve(name, source)
+
+
+@dataclass(frozen=True)
+class VllmModel:
+    """A vLLM model class, its inner model and the layer convention its forward uses."""
+
+    graph: ModelGraph
+    outer: ClassNode
+    inner: ClassNode
+    forward_owner: ClassNode
+    program: VllmProgram
+
+    @property
+    def label(self) -> str:
+        return self.outer.label
+
+    @property
+    def files(self) -> set[str]:
+        return {str(c.path) for c in self.graph.mro(self.outer) + self.graph.mro(self.inner)}
+
+
+@dataclass(frozen=True)
+class VllmRun:
+    """One setter call and one forward: the ids the model got and what reached the draft."""
+
+    ids: Optional[tuple[int, ...]]  # what the setter was given
+    outcome: RunOutcome
+    #: For an entry that aliases the embedding: the state it holds after the forward (``hs[k]``), by position.
+    aliased_holds: tuple[tuple[int, str], ...] = ()
+
+
+def find_model(package: Path, name: str) -> VllmModel:
+    """The class ``name`` (``DeepseekV3ForCausalLM``) or a file stem's EAGLE-3 class (``llama``); one line if none.
+
+    A class without ``set_aux_hidden_state_layers`` in its MRO is no EAGLE-3 target on this release:
+    :class:`HarnessError` says so (the caller reports it, it is no usage error).
+    """
+    models = package / "model_executor" / "models"
+    graph = ModelGraph(models)
+    outer = _class_named(graph, models, name) if name[:1].isupper() else _class_of_stem(graph, models, name)
+    if graph.find_method(outer, SETTER) is None:
+        raise HarnessError(f"{outer.label} has no {SETTER}: not an EAGLE-3 target on this release")
+    inners = classes_assigned_to(graph, outer, INNER)
+    if not inners:
+        raise HarnessError(f"cannot tell which class `self.{INNER}` of {outer.label} is")
+    inner = inners[0]
+    owner = next((c for c in graph.mro(inner) if "forward" in c.methods), None)
+    if owner is None:
+        raise HarnessError(f"{inner.label} has no forward")
+    return VllmModel(graph, outer, inner, owner, VllmProgram(graph, Sources(package), PATCHED))
+
+
+def _class_named(graph: ModelGraph, models: Path, name: str) -> ClassNode:
+    needle = f"class {name}(".encode()
+    for path in sorted(models.glob("*.py")):
+        try:
+            found = needle in path.read_bytes()
+        except OSError:
+            continue
+        if found and graph.load(path.stem) and (path.stem, name) in graph.classes:
+            return graph.classes[(path.stem, name)]
+    raise PatchcraftError(f"{name}: no such model class in {models}")
+
+
+def _class_of_stem(graph: ModelGraph, models: Path, stem: str) -> ClassNode:
+    if not graph.load(stem):
+        raise PatchcraftError(f"{stem}: no model file {models / (stem + '.py')}")
+    candidates = [c for (module, _), c in graph.classes.items() if module == stem and c.name.endswith("ForCausalLM")]
+    with_setter = [c for c in candidates if graph.find_method(c, SETTER) is not None]
+    chosen = with_setter or candidates
+    if not chosen:
+        raise PatchcraftError(f"{stem}.py: no ...ForCausalLM class; name the class with --model")
+    return chosen[0]
+
+
+def default_ids(model: VllmModel, getter: str, num_layers: int) -> tuple[tuple[int, ...], str]:
+    """What the model's default getter returns (the runner calls ``getter``); ``((), why)`` when it cannot run."""
+    try:
+        with torch.no_grad(), activate(World()):
+            outer, _, _ = _build(model, num_layers)
+            return tuple(getattr(outer, getter)()), ""
+    except Exception as exc:
+        return (), f"{getter}: {_located(exc, model.files)}"
+
+
+def run_ids(model: VllmModel, ids: Sequence[int], num_layers: int) -> VllmRun:
+    """``set_aux_hidden_state_layers(tuple(ids))`` then one forward, on ``num_layers`` stand-in layers."""
+    chosen = tuple(ids)
+    with torch.no_grad(), activate(World()):
+        try:
+            outer, inner, embedding = _build(model, num_layers)
+        except (HarnessError, ShapeError) as exc:
+            return VllmRun(chosen, RunOutcome(not_run=f"not run: {exc}"))
+        try:
+            getattr(outer, SETTER)(chosen)
+        except Exception as exc:
+            return VllmRun(chosen, RunOutcome(crash=_located(exc, model.files), stage="setter"))
+        try:
+            result = _forward(model, inner)
+        except HarnessError as exc:
+            return VllmRun(chosen, RunOutcome(not_run=f"not run: {exc}"))
+        except Exception as exc:
+            return VllmRun(chosen, RunOutcome(crash=_located(exc, model.files), stage="forward"))
+    aux = list(result[1]) if isinstance(result, tuple) and len(result) == 2 else []
+    fed, holds = _identify(aux, embedding, num_layers)
+    return VllmRun(chosen, RunOutcome(fed=fed), holds)
+
+
+def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedding]:
+    program = model.program
+    forward = program.method(model.forward_owner, "forward")
+    assert forward is not None
+    call = layer_call(forward)
+    inner: Any = program.stand_in(model.inner)()
+    embedding = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
+    inner.equip("embed_tokens", embedding)
+    inner.equip("layers", nn.ModuleList(StandInLayer(i, call) for i in range(num_layers)))
+    inner.equip("start_layer", 0)
+    inner.equip("end_layer", num_layers)
+    inner.equip("norm", StandInNorm())
+    inner.equip("config", StandInConfig(num_layers, HIDDEN, VOCAB))
+    inner.equip("hidden_size", HIDDEN)
+    outer: Any = program.stand_in(model.outer)()
+    outer.equip("config", StandInConfig(num_layers, HIDDEN, VOCAB))
+    setattr(outer, INNER, inner)
+    return outer, inner, embedding
+
+
+def _forward(model: VllmModel, inner: Any) -> Any:
+    function: Any = getattr(model.program.stand_in(model.forward_owner), "forward")
+    inputs = {
+        "input_ids": input_ids(),
+        "positions": torch.arange(TOKENS),
+        "intermediate_tensors": None,
+        "inputs_embeds": None,
+    }
+    signature = inspect.signature(function)
+    arguments = {}
+    for name, parameter in list(signature.parameters.items())[1:]:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if name in inputs:
+            arguments[name] = inputs[name]
+        elif parameter.default is parameter.empty:
+            raise HarnessError(f"{model.forward_owner.label}.forward takes `{name}`, which the harness cannot give")
+    return function(inner, **arguments)
+
+
+def _identify(
+    aux: Sequence[Any], embedding: RecordingEmbedding, num_layers: int
+) -> tuple[tuple[Fed, ...], tuple[tuple[int, str], ...]]:
+    """Name each captured tensor (an alias of the embedding output first), and what each alias holds now."""
+    reference = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
+    states = reference_states(reference(input_ids()), num_layers)
+    pointers = {t.untyped_storage().data_ptr() for t in embedding.outputs}
+    fed: list[Fed] = []
+    holds: list[tuple[int, str]] = []
+    for position, tensor in enumerate(aux):
+        if not isinstance(tensor, torch.Tensor):
+            fed.append(Fed(None, True, type(tensor).__name__))
+            continue
+        named = _by_value(tensor, states)
+        if tensor.untyped_storage().data_ptr() in pointers:
+            fed.append(Fed(0, False))
+            holds.append((position, f"hs[{named.state}]" if named.state is not None else named.what))
+        else:
+            fed.append(named)
+    return tuple(fed), tuple(holds)
+
+
+def _by_value(tensor: torch.Tensor, states: list[torch.Tensor]) -> Fed:
+    for index, state in enumerate(states):
+        if tensor.shape == state.shape and torch.equal(tensor, state):
+            return Fed(index, True)
+    for index, state in enumerate(states[:-1]):
+        if tensor.shape == state.shape and torch.equal(tensor, mix(state, index)):
+            return Fed(None, True, f"layer {index}'s output without its residual")
+    return Fed(None, True, f"an unknown tensor {tuple(tensor.shape)}")
+
+
+def _located(exc: BaseException, files: set[str]) -> str:
+    """``Type: message at file.py:LINE in method``: the innermost frame in the release's files."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = next((f for f in reversed(frames) if f.filename in files), None)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    located = f" at {Path(where.filename).name}:{where.lineno} in {where.name}" if where else ""
+    return f"{type(exc).__name__}: {text}{located}"

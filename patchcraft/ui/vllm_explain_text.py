@@ -1,0 +1,98 @@
+"""``explain --engine vllm``'s text and JSON, from the :class:`~patchcraft.analysis.vllm_explain.VllmExplanation` record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from patchcraft import __version__
+from patchcraft.analysis.vllm_explain import NO_TARGET, VllmExplanation, default_runner
+from patchcraft.reading.vllm_runner import PLACES
+from patchcraft.ui.machine_output import SCHEMA_VERSION
+
+
+def _ids(ids: Any) -> str:
+    return "none" if ids is None else "[" + ", ".join(str(i) for i in ids) + "]"
+
+
+def vllm_explanation_text(result: VllmExplanation) -> str:
+    gate = (
+        "none (every target with the EAGLE-3 interface)"
+        if result.gate.names is None
+        else f"model_type must contain one of {list(result.gate.names)} ({result.gate.where}); "
+        f"{result.model_type!r}: {'admitted' if result.gate.admits(result.model_type) else 'refused'}"
+    )
+    lines = [
+        f"vllm {result.version} at {result.package}",
+        f"model    {result.model} (model_type {result.model_type}), {result.num_layers} layers",
+        f"ids      {_ids(result.layer_ids)} (vLLM: id X is hs[X], the state at the top of layer X)",
+        f"gate     {gate}",
+    ]
+    for runner in result.runners:
+        head = f"runner   {runner.name}{' [default]' if runner.default else ''}: "
+        if not runner.function:
+            lines.append(head + f"never reads the draft's ids; sets the defaults ({runner.default_getter})")
+            continue
+        if runner.error:
+            lines.append(head + f"{runner.function} could not run: {runner.error}")
+            continue
+        read = ", ".join(
+            f"{place}: {_ids(runner.ids_for(place)) if runner.ids_for(place) is not None else 'not read'}"
+            for place in PLACES
+        )
+        lines.append(head + f"{runner.function}; {read}")
+    lines.append(f"defaults {_ids(result.defaults) if result.defaults else 'unknown'}")
+    if result.alone:
+        lines += ["", f"  {'id':>4}  set alone, the draft gets"]
+        lines += [f"  {entry.layer_id:>4}  {entry.fed}" for entry in result.alone]
+    chosen = default_runner(result.runners)
+    via = f"the {chosen.name}" if chosen is not None else "the runner"
+    if result.fed == NO_TARGET:
+        lines += ["", f"vLLM feeds the draft: {result.fed}"]
+    else:
+        lines += ["", f"vLLM feeds the draft (ids {_ids(result.served_ids)} set by {via}): {result.fed}"]
+    lines += [f"warning: {finding.text}" for finding in result.findings]
+    lines += [f"note: {finding.text}" for finding in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def vllm_explanation_json(result: VllmExplanation, code: int) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_VERSION,
+        "patchcraft": __version__,
+        "command": "explain",
+        "engine": "vllm",
+        "version": result.version,
+        "package": result.package,
+        "model": result.model,
+        "model_type": result.model_type,
+        "num_layers": result.num_layers,
+        "layer_ids": list(result.layer_ids) if result.layer_ids is not None else None,
+        "gate": {
+            "names": list(result.gate.names) if result.gate.names is not None else None,
+            "where": result.gate.where,
+            "admits": result.gate.admits(result.model_type),
+        },
+        "runners": [
+            {
+                "name": r.name,
+                "default": r.default,
+                "function": r.function or None,
+                "default_getter": r.default_getter,
+                "reads": {place: (list(ids) if ids is not None else None) for place, ids in r.resolved},
+                "error": r.error or None,
+            }
+            for r in result.runners
+        ],
+        "defaults": list(result.defaults),
+        "served_ids": list(result.served_ids),
+        "fed": result.fed,
+        "fed_states": list(result.fed_states),
+        "alone": [
+            {"id": a.layer_id, "fed": a.fed, "states": list(a.states), "copies": a.copies, "crash": a.crash or None}
+            for a in result.alone
+        ],
+        "warnings": [{"kind": str(f.kind), "text": f.text} for f in result.findings],
+        "notes": [{"kind": str(f.kind), "text": f.text} for f in result.notes],
+        "ran": result.ran,
+        "exit_code": code,
+    }

@@ -1,0 +1,84 @@
+"""patchcraft.analysis.vllm_explain: the findings of ``explain --engine vllm``, from what running the release showed."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import vllm_release_package
+from patchcraft.analysis.vllm_explain import NO_TARGET, FindingKind, explain_vllm, model_type_of
+from patchcraft.base.vllm_tree import resolve_vllm_target
+
+pytest.importorskip("torch")
+
+
+def _explain(version: str, model: str, ids, layers: int):  # type: ignore[no-untyped-def]
+    return explain_vllm(resolve_vllm_target(str(vllm_release_package(version))), model, ids, layers)
+
+
+def _kinds(result) -> list[FindingKind]:  # type: ignore[no-untyped-def]
+    return [f.kind for f in result.findings]
+
+
+def test_model_types() -> None:
+    assert model_type_of("DeepseekV3ForCausalLM") == "deepseek_v3" and model_type_of("LlamaForCausalLM") == "llama"
+    assert model_type_of("Qwen2MoeForCausalLM") == "qwen2_moe"
+
+
+def test_0_11_2_llama() -> None:
+    dropped = _explain("0.11.2", "llama", (2, 3, 6), 6)
+    assert dropped.fed == "hs[2], hs[3]" and _kinds(dropped) == [FindingKind.DROPPED, FindingKind.COUNT]
+    assert [n.kind for n in dropped.notes] == [FindingKind.PLACE]  # eagle_config is read by no runner: a note
+    collapsed = _explain("0.11.2", "llama", (3, 3, 4), 6)
+    assert _kinds(collapsed) == [FindingKind.COLLAPSED, FindingKind.COUNT]
+    crash = _explain("0.11.2", "llama", (0, 2, 3), 6)
+    assert _kinds(crash) == [FindingKind.CRASH] and "llama.py:" in crash.findings[0].text
+    clean = _explain("0.11.2", "llama", (2, 3, 4), 6)
+    assert clean.findings == () and clean.fed_states == (2, 3, 4) and clean.defaults == (2, 3, 3)
+
+
+def test_0_11_2_deepseek_is_gated_and_no_target() -> None:
+    result = _explain("0.11.2", "DeepseekV3ForCausalLM", (0, 3, 31), 61)
+    assert result.fed == NO_TARGET and _kinds(result) == [FindingKind.GATE, FindingKind.NOT_RUN]
+
+
+def test_0_34_0_llama_alias_and_the_defaults() -> None:
+    alias = _explain("0.34.0", "LlamaForCausalLM", (0, 2, 3), 6)
+    assert _kinds(alias) == [FindingKind.ALIAS] and "reads hs[6] instead of hs[0]" in alias.findings[0].text
+    defaults = _explain("0.34.0", "LlamaForCausalLM", None, 6)
+    assert defaults.served_ids == (2, 3, 3) and _kinds(defaults) == [FindingKind.COLLAPSED, FindingKind.COUNT]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "version, ids, fed, kinds",
+    [
+        ("0.17.0", (0, 2, 3), "crash", [FindingKind.CRASH]),
+        ("0.17.0", (2, 3, 6), "hs[2], hs[3]", [FindingKind.DROPPED, FindingKind.COUNT]),
+        ("0.17.0", (3, 3, 4), "hs[3], hs[4]", [FindingKind.COLLAPSED, FindingKind.COUNT]),
+        ("0.18.0", (0, 2, 3), "hs[0] (not a copy", [FindingKind.ALIAS]),
+        ("0.18.0", (2, 3, 6), "hs[2], hs[3], hs[6]", []),
+        ("0.18.0", (3, 3, 4), "hs[3], hs[4]", [FindingKind.COLLAPSED, FindingKind.COUNT]),
+        ("0.34.0", (2, 3, 6), "hs[2], hs[3], hs[6]", []),
+        ("0.34.0", (3, 3, 4), "hs[3], hs[4]", [FindingKind.COLLAPSED, FindingKind.COUNT]),
+    ],
+)
+def test_llama_matrix(version: str, ids, fed: str, kinds) -> None:  # type: ignore[no-untyped-def]
+    result = _explain(version, "LlamaForCausalLM", ids, 6)
+    assert result.fed.startswith(fed) and _kinds(result) == kinds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version, gated", [("0.17.0", True), ("0.18.0", False), ("0.34.0", False)])
+def test_deepseek_v3_0_3_31(version: str, gated: bool) -> None:
+    result = _explain(version, "DeepseekV3ForCausalLM", (0, 3, 31), 61)
+    if gated:
+        assert result.fed == NO_TARGET and FindingKind.GATE in _kinds(result)
+    else:
+        assert _kinds(result) == [FindingKind.CRASH] and "deepseek_v2.py:" in result.findings[0].text
+        assert [(a.layer_id, a.states) for a in result.alone][1:] == [(3, (3,)), (31, (31,))]
+
+
+@pytest.mark.slow
+def test_0_10_2_never_reads_the_draft_s_ids() -> None:
+    result = _explain("0.10.2", "llama", (0, 3, 4), 6)
+    assert result.served_ids == (2, 3, 3) and _kinds(result)[0] is FindingKind.IGNORED

@@ -1,0 +1,119 @@
+"""patchcraft.harness.vllm_served: a vLLM release's own setter, getter and forward on the CPU harness.
+
+Fast tier: 0.11.2 (Llama captures at the top of each layer: id 0 crashes,
+id n is dropped) and 0.34.0 (Llama through EagleModelMixin: id 0 aliases
+the embedding and is overwritten in place; DeepSeek top-of-layer with an
+end-of-loop capture). Planted copies show the checks failing on what they
+must catch.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import vllm_release_package
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.harness.served import Fed
+from patchcraft.harness.standins import HarnessError
+from patchcraft.harness.vllm_served import default_ids, find_model, run_ids
+
+pytest.importorskip("torch")
+
+
+def _line(package: Path, stem: str, text: str) -> int:
+    lines = (package / "model_executor" / "models" / f"{stem}.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_0_11_2_llama_top_of_layer() -> None:
+    package = vllm_release_package("0.11.2")
+    model = find_model(package, "llama")
+    assert model.label == "llama.LlamaForCausalLM" and model.inner.label == "llama.LlamaModel"
+    assert run_ids(model, (2, 3, 6), 6).outcome.states == (2, 3)  # id n: dropped
+    assert run_ids(model, (3, 3, 4), 6).outcome.states == (3, 4)  # duplicates collapse
+    assert run_ids(model, (-1, 2, 3), 6).outcome.states == (2, 3)  # -1: accepted, captures nothing
+    crash = run_ids(model, (0, 2, 3), 6).outcome
+    line = _line(package, "llama", "aux_hidden_states.append(hidden_states + residual)")
+    assert (
+        crash.stage == "forward"
+        and crash.crash.startswith("TypeError")
+        and f"llama.py:{line} in forward" in crash.crash
+    )
+    assert default_ids(model, "get_eagle3_aux_hidden_state_layers", 6) == ((2, 3, 3), "")
+
+
+def test_0_11_2_deepseek_is_no_eagle3_target() -> None:
+    with pytest.raises(HarnessError, match="has no set_aux_hidden_state_layers"):
+        find_model(vllm_release_package("0.11.2"), "DeepseekV3ForCausalLM")
+
+
+def test_0_34_0_llama_mixin_aliases_the_embedding() -> None:
+    model = find_model(vllm_release_package("0.34.0"), "LlamaForCausalLM")
+    run = run_ids(model, (0, 2, 3), 6)
+    assert run.outcome.fed == (Fed(0, False), Fed(2, True), Fed(3, True))
+    assert run.aliased_holds == ((0, "hs[6]"),)  # overwritten in place: the draft reads the last pre-norm stream
+    assert run_ids(model, (2, 3, 6), 6).outcome.states == (2, 3, 6)  # id n is hs[n] with the mixin
+    assert run_ids(model, (4, 3, 3), 6).outcome.states == (3, 4)  # the mixin sorts and dedups
+    assert default_ids(model, "get_eagle3_default_aux_hidden_state_layers", 6) == ((2, 3, 3), "")
+
+
+def test_0_34_0_deepseek_crashes_on_0_and_captures_n_after_the_loop() -> None:
+    package = vllm_release_package("0.34.0")
+    model = find_model(package, "DeepseekV3ForCausalLM")
+    assert model.inner.label == "deepseek_v2.DeepseekV2Model"
+    crash = run_ids(model, (0, 3, 31), 61).outcome
+    assert (
+        f"deepseek_v2.py:{_line(package, 'deepseek_v2', 'aux_hidden_state = hidden_states + residual')}" in crash.crash
+    )
+    assert run_ids(model, (3, 31, 61), 61).outcome.states == (3, 31, 61)
+
+
+def test_unknown_names_are_one_line() -> None:
+    package = vllm_release_package("0.34.0")
+    with pytest.raises(PatchcraftError, match="NoSuchForCausalLM: no such model class"):
+        find_model(package, "NoSuchForCausalLM")
+    with pytest.raises(PatchcraftError, match="no_such: no model file"):
+        find_model(package, "no_such")
+
+
+# -- planted copies: the checks fail on what they must catch -------------------------------------
+
+
+def _planted(tmp_path: Path, version: str, stem: str, old: str, new: str) -> Path:
+    source = vllm_release_package(version)
+    package = tmp_path / "vllm"
+    shutil.copytree(source / "model_executor" / "models", package / "model_executor" / "models")
+    path = package / "model_executor" / "models" / f"{stem}.py"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    return package
+
+
+def test_a_copying_capture_is_no_alias(tmp_path: Path) -> None:
+    package = _planted(tmp_path, "0.34.0", "interfaces", "else hidden_states\n", "else hidden_states.clone()\n")
+    run = run_ids(find_model(package, "LlamaForCausalLM"), (0, 2, 3), 6)
+    assert run.outcome.fed == (Fed(0, True), Fed(2, True), Fed(3, True)) and run.aliased_holds == ()
+
+
+def test_a_none_safe_top_of_layer_capture_does_not_crash(tmp_path: Path) -> None:
+    package = _planted(
+        tmp_path,
+        "0.11.2",
+        "llama",
+        "aux_hidden_states.append(hidden_states + residual)",
+        "aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)",
+    )
+    run = run_ids(find_model(package, "llama"), (0, 2, 3), 6)
+    assert not run.outcome.crash and run.outcome.fed[0] == Fed(0, False)  # no crash, and the alias is seen
+
+
+def test_a_forward_reading_a_missing_attribute_is_a_crash_with_its_line(tmp_path: Path) -> None:
+    package = _planted(
+        tmp_path, "0.11.2", "llama", "if idx in self.aux_hidden_state_layers:", "if idx in self.aux_layers_typo:"
+    )
+    crash = run_ids(find_model(package, "llama"), (2, 3), 6).outcome
+    assert crash.crash.startswith("AttributeError") and "llama.py:" in crash.crash
