@@ -249,7 +249,7 @@ def train_draft(
 
 
 def target_dir(directory: Path, target: TinyTarget, name: str = "model.embed_tokens.weight") -> Path:
-    """A target checkpoint: its config.json (a llama of ``LAYERS`` layers), the embedding in a shard the index names."""
+    """A target checkpoint: its config.json (a llama of ``LAYERS + 1`` layers), the embedding in a shard the index names."""
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -262,9 +262,10 @@ def target_dir(directory: Path, target: TinyTarget, name: str = "model.embed_tok
         "weight_map": {name: "model-00001-of-00002.safetensors", "lm_head.weight": "model-00002-of-00002.safetensors"}
     }
     (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    # hs[0..LAYERS] are the dump's states: with one layer more, hs[LAYERS] is a layer's input SGLang captures.
     config = {
         "architectures": ["LlamaForCausalLM"],
-        "num_hidden_layers": LAYERS,
+        "num_hidden_layers": LAYERS + 1,
         "hidden_size": HIDDEN,
         "vocab_size": VOCAB,
     }

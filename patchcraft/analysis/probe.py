@@ -66,6 +66,7 @@ class Served:
     score: Optional[WiringScore] = None
     rank: Optional[int] = None  # 1 = the best
     missing: tuple[int, ...] = ()  # states the dump does not hold
+    problem: str = ""  # why it has no score ("" when it has one)
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,14 @@ def _served(inputs: ProbeInputs, dump: Dump, scores: Sequence[WiringScore]) -> O
     for rank, found in enumerate(scores, 1):
         if found.states == inputs.served:
             return Served(inputs.served, inputs.served_how, found, rank)
-    return Served(inputs.served, inputs.served_how, None, None, missing)
+    slots = len(scores[0].states)
+    if missing:
+        problem = f"the dump holds no {_text(missing)}"
+    elif len(inputs.served) != slots:
+        problem = f"{len(inputs.served)} states, the draft's fc takes {slots}: SGLang cannot run it"
+    else:
+        problem = "not among the wirings tried"
+    return Served(inputs.served, inputs.served_how, None, None, missing, problem)
 
 
 def served_states(

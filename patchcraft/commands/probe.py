@@ -138,8 +138,7 @@ def report_text(report: ProbeReport, shown: int = 5) -> str:
             )
         else:
             lines.append(
-                f"this install feeds {states_text(served.states)}, which the dump cannot supply "
-                f"(no {states_text(served.missing)}) [{served.how}]"
+                f"this install feeds {states_text(served.states)}, not measured: {served.problem} [{served.how}]"
             )
         if served.rank != 1:
             ids = ",".join(map(str, best.states))

@@ -249,7 +249,7 @@ def read_sample(path: Path, fmt: str, states: Sequence[int], hidden: int) -> Sam
         if tokens != ids.shape[0]:
             raise PatchcraftError(f"{path}: {tokens} states but {ids.shape[0]} token ids")
     size = path.stat().st_size
-    for ref in [ids] + [s.tensor for s in found.values()]:
+    for ref in tensors.values():  # every tensor, used or not: a file cut short is refused whole
         if ref.offset + ref.extent > size:
             raise PatchcraftError(
                 f"{path}: truncated: a tensor ends at byte {ref.offset + ref.extent}, the file has {size}"

@@ -261,6 +261,7 @@ def probe_json(report: ProbeReport, code: int) -> dict[str, Any]:
             "score": score(served.score) if served.score is not None else None,
             "rank": served.rank,
             "missing": list(served.missing),
+            "problem": served.problem,
         },
         "scores": [score(s) for s in report.scores],
     }

@@ -97,7 +97,7 @@ def _check_draft_json(capsys, draft: Path, trained_on: str) -> dict:
         "--model",
         "llama",
         "--num-layers",
-        "5",
+        "6",
         "--trained-on",
         trained_on,
         "--format",
