@@ -146,7 +146,7 @@ def measured_training(path: str) -> Training:
     states = best.get("states") if isinstance(best, dict) else None
     if not (isinstance(states, list) and states and all(isinstance(s, int) and s >= 0 for s in states)):
         raise PatchcraftError(f"--trained-on measured:{path}: not a patchcraft probe report (no best.states)")
-    top1 = best.get("top1")
+    top1 = best.get("top1") if isinstance(best, dict) else None
     measured = f", top-1 {top1 * 100:.0f}%" if isinstance(top1, (int, float)) else ""
     return Training("hf", tuple(states), source=f"measured:{path} ({_hs(states)}{measured})")
 
