@@ -8,7 +8,9 @@ written at build time), and a copied package may have lost it. Then:
 - a checkout (the package's model files tracked by a git repository at or
   above the tree): ``git describe --tags --always --dirty``, one line, git
   run with a timeout (a missing or failing git is no error: the next rule
-  answers);
+  answers); when no tag is reachable (a fork's branch, whose release tags
+  live elsewhere), the describe line is a bare commit and the closest
+  release is found as well;
 - otherwise the closest tested release by file digests: each of the tree's
   compared files (:data:`COMPARED`) is looked up in a table of every
   tested release's digests that ships with patchcraft
@@ -33,7 +35,7 @@ import json
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -91,15 +93,19 @@ class TreeVersion:
         if self.source is VersionSource.FILE:
             return self.version
         if self.source is VersionSource.GIT:
-            return f"{self.version} (git describe)"
+            closest = f"; {self._closest()}" if self.closest_release else ""
+            return f"{self.version} (git describe{closest})"
         if self.source is VersionSource.CLOSEST:
-            left_out = f"; {self.patched_files} patched by patchcraft, not compared" if self.patched_files else ""
-            names = " or ".join((str(self.closest_release), *self.tied_releases))
-            return (
-                f"unknown (closest to {names}: {self.identical_files} of {self.compared_files} "
-                f"model and runner files identical{left_out})"
-            )
+            return f"unknown ({self._closest()})"
         return "unknown"
+
+    def _closest(self) -> str:
+        left_out = f"; {self.patched_files} patched by patchcraft, not compared" if self.patched_files else ""
+        names = " or ".join((str(self.closest_release), *self.tied_releases))
+        return (
+            f"closest to {names}: {self.identical_files} of {self.compared_files} "
+            f"model and runner files identical{left_out}"
+        )
 
     @property
     def noun(self) -> str:
@@ -111,7 +117,7 @@ class TreeVersion:
         if self.source is VersionSource.FILE:
             return {}  # a release's documents keep exactly the keys they had
         fields: dict[str, Any] = {"sglang_version_source": self.source.value}
-        if self.source is VersionSource.CLOSEST:
+        if self.closest_release is not None:
             fields.update(
                 closest_release=self.closest_release,
                 tied_releases=list(self.tied_releases),
@@ -147,9 +153,13 @@ def identify(package: Path) -> TreeVersion:
     if found is not None:
         return TreeVersion(found, VersionSource.FILE)
     described = git_describe(package)
-    if described is not None:
-        return TreeVersion(described, VersionSource.GIT)
-    return closest_release(package)
+    if described is None:
+        return closest_release(package)
+    line, tagged = described
+    if tagged:
+        return TreeVersion(line, VersionSource.GIT)
+    closest = closest_release(package)  # a bare commit says nothing of the release: say which one it is closest to
+    return replace(closest, version=line, source=VersionSource.GIT)
 
 
 def tree_noun(package: Path) -> str:
@@ -173,18 +183,21 @@ def file_version(package: Path) -> str | None:
 # -- git ---------------------------------------------------------------------------------------
 
 
-def git_describe(package: Path) -> str | None:
-    """``git describe --tags --always --dirty`` of the checkout tracking ``package``'s model files, or None."""
+def git_describe(package: Path) -> tuple[str, bool] | None:
+    """``git describe --tags --always --dirty`` of the checkout tracking ``package``'s model files, and whether a tag was reachable; or None."""
     if not any((parent / ".git").exists() for parent in (package, *package.parents)):
         return None  # spare the subprocess: no repository at or above the tree
     tracked = _git(package, "ls-files", "--error-unmatch", "srt/models")
     if tracked is None or tracked.returncode != 0:
         return None  # a repository above that does not hold this tree (an install under a dotfiles repository)
-    proc = _git(package, "describe", "--tags", "--always", "--dirty")
-    if proc is None or proc.returncode != 0:
-        return None  # no commit yet
-    lines = proc.stdout.decode("utf-8", "replace").strip().splitlines()
-    return lines[0].strip() if lines and lines[0].strip() else None
+    for tagged, args in ((True, ("--tags", "--dirty")), (False, ("--tags", "--always", "--dirty"))):
+        proc = _git(package, "describe", *args)
+        if proc is None:
+            return None
+        lines = proc.stdout.decode("utf-8", "replace").strip().splitlines()
+        if proc.returncode == 0 and lines and lines[0].strip():
+            return lines[0].strip(), tagged
+    return None  # no commit yet
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes] | None:

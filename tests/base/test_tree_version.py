@@ -164,6 +164,21 @@ def test_a_checkout_is_described_by_git(checkout: Path) -> None:
     assert tree.version_info.version.startswith("v9.9.9-1-g")
 
 
+def test_a_checkout_without_a_reachable_tag_is_its_commit_and_the_closest_release(
+    checkout: Path,
+) -> None:
+    """A fork's branch whose release tags live on other branches: a bare commit says nothing, the closest release does."""
+    _git(checkout, "tag", "-d", "v9.9.9")
+    found = resolve_target(str(checkout)).version_info
+    total = compared(checkout / "python" / "sglang")
+    commit = _git(checkout, "rev-parse", "--short", "HEAD")
+    assert (found.source, found.version, found.closest_release) == (VersionSource.GIT, commit, RELEASE)
+    assert found.label == (
+        f"{commit} (git describe; closest to {RELEASE}: {total} of {total} model and runner files identical)"
+    )
+    assert found.as_json()["sglang_version_source"] == "git" and found.as_json()["closest_release"] == RELEASE
+
+
 def test_without_git_a_checkout_gets_the_closest_release(checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(checkout / "no-git-here"))
     found = resolve_target(str(checkout)).version_info
