@@ -10,6 +10,7 @@ from patchcraft.ui.choices import DOCUMENT_FORMATS, OutputFormat
 from patchcraft.commands._smoke_choices import Device, Engine
 from patchcraft.pipeline import hand_review, proof as _proof
 from patchcraft.pipeline.stages import Options, resolve_targets
+from patchcraft.engine import hand_advice
 from patchcraft.engine.tree_run import run
 from patchcraft.engine.records import Mode, RunResult
 from patchcraft.base.errors import PatchcraftError
@@ -49,7 +50,11 @@ def _verify_and_smoke(options: Options, show_verify: bool, compiled: bool = Fals
         results, runs, label = _smoke_runs(options, compiled, device, on_row=status.update)
     if show_verify:
         results = [
-            hand_review.advise(_proof.record(r, s, only=_proof.hand_fix_to_prove), hand_review.file_reports(r))
+            hand_review.advise(
+                _proof.record(r, s, only=_proof.hand_fix_to_prove),
+                hand_review.file_reports(r),
+                hand_advice.Scope.of(options.models, options.runner, options.fusion),
+            )
             for r, s in zip(results, runs)
         ]
     from patchcraft.harness import smoke_rows

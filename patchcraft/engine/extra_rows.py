@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 from patchcraft import MARKER
 from patchcraft.planning import runner_edits
@@ -160,7 +160,7 @@ def fusion_row(tree: SglangTree, mode: Mode) -> TreeRow:
         plan = fusion_transform.plan(tree.package, tree.models_dir)
     except PatchcraftError as exc:
         return row.result(ModelStatus.ERROR, str(exc)), ()
-    notes = tuple(f"captures partial sums: {c.model} ({tree.relative(c.forward_path)})" for c in plan.affected)
+    notes = tuple(f"{PARTIAL_SUMS}{c.model} ({tree.relative(c.forward_path)})" for c in plan.affected)
     row = replace(row, notes=notes + tuple(f"decision override: {o}" for o in plan.overrides))
     if plan.not_needed:
         return row.result(ModelStatus.NOT_NEEDED, plan.not_needed), ()
@@ -182,14 +182,50 @@ def fusion_row(tree: SglangTree, mode: Mode) -> TreeRow:
     changes = (FileChange(source=source, rel=row.path, after=patch.after),)
     return row.judged(
         mode, changes, compiled, "EAGLE-3 captures reduced states at TP > 1",
-        f"the layers whose output a capture reads keep it reduced ({_models(plan.affected)})",
+        f"{KEEP_REDUCED} ({_models(plan.affected)})",
         f"at TP > 1 with all-reduce fusion, {_models(plan.affected)} capture per-rank partial sums",
     )  # fmt: skip
 
 
 def _models(affected: Sequence) -> str:
-    names = sorted({c.model.rpartition(".")[2] for c in affected})
+    return _names(c.model for c in affected)
+
+
+def _names(labels: Iterable[str]) -> str:
+    names = sorted({label.rpartition(".")[2] for label in labels})
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+#: A fusion row's note per model whose capture reads a partial sum, and its "added" claim.
+PARTIAL_SUMS = "captures partial sums: "
+KEEP_REDUCED = "the layers whose output a capture reads keep it reduced"
+
+
+def fusion_claim(row: ModelResult, written: Callable[[str], bool]) -> ModelResult:
+    """A patched ``allreduce-fusion`` row names only the models whose layer marks this run writes.
+
+    The guard in ``communicator.py`` keeps a layer reduced only where the
+    model's own file marks it (the ``fusion-mark`` edit, in the model's row):
+    a model withheld, or not in the run (``--model``), gets no mark, so the
+    row does not claim it.
+    """
+    affected = [n[len(PARTIAL_SUMS) :].split(" (", 1)[0] for n in row.notes if n.startswith(PARTIAL_SUMS)]
+    if row.status != ModelStatus.PATCHED or not affected:  # only the fusion row has these notes
+        return row
+    kept = [label for label in affected if written(label)]
+    if kept == affected:
+        return row
+    left = _names(label for label in affected if label not in kept)
+    if kept:
+        message = (
+            f"added: {KEEP_REDUCED} ({_names(kept)}); not for {left}: their layer marks are not written in this run"
+        )
+    else:
+        message = (
+            f"added: the guard in {Path(row.path).name} only; no layer is marked yet: the layer marks of {left} "
+            "are not written in this run"
+        )
+    return replace(row, message=message)
 
 
 def _boundary_row(tree: SglangTree, row: _Row) -> Optional[ModelResult]:

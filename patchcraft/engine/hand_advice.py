@@ -6,17 +6,46 @@ when the pristine text is known, else the edit sites the transforms found
 hand-made), what goes wrong in the user's terms (the consequence the
 harness verdict records, or the static verdict), and the one command
 that fixes it. Pure text from records: it never prints.
+
+The command is one that succeeds on that file, with the run's own scope
+(``--model``, ``--no-runner``, ``--no-fusion-fix``: :class:`Scope`):
+``apply --replace-hand-edits`` only where it will not refuse the file (a
+pristine text is known and every hand edit sits at an edit site); hand
+edits elsewhere are named to undo first, and a file with no pristine text
+is put back first.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from patchcraft.engine.hand_edits import FileReport
 from patchcraft.engine.records import ModelResult
 from patchcraft.base.status import HAND_MADE, EditStatus, FileState, EditKind
 from patchcraft.base.target import SglangTree
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The run's own options that an advised command repeats, so it patches what the user asked for."""
+
+    models: tuple[str, ...] = ()
+    runner: bool = True
+    fusion: bool = True
+
+    @classmethod
+    def of(cls, models: Sequence[str] = (), runner: bool = True, fusion: bool = True) -> "Scope":
+        return cls(tuple(models), runner, fusion)
+
+    @property
+    def flags(self) -> str:
+        """``--model deepseek_v2 --no-runner`` (with a trailing space), or ""."""
+        words = [f"--model {name}" for name in self.models]
+        words += [] if self.runner else ["--no-runner"]
+        words += [] if self.fusion else ["--no-fusion-fix"]
+        return "".join(f"{w} " for w in words)
 
 
 def missing_init(model: ModelResult) -> str | None:
@@ -38,16 +67,34 @@ def lines(model: ModelResult, reports: Mapping[str, FileReport]) -> str:
     return ", ".join(sites) or "none found"
 
 
-def command(tree: SglangTree, model: ModelResult, reports: Mapping[str, FileReport]) -> str:
-    """The one command that turns the hand fix into a proven, revertible patchcraft install."""
-    by_hand = {e.file for e in model.edits if e.status in HAND_MADE}
-    unknown = sorted(f for f in by_hand if f in reports and reports[f].state == FileState.UNKNOWN)
-    if not unknown:
-        return f"patchcraft apply --replace-hand-edits {tree.package}"
-    names = " ".join(unknown)
-    return f"put back the shipped {names} (pip install --force-reinstall --no-deps sglang=={tree.version}, or git checkout), then patchcraft apply {tree.package}"
+def command(tree: SglangTree, model: ModelResult, reports: Mapping[str, FileReport], scope: Scope = Scope()) -> str:
+    """What turns the hand fix into a proven, revertible patchcraft install: ``run: COMMAND``, with what comes first.
+
+    ``apply --replace-hand-edits`` refuses a file with no pristine text, or
+    with hand edits at no patchcraft edit site
+    (:func:`patchcraft.pipeline.hand_review.replacements`): it is named only
+    once those are dealt with.
+    """
+    by_hand = sorted({e.file for e in model.edits if e.status in HAND_MADE})
+    unknown = [f for f in by_hand if f in reports and reports[f].state == FileState.UNKNOWN]
+    if unknown:
+        names = " ".join(unknown)
+        return (
+            f"put back the shipped {names} (pip install --force-reinstall --no-deps sglang=={tree.version}, "
+            f"or git checkout), then run: patchcraft apply {scope.flags}{tree.package}"
+        )
+    replace = f"patchcraft apply --replace-hand-edits {scope.flags}{tree.package}"
+    others = [h.label(r.rel) for f in by_hand if (r := reports.get(f)) is not None for h in r.others]
+    if others:
+        return (
+            f"first undo (or move out of the file) the hand edits at no patchcraft edit site, {', '.join(others)}: "
+            f"`apply --replace-hand-edits` refuses the file while they are there; then run: {replace}"
+        )
+    return f"run: {replace}"
 
 
-def advice(tree: SglangTree, model: ModelResult, what: str, reports: Mapping[str, FileReport]) -> str:
+def advice(
+    tree: SglangTree, model: ModelResult, what: str, reports: Mapping[str, FileReport], scope: Scope = Scope()
+) -> str:
     """``hand-made LINES: WHAT; run: COMMAND``, the text every refusal of a hand fix ends with."""
-    return f"hand-made {lines(model, reports)}: {what}; run: {command(tree, model, reports)}"
+    return f"hand-made {lines(model, reports)}: {what}; {command(tree, model, reports, scope)}"

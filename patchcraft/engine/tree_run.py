@@ -25,7 +25,7 @@ from patchcraft.planning.selection import is_named, plan_tree
 from patchcraft.base.sources import Source, check_writable, read_source, write_all
 from patchcraft.base.status import EDIT_IN_PLACE, EditStatus, ModelStatus, Proof, WITHHELD, EditKind
 from patchcraft.base.target import SglangTree
-from patchcraft.engine.extra_rows import edit_result, fusion_row, runner_row
+from patchcraft.engine.extra_rows import edit_result, fusion_claim, fusion_row, runner_row
 from patchcraft.engine.workers import gc_paused, map_files
 
 #: A file, as the engine (a path) or a result row (its relative name) holds it.
@@ -363,10 +363,12 @@ def withhold_unnamed(result: RunResult, names: Sequence[str]) -> RunResult:
     install for models that stay unpatched. Their rows say why.
     """
     named = [m for m in result.models if is_named(m.model, names)]
-    if not names or not named or not all(m.proof in WITHHELD or m.status == ModelStatus.ERROR for m in named):
+    if not names or not named or not all(_held(result, m) for m in named):
         return result
     who = ", ".join(m.model for m in named)
-    why = "which the harness did not prove" if any(m.proof in WITHHELD for m in named) else "which cannot be patched"
+    why = "which cannot be patched" if all(m.status == ModelStatus.ERROR for m in named) else "which is not written"
+    if any(m.proof in WITHHELD for m in named):
+        why = "which the harness did not prove"
     models = tuple(
         replace(m, status=ModelStatus.WOULD, message=f"not written: it serves {who}, {why}")
         if m.status == ModelStatus.PATCHED
@@ -374,6 +376,21 @@ def withhold_unnamed(result: RunResult, names: Sequence[str]) -> RunResult:
         for m in result.models
     )
     return replace(result, models=models, changes=())
+
+
+def _held(result: RunResult, model: ModelResult) -> bool:
+    """Withheld (its own proof, or a file shared with a model that failed it: an apply that would
+    patch it leaves it ``would-patch``), or in ``error``."""
+    if model.proof in WITHHELD or model.status == ModelStatus.ERROR:
+        return True
+    return result.mode is Mode.APPLY and model.status == ModelStatus.WOULD
+
+
+def claim_written(result: RunResult) -> RunResult:
+    """Each tree row claims only what this run writes: the fusion row names the models whose marks it writes."""
+    written = {m.model for m in result.models if m.status in (ModelStatus.PATCHED, ModelStatus.ALREADY)}
+    models = tuple(fusion_claim(m, written.__contains__) for m in result.models)
+    return result if models == result.models else replace(result, models=models)
 
 
 def write_changes(changes: Sequence[FileChange]) -> None:

@@ -90,13 +90,17 @@ def replacements(result: RunResult, reports: Mapping[str, FileReport]) -> dict[P
     return {r.path: r.pristine for r in reports.values() if r.replaceable and r.pristine is not None}
 
 
-def advise(result: RunResult, reports: Mapping[str, FileReport]) -> RunResult:
-    """Add the lines, the consequence and the command to every refused hand fix of ``result``."""
-    models = tuple(_advised(result, m, reports) for m in result.models)
+def advise(
+    result: RunResult, reports: Mapping[str, FileReport], scope: hand_advice.Scope = hand_advice.Scope()
+) -> RunResult:
+    """Add the lines, the consequence and the command (with the run's ``scope``) to every refused hand fix of ``result``."""
+    models = tuple(_advised(result, m, reports, scope) for m in result.models)
     return replace(result, models=models)
 
 
-def _advised(result: RunResult, model: ModelResult, reports: Mapping[str, FileReport]) -> ModelResult:
+def _advised(
+    result: RunResult, model: ModelResult, reports: Mapping[str, FileReport], scope: hand_advice.Scope
+) -> ModelResult:
     if not model.is_model_class or not model.hand_made:
         return model
     if model.proof in WITHHELD:
@@ -108,7 +112,7 @@ def _advised(result: RunResult, model: ModelResult, reports: Mapping[str, FileRe
         return model
     if not what:
         return model
-    return replace(model, message=f"{model.message}; {hand_advice.advice(result.tree, model, what, reports)}")
+    return replace(model, message=f"{model.message}; {hand_advice.advice(result.tree, model, what, reports, scope)}")
 
 
 def replaced_files(

@@ -18,7 +18,8 @@ from patchcraft.base import tree_lock
 from patchcraft.ui import console
 from patchcraft.ui import machine_output
 from patchcraft.pipeline import hand_review, proof as _proof
-from patchcraft.engine.tree_run import run, withhold_unnamed, write_changes
+from patchcraft.engine import hand_advice
+from patchcraft.engine.tree_run import claim_written, run, withhold_unnamed, write_changes
 from patchcraft.engine.hand_edits import FileReport
 from patchcraft.engine.records import Mode, RunResult
 from patchcraft.base.sources import remove_stale_temp_files
@@ -127,8 +128,9 @@ def judge_and_write(
             ]
         if proof is not None:
             results = [proof(result) for result in results]
-        results = [withhold_unnamed(result, models) for result in results]
-        results = [hand_review.advise(r, rep) for r, rep in zip(results, reports)]
+        results = [claim_written(withhold_unnamed(result, models)) for result in results]
+        scope = hand_advice.Scope.of(models, runner, fusion)
+        results = [hand_review.advise(r, rep, scope) for r, rep in zip(results, reports)]
         if writes:
             for result in results:
                 for change in result.changes:

@@ -234,6 +234,30 @@ def test_a_hand_edit_elsewhere_is_refused_and_nothing_changes(installed: Path, c
     assert {p: p.read_bytes() for p in before} == before
 
 
+@needs_torch
+def test_advice_for_a_file_replace_refuses_names_what_to_undo_first_and_keeps_the_scope(
+    installed: Path, capsys
+) -> None:
+    """The sed fix and an unrelated hand edit: every row's command must succeed once followed, on that file."""
+    model = installed / "sglang" / MODEL
+    sed_fix(model, FULL + (UNRELATED_ELSEWHERE,))
+    code, out, _ = run_cli(capsys, "apply", "--format", "json", *SCOPE, str(installed))
+    rows = [m for m in json.loads(out)["models"] if m["proof"] == "harness-failed" and "hand-made" in m["message"]]
+    assert code == 1 and rows
+    line = model.read_text(encoding="utf-8").splitlines().index(UNRELATED_ELSEWHERE[1].rstrip("\n")) + 1
+    command = f"patchcraft apply --replace-hand-edits {' '.join(SCOPE)} {installed / 'sglang'}"
+    for row in rows:
+        message = row["message"]
+        assert f"run: {command}" in message and "first undo" in message, message
+        assert f"deepseek_v2.py:{line} (DeepseekV2ForCausalLM.__init__)" in message.split("first undo", 1)[1]
+    # Followed as printed: the refusal is what the advice said it would be, then the command succeeds.
+    code, _, err = run_cli(capsys, *command.split()[1:])
+    assert code == 2 and f"deepseek_v2.py:{line}" in err
+    sed_fix(model, ((UNRELATED_ELSEWHERE[1], UNRELATED_ELSEWHERE[0]),))
+    code, _, err = run_cli(capsys, *command.split()[1:])
+    assert code == 0, err
+
+
 def _one_line_exit_2(capsys, *argv: str) -> str:
     code, out, err = run_cli(capsys, "apply", "--replace-hand-edits", *SCOPE, *argv)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
@@ -287,7 +311,7 @@ def test_a_plain_apply_names_the_lines_the_consequence_and_the_command(installed
     sed_fix(model)
     before = model.read_bytes()
     forward = "deepseek_v2.py:2044-2047 (DeepseekV2Model.forward)"
-    command = f"run: patchcraft apply --replace-hand-edits {installed / 'sglang'}"
+    command = f"run: patchcraft apply --replace-hand-edits {' '.join(SCOPE)} {installed / 'sglang'}"
     code, out, _ = run_cli(capsys, "apply", "--format", "json", *SCOPE, str(installed))
     row = next(m for m in json.loads(out)["models"] if m["model"] == "deepseek_v2.DeepseekV2ForCausalLM")
     assert code == 1 and row["proof"] == "harness-failed", row

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from patchcraft.engine.tree_run import _failed_models, withhold
+from dataclasses import replace
+
+from patchcraft.engine.tree_run import _failed_models, claim_written, withhold, withhold_unnamed
 from patchcraft.planning.records import EditSite, ModelPlan
 from patchcraft.engine.file_patch import FilePatch
 from patchcraft.engine.records import FileChange, Mode, ModelResult, ProofVerdict, RunResult
@@ -185,3 +187,57 @@ def test_a_file_with_a_failed_setter_edit_blocks_the_models_that_capture_in_it()
         "g.G": "s.py: not written because a.A failed in the same file; fix that first",
     }
     assert blocked == {Path("s.py")}
+
+
+# -- with --model: what is written serves a named model; a row claims only what is written --
+
+
+def _tree_row(
+    name: str, file: str, message: str = "added: configured ids reach graph capture", notes=()
+) -> ModelResult:
+    return ModelResult(name, file, ModelStatus.PATCHED, message=message, files=(file,), notes=tuple(notes))
+
+
+def test_with_model_a_named_model_held_by_a_shared_file_leaves_nothing_else_written() -> None:
+    """The named model passed the harness, but a model it shares a file with failed: it is not written,
+    so neither are the runner and the communicator it alone was to serve."""
+    models = (
+        _patched("deepseek_v2.DeepseekV2ForCausalLM", "deepseek_v2.py"),
+        _patched("glm4_moe_lite.Glm4MoeLiteForCausalLM", "glm4_moe_lite.py", "deepseek_v2.py"),
+        _tree_row("runner", "model_executor/cuda_graph_runner.py"),
+        _tree_row("allreduce-fusion", "layers/communicator.py"),
+    )
+    verdicts = {
+        "deepseek_v2.DeepseekV2ForCausalLM": ProofVerdict(Proof.PASSED, ""),
+        "glm4_moe_lite.Glm4MoeLiteForCausalLM": ProofVerdict(Proof.FAILED, "harness fail: capture"),
+    }
+    out = withhold_unnamed(withhold(_result(*models), verdicts), ("deepseek_v2",))
+    assert out.changes == ()
+    rows = {m.model: m for m in out.models}
+    assert rows["deepseek_v2.DeepseekV2ForCausalLM"].proof == "harness-passed"
+    for row in ("runner", "allreduce-fusion"):
+        assert rows[row].status == ModelStatus.WOULD and "not written: it serves deepseek_v2" in rows[row].message
+
+
+def test_the_fusion_row_names_only_the_models_whose_layer_marks_are_written() -> None:
+    notes = (
+        "captures partial sums: deepseek_v2.DeepseekV2ForCausalLM (srt/models/deepseek_v2.py)",
+        "captures partial sums: glm4_moe.Glm4MoeForCausalLM (srt/models/glm4_moe.py)",
+    )
+    fusion = _tree_row(
+        "allreduce-fusion",
+        "srt/layers/communicator.py",
+        "added: the layers whose output a capture reads keep it reduced (DeepseekV2ForCausalLM, Glm4MoeForCausalLM)",
+        notes,
+    )
+    deepseek = _patched("deepseek_v2.DeepseekV2ForCausalLM", "deepseek_v2.py")
+    out = claim_written(_result(deepseek, fusion))
+    message = next(m for m in out.models if m.model == "allreduce-fusion").message
+    assert "keep it reduced (DeepseekV2ForCausalLM)" in message and "not for Glm4MoeForCausalLM" in message
+    held = replace(deepseek, status=ModelStatus.WOULD, message="not written: harness fail")
+    message = next(m for m in claim_written(_result(held, fusion)).models if m.model == "allreduce-fusion").message
+    assert "DeepseekV2ForCausalLM" not in message.split("no layer is marked yet")[0]
+    assert message.startswith("added: the guard in communicator.py only; no layer is marked yet")
+    assert claim_written(_result(deepseek, replace(fusion, notes=notes[:1]))).models[1] == replace(
+        fusion, notes=notes[:1]
+    )
