@@ -24,6 +24,7 @@ alignment of SpecForge's and speculators' training (docs/probe.md).
 from __future__ import annotations
 
 import ast
+import copy
 import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,8 +150,8 @@ class DraftSource:
 
 
 def _without_annotations(node: ast.FunctionDef) -> ast.FunctionDef:
-    node = ast.parse(ast.unparse(node)).body[0]  # a copy, its line numbers lost
-    assert isinstance(node, ast.FunctionDef)
+    """A copy of ``node`` (its line numbers kept, for tracebacks into the release's file) without annotations."""
+    node = copy.deepcopy(node)
     node.returns = None
     for arg in node.args.args + node.args.kwonlyargs + node.args.posonlyargs:
         arg.annotation = None
@@ -172,7 +173,7 @@ def default_weight_loader(param: Any, tensor: Any, *args: Any) -> None:
 DRAFT_NAMES: dict[str, Any] = {
     "torch": torch,
     "nn": nn,
-    "copy": __import__("copy"),
+    "copy": copy,
     "_is_npu": False,
     "default_weight_loader": default_weight_loader,
 }
@@ -448,9 +449,9 @@ def load_draft(
     for child in ("model", "lm_head"):
         if hasattr(skeleton, child):
             top.add_module(child, getattr(skeleton, child))
-    top.hot_token_id = None
+    setattr(top, "hot_token_id", None)
     try:
-        top.load_weights((name, tensor_of(ref)) for name, ref in tensors.items())
+        getattr(top, "load_weights")((name, tensor_of(ref)) for name, ref in tensors.items())
     except HarnessError:
         raise
     except Exception as exc:
@@ -471,7 +472,7 @@ def load_draft(
             )
         weights[name] = value if value.dtype == dtype or name == "model.embed_tokens.weight" else value.to(dtype)
     missing = tuple(n for n in names if n not in weights)
-    hot = top.hot_token_id
+    hot = getattr(top, "hot_token_id")
     return LoadedDraft(weights, hot.long() if isinstance(hot, torch.Tensor) else None, missing=missing)
 
 
