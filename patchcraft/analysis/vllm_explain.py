@@ -135,14 +135,15 @@ def explain_vllm(
         )
     from patchcraft.harness.served import fed_text
     from patchcraft.harness.standins import HarnessError
-    from patchcraft.harness.vllm_served import default_ids, find_model, run_ids
+    from patchcraft.harness.vllm_served import NotATarget, default_ids, find_model, run_ids
 
     try:
         model = find_model(tree.package, model_name)
     except HarnessError as exc:
         findings += _gate_findings(gate, model_type_of(model_name))
         findings.append(Finding(FindingKind.NOT_RUN, str(exc)))
-        return _record(tree, model_name, num_layers, ids, gate, runners, (), (), NO_TARGET, (), (), findings, True)
+        fed = NO_TARGET if isinstance(exc, NotATarget) else f"not run: {exc}"
+        return _record(tree, model_name, num_layers, ids, gate, runners, (), (), fed, (), (), findings, True)
     getter = (
         runner.default_getter if runner is not None and runner.default_getter else "get_eagle3_aux_hidden_state_layers"
     )

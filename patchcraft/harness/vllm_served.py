@@ -58,6 +58,10 @@ SETTER = "set_aux_hidden_state_layers"
 INNER = "model"
 
 
+class NotATarget(HarnessError):
+    """The class has no ``set_aux_hidden_state_layers``: this release serves it no EAGLE-3 draft."""
+
+
 class VllmProgram(Program):
     """A :class:`Program` over a vLLM models directory: sibling classes are stand-ins, helpers vLLM's."""
 
@@ -109,17 +113,22 @@ class VllmRun:
 def find_model(package: Path, name: str) -> VllmModel:
     """The class ``name`` (``DeepseekV3ForCausalLM``) or a file stem's EAGLE-3 class (``llama``); one line if none.
 
-    A class without ``set_aux_hidden_state_layers`` in its MRO is no EAGLE-3 target on this release:
-    :class:`HarnessError` says so (the caller reports it, it is no usage error).
+    A class without ``set_aux_hidden_state_layers`` in its MRO is no EAGLE-3 target on this release
+    (:class:`NotATarget`); one whose inner model the harness cannot tell is a :class:`HarnessError`
+    (a multimodal wrapper whose language model comes from vLLM's registry, e.g. Kimi-K2.5's). The
+    caller reports both; neither is a usage error.
     """
     models = package / "model_executor" / "models"
     graph = ModelGraph(models)
     outer = _class_named(graph, models, name) if name[:1].isupper() else _class_of_stem(graph, models, name)
     if graph.find_method(outer, SETTER) is None:
-        raise HarnessError(f"{outer.label} has no {SETTER}: not an EAGLE-3 target on this release")
+        raise NotATarget(f"{outer.label} has no {SETTER}: not an EAGLE-3 target on this release")
     inners = classes_assigned_to(graph, outer, INNER)
     if not inners:
-        raise HarnessError(f"cannot tell which class `self.{INNER}` of {outer.label} is")
+        raise HarnessError(
+            f"cannot tell which class `self.{INNER}` of {outer.label} is (a language model built from vLLM's "
+            "registry: name that class with --model, e.g. DeepseekV3ForCausalLM for Kimi-K2.5)"
+        )
     inner = inners[0]
     owner = next((c for c in graph.mro(inner) if "forward" in c.methods), None)
     if owner is None:

@@ -46,7 +46,7 @@ def vllm_explanation_text(result: VllmExplanation) -> str:
         lines += [f"  {entry.layer_id:>4}  {entry.fed}" for entry in result.alone]
     chosen = default_runner(result.runners)
     via = f"the {chosen.name}" if chosen is not None else "the runner"
-    if result.fed == NO_TARGET:
+    if result.fed == NO_TARGET or result.fed.startswith("not run"):
         lines += ["", f"vLLM feeds the draft: {result.fed}"]
     else:
         lines += ["", f"vLLM feeds the draft (ids {_ids(result.served_ids)} set by {via}): {result.fed}"]

@@ -82,3 +82,9 @@ def test_deepseek_v3_0_3_31(version: str, gated: bool) -> None:
 def test_0_10_2_never_reads_the_draft_s_ids() -> None:
     result = _explain("0.10.2", "llama", (0, 3, 4), 6)
     assert result.served_ids == (2, 3, 3) and _kinds(result)[0] is FindingKind.IGNORED
+
+
+def test_a_wrapper_the_harness_cannot_follow_is_not_run_not_no_target() -> None:
+    result = _explain("0.34.0", "KimiK25ForConditionalGeneration", (0, 3, 31), 61)
+    assert result.fed.startswith("not run: cannot tell which class `self.model`") and result.fed != NO_TARGET
+    assert "DeepseekV3ForCausalLM for Kimi-K2.5" in result.findings[-1].text

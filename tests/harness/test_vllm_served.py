@@ -117,3 +117,29 @@ def test_a_forward_reading_a_missing_attribute_is_a_crash_with_its_line(tmp_path
     )
     crash = run_ids(find_model(package, "llama"), (2, 3), 6).outcome
     assert crash.crash.startswith("AttributeError") and "llama.py:" in crash.crash
+
+
+# -- the embedding capture vLLM lacks (issue 34, step 3): the edit a transform is to make, run first -----------
+
+EMBEDDING_CAPTURE = (
+    "        aux_hidden_states = []\n",
+    "        aux_hidden_states = []\n"
+    "        if residual is None and 0 in self.aux_hidden_state_layers:  # the embedding, on the first stage\n"
+    "            aux_hidden_states.append(hidden_states.clone())\n",
+)
+SKIP_LAYER_0 = (
+    "if idx in self.aux_hidden_state_layers:",
+    "if idx in self.aux_hidden_state_layers and residual is not None:",
+)
+
+
+@pytest.mark.parametrize("version", ["0.34.0", pytest.param("0.18.0", marks=pytest.mark.slow)])
+def test_the_planned_deepseek_edit_makes_id_0_a_copy_of_the_embedding(tmp_path: Path, version: str) -> None:
+    package = _planted(tmp_path, version, "deepseek_v2", *EMBEDDING_CAPTURE)
+    path = package / "model_executor" / "models" / "deepseek_v2.py"
+    path.write_text(path.read_text().replace(*SKIP_LAYER_0))
+    model = find_model(package, "DeepseekV3ForCausalLM")
+    assert run_ids(model, (0, 3, 31), 61).outcome.fed == (Fed(0, True), Fed(3, True), Fed(31, True))
+    unpatched = find_model(vllm_release_package(version), "DeepseekV3ForCausalLM")
+    for ids in ((3, 31, 58), (2, 30, 58)):  # without id 0: exactly what the release feeds
+        assert run_ids(model, ids, 61).outcome.fed == run_ids(unpatched, ids, 61).outcome.fed
