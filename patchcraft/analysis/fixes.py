@@ -1,79 +1,259 @@
-"""The least invasive fix: every way this install can feed a draft its training states.
+"""Every fix proven: the ways this install can feed a draft its training states, each checked again before it is offered.
 
-A draft trained on Hugging Face states ``wanted`` (``hs[0]`` the
-embedding, ``hs[k]`` the output of layer ``k-1``) can be served on one
-install in up to two ways:
+A fix is an id list for the draft config and what it needs first:
+nothing, ``patchcraft apply`` (or ``patchcraft run``), a server flag
+(``--enforce-disable-flashinfer-allreduce-fusion``, ``--disable-cuda-graph``),
+or the patch and a flag. Before a fix is offered it is applied (the ids
+set in the draft config; the patch on a private copy of the install,
+:mod:`patchcraft.analysis.applied`; the flag as the server's settings) and
+the *whole* check runs again, through the ``recheck`` the caller hands in
+(:func:`patchcraft.analysis.draft_check.check_draft`): ids, convention, the
+run on the CPU harness, fc width, range, CUDA graphs and fusion at the
+server's TP. A fix is offered only when that re-check has no FAIL, so the
+first one printed clears every FAIL. When none passes, each way tried says
+what blocks it.
 
-1. ids for the install as it is, with no patch: the release's own setter
-   and forward may already feed them (``[0, 3, 31]`` on the DeepseekV2
-   family from 0.5.14, where the first-id heuristic keeps ids raw and the
-   release's capture at layer 0 copies the embedding);
-2. ids after ``patchcraft apply`` (or ``patchcraft run``), where ``-1``
-   is the embedding and the rest follow the +1 rule on every release.
+Order, least invasive first: ids alone; with ``patchcraft apply`` (it
+keeps every layer's fused kernel but those captured); with the fusion flag
+(every layer loses the fused all-reduce); with ``--disable-cuda-graph``
+(every decode step runs eagerly). A later fix with the same ids and a
+superset of what an earlier one needs is dropped.
 
-Each way is proven by running the code on the CPU harness when torch is
-there (:func:`patchcraft.analysis.explain.run_served`); without it the static
-reading answers, and never for a case it marks unknown. Candidates come
-from the two id conventions (``e - 1`` and ``e`` for ``hs[e]``, ``-1`` and
-``0`` for the embedding); the static reading only orders the search, it
-proves nothing by itself when the code can run.
+Candidates: the draft's own ids first (a fix that needs only the patch or a
+flag keeps them), then the two id conventions for the wanted states
+(``e - 1`` and ``e`` for ``hs[e]``, ``-1`` and ``0`` for the embedding).
+The static reading only prunes the candidates that cannot feed the wanted
+states; a fix is proven by the re-check (by running the code when torch is
+there, else by the static reading, which fails what it cannot tell).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Protocol, Sequence
 
-from patchcraft.analysis.target_model import RUN, STATIC, Model, apply_helps, run_served, serve
+from patchcraft.analysis.applied import applied_model
+from patchcraft.analysis.target_model import RUN, Model, serve, states_text
+from patchcraft.base.errors import PatchcraftError
 
 #: Longest training list searched (2**8 candidate lists at most per way).
 MAX_STATES = 8
+#: The server flags a fix may name.
+FUSION_FLAG = "--enforce-disable-flashinfer-allreduce-fusion"
+CUDA_GRAPH_FLAG = "--disable-cuda-graph"
+#: The check each flag can clear.
+_CLEARS = {"fusion": FUSION_FLAG, "cuda-graph": CUDA_GRAPH_FLAG}
+#: At most this many fixes are offered.
+MAX_FIXES = 3
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How the server runs, as far as the check is concerned."""
+
+    tp: int = 1
+    cuda_graph: bool = True  # False: --disable-cuda-graph
+    allreduce_fusion: bool = True  # False: --enforce-disable-flashinfer-allreduce-fusion
+
+    def with_flags(self, flags: Sequence[str]) -> Serving:
+        return replace(
+            self,
+            cuda_graph=self.cuda_graph and CUDA_GRAPH_FLAG not in flags,
+            allreduce_fusion=self.allreduce_fusion and FUSION_FLAG not in flags,
+        )
+
+
+class CheckResult(Protocol):
+    """One line of the check (:class:`patchcraft.analysis.draft_check.Check`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ok(self) -> bool | None: ...
+
+    @property
+    def message(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """The whole check run again for one fix: its lines, the setter's rule for the ids, and how it was proven."""
+
+    checks: tuple[CheckResult, ...]
+    rule: str
+    proof: str  # RUN: the code ran on the CPU harness; STATIC: read by rules
+
+    @property
+    def failed(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if c.ok is False)
+
+
+#: ``recheck(model, ids, serving)``: the whole check with the draft config's ids set to ``ids``.
+Rechecker = Callable[[Model, tuple[int, ...], Serving], Recheck]
 
 
 @dataclass(frozen=True)
 class Fix:
-    """One id list that feeds the wanted states, and what it needs first."""
+    """One way to feed the training states, proven by the whole check passing with it."""
 
     ids: tuple[int, ...]
     after_apply: bool  # True: only after `patchcraft apply` (or through `patchcraft run`)
-    proof: str  # RUN: the harness ran it; STATIC: read by rules (no torch)
+    proof: str  # RUN: the re-check ran the code on the CPU harness; STATIC: read by rules (no torch)
+    #: Server flags the fix needs (FUSION_FLAG, CUDA_GRAPH_FLAG).
+    flags: tuple[str, ...] = ()
+    #: ``hf:I,J,K`` to pass as --trained-on from then on: the convention read the config, and the ids change.
+    trained_on: str = ""
+    #: How the install reads these ids (the setter's rule on this release).
+    rule: str = field(default="", compare=False)
+    #: -1 on patchcraft's setter: the other ids are layer outputs on every release (by construction).
+    portable: bool = field(default=False, compare=False)
 
     @property
     def native(self) -> bool:
         return not self.after_apply
 
+    @property
+    def needs(self) -> frozenset[str]:
+        return frozenset(self.flags) | ({"apply"} if self.after_apply else set())
 
-def fixes(model: Model, wanted: Sequence[int], num_layers: int) -> tuple[Fix, ...]:
-    """The ways to feed ``wanted``: ids for the install as it is first, then after apply."""
-    wanted = tuple(wanted)
-    if not wanted or list(wanted) != sorted(set(wanted)) or len(wanted) > MAX_STATES:
-        return ()
-    ways = [False] + ([True] if not model.patched and apply_helps(model) else [])
-    found = []
-    for after_apply in ways:
-        fix = _first(model, wanted, num_layers, after_apply)
-        if fix is not None:
-            found.append(fix)
-    return tuple(found)
+    @property
+    def cost(self) -> tuple[bool, bool, bool]:
+        return (CUDA_GRAPH_FLAG in self.flags, FUSION_FLAG in self.flags, self.after_apply)
 
 
-def _candidates(wanted: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
-    """The +1 reading first (``e - 1``, ``-1`` for the embedding), then the raw one."""
-    choices = [(e - 1, e) if e > 0 else (-1, 0) for e in wanted]
-    return itertools.product(*choices)
+@dataclass(frozen=True)
+class Blocked:
+    """A way that was tried and what fails with it."""
+
+    way: str
+    why: str
 
 
-def _first(model: Model, wanted: tuple[int, ...], num_layers: int, after_apply: bool) -> Fix | None:
-    for candidate in _candidates(wanted):
-        static = serve(model, candidate, num_layers, after_apply=after_apply)
-        plausible = static.unknown or (static.states == wanted and not static.run.error)
-        if not plausible:
+@dataclass(frozen=True)
+class Proven:
+    """The fixes that pass the whole check, least invasive first; what blocks the others."""
+
+    fixes: tuple[Fix, ...] = ()
+    blocked: tuple[Blocked, ...] = ()
+
+
+def prove(
+    model: Model,
+    wanted: Sequence[int] | None,
+    current: tuple[int, ...] | None,
+    num_layers: int,
+    serving: Serving,
+    recheck: Rechecker,
+    pin: Callable[[tuple[int, ...]], str] = lambda ids: "",
+) -> Proven:
+    """The fixes for ``model``'s install that feed ``wanted`` (None: not known; the draft's own ids are kept).
+
+    ``pin(ids)``: the ``--trained-on hf:...`` to use once the config holds ``ids`` ("" when the
+    convention does not move with the config).
+    """
+    wanted = tuple(wanted) if wanted is not None else None
+    if wanted is not None and (not wanted or list(wanted) != sorted(set(wanted)) or len(wanted) > MAX_STATES):
+        return Proven()
+    if wanted is None and current is None:
+        return Proven()
+    ways: list[tuple[bool, Model]] = [(False, model)]
+    applied = applied_model(model)
+    if applied.model is not None:
+        ways.append((True, applied.model))
+    found: list[tuple[int, Fix]] = []
+    blocked: list[Blocked] = []
+    for after_apply, state in ways:
+        flags = available_flags(state, serving)
+        tried = False
+        for order, ids in enumerate(_candidates(wanted, current)):
+            if wanted is not None and not _plausible(state, ids, wanted, num_layers):
+                continue
+            tried = True
+            fix, why = _proof(state, ids, after_apply, serving, flags, recheck)
+            if fix is not None:
+                found.append((order, replace(fix, trained_on=pin(ids))))
+            else:
+                blocked.append(Blocked(_way(ids, after_apply), why))
+        if not tried and wanted is not None:
+            detail = f" ({state.patch_detail})" if 0 in wanted and not state.patched else ""
+            blocked.append(Blocked(_way(None, after_apply), f"no id list makes it feed {states_text(wanted)}{detail}"))
+    if not applied.model and not model.patched and applied.why:
+        blocked.append(Blocked("after `patchcraft apply`", applied.why))
+    return Proven(_least_invasive(found), tuple(blocked))
+
+
+def available_flags(model: Model, serving: Serving) -> dict[str, str]:
+    """The check name -> the server flag that clears it, for the flags this release has and the server lacks."""
+    flags = {}
+    if serving.cuda_graph:
+        flags["cuda-graph"] = CUDA_GRAPH_FLAG
+    if serving.tp > 1 and serving.allreduce_fusion and has_fusion_flag(model):
+        flags["fusion"] = FUSION_FLAG
+    return flags
+
+
+def has_fusion_flag(model: Model) -> bool:
+    from patchcraft.transforms.keep_captured_states_reduced import has_enforce_flag
+
+    return has_enforce_flag(model.tree.package)
+
+
+def _proof(
+    state: Model, ids: tuple[int, ...], after_apply: bool, serving: Serving, flags: dict[str, str], recheck: Rechecker
+) -> tuple[Fix | None, str]:
+    """The fix ``ids`` make on ``state`` (with the fewest flags), proven by the re-check; else what blocks them."""
+    result = recheck(state, ids, serving)
+    needed = tuple(flags.get(c.name, "") for c in result.failed)
+    if result.failed and not all(needed):
+        return None, _why(result.failed)
+    if needed:
+        result = recheck(state, ids, serving.with_flags(needed))
+        if result.failed:
+            return None, _why(result.failed)
+    portable = -1 in ids and (after_apply or state.patched)
+    ordered = tuple(f for f in (FUSION_FLAG, CUDA_GRAPH_FLAG) if f in needed)
+    return Fix(ids, after_apply, result.proof, ordered, rule=result.rule, portable=portable), ""
+
+
+def _why(failed: Sequence[CheckResult]) -> str:
+    return "; ".join(f"{c.name}: {c.message}" for c in failed)
+
+
+def _way(ids: tuple[int, ...] | None, after_apply: bool) -> str:
+    where = "after `patchcraft apply`" if after_apply else "this install as it is"
+    return f"{list(ids)} {where}" if ids is not None else where
+
+
+def _least_invasive(found: Sequence[tuple[int, Fix]]) -> tuple[Fix, ...]:
+    kept: list[Fix] = []
+    for _, fix in sorted(found, key=lambda item: (item[1].cost, item[0])):
+        if any(k.ids == fix.ids and fix.needs >= k.needs for k in kept):
             continue
-        outcome = run_served(model, candidate, num_layers, after_apply=after_apply)
-        if outcome is not None and outcome.ran:
-            if not outcome.crash and outcome.states == wanted and outcome.all_copies:
-                return Fix(candidate, after_apply, RUN)
-        elif not static.unknown and not static.unsafe_embedding:
-            return Fix(candidate, after_apply, STATIC)
-    return None
+        kept.append(fix)
+    return tuple(kept[:MAX_FIXES])
+
+
+def _candidates(wanted: tuple[int, ...] | None, current: tuple[int, ...] | None) -> Iterator[tuple[int, ...]]:
+    """The draft's own ids, then the +1 reading (``e - 1``, ``-1`` for the embedding), then the raw one."""
+    seen = set()
+    choices = [(e - 1, e) if e > 0 else (-1, 0) for e in wanted] if wanted is not None else []
+    for ids in itertools.chain(
+        [current] if current is not None else [], itertools.product(*choices) if choices else []
+    ):
+        if ids not in seen:
+            seen.add(ids)
+            yield tuple(ids)
+
+
+def _plausible(model: Model, ids: tuple[int, ...], wanted: tuple[int, ...], num_layers: int) -> bool:
+    """Whether the static reading lets ``ids`` feed ``wanted`` (or cannot tell): only then is the check run."""
+    try:
+        static = serve(model, ids, num_layers)
+    except PatchcraftError:
+        return False
+    return bool(static.unknown) or (static.states == wanted and not static.run.error)
+
+
+__all__ = ["RUN", "Blocked", "Fix", "Proven", "Recheck", "Serving", "prove"]

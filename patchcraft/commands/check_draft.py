@@ -31,6 +31,8 @@ class CheckDraftOptions:
     tp: int = 1
     #: An overlay directory: its files are the ones the server imports (``patchcraft run``).
     overlay: str | None = None
+    #: False: the server runs with --enforce-disable-flashinfer-allreduce-fusion.
+    allreduce_fusion: bool = True
 
 
 def check_draft_command(options: CheckDraftOptions) -> int:
@@ -46,7 +48,16 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     name = options.model or (target.architectures[0] if target and target.architectures else None)
     tree = resolve_tree(options.target, options.release, options.overlay)
     model = load_model(tree, name)
-    report = check_draft(model, draft, target, training, num_layers, cuda_graph=options.cuda_graph, tp=options.tp)
+    report = check_draft(
+        model,
+        draft,
+        target,
+        training,
+        num_layers,
+        cuda_graph=options.cuda_graph,
+        tp=options.tp,
+        allreduce_fusion=options.allreduce_fusion,
+    )
     code = verdict_code(report.ok)
     return console.print_report(
         options.output_format, code, lambda: documents.check_draft_json(report, code), lambda: report_text(report)
@@ -73,11 +84,12 @@ def report_text(report: DraftReport) -> str:
     ]
     if report.expected is not None:
         lines.append(f"trained  {states_text(report.expected.states)} ({report.expected.how})")
+        lines += [f"         {note}" for note in report.training_notes]
     lines.append("")
     marks = {True: "ok  ", False: "FAIL", None: "skip"}
     lines += [f"  {marks[c.ok]}  {c.name:<12} {c.message}" for c in report.checks]
     lines.append("")
     lines.append(("mismatch: " if not report.ok else "") + report.verdict)
     if report.suggestion_text:
-        lines.append(f"suggested: {report.suggestion_text}")
+        lines.append(f"suggested: {report.suggestion_text}" if report.fixes else report.suggestion_text)
     return "\n".join(lines) + "\n"

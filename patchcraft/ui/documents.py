@@ -121,7 +121,20 @@ def check_draft_json(report: DraftReport, code: int) -> dict[str, Any]:
         "suggested_ids": list(report.suggestion.ids) if report.suggestion else None,
         "suggested_after_apply": report.suggestion.after_apply if report.suggestion else None,
         "suggestion": report.suggestion_text,
-        "fixes": [{"ids": list(f.ids), "after_apply": f.after_apply, "proof": f.proof} for f in report.fixes],
+        "fixes": [
+            {
+                "ids": list(f.ids),
+                "after_apply": f.after_apply,
+                "proof": f.proof,
+                "flags": list(f.flags),
+                "trained_on": f.trained_on or None,
+                "rule": f.rule,
+                "same_on_every_release": f.portable,
+            }
+            for f in report.fixes
+        ],
+        "blocked": [{"way": b.way, "why": b.why} for b in report.blocked],
+        "training_notes": list(report.training_notes),
         "explain": explanation_json(report.explanation, code),
         "exit_code": code,
     }

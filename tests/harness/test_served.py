@@ -54,10 +54,10 @@ def test_native_ids_come_first_where_the_release_already_feeds_them(tmp_path, re
     assert report.fixes == (Fix((0, 3, 31), False, "run"), Fix((-1, 2, 30), True, "run"))
     first, *rest = report.suggestion_text.splitlines()
     assert "[0, 3, 31]" in first and "no patch needed" in first
-    assert (
-        "release-specific" in rest[0]
-        and "[-1, 2, 30] after `patchcraft apply` means the same on every release" in rest[0]
-    )
+    # Each fix says what it means elsewhere: the native ids keep this release's rule, -1 after apply does not.
+    assert "[0, 3, 31] is release-specific" in rest[0] and "ids kept raw" in rest[0]
+    assert "[-1, 2, 30]" in rest[1] and "after `patchcraft apply`" in rest[1]
+    assert "[-1, 2, 30] after `patchcraft apply` means the same on every release" in rest[2]
     # The fix applied: the native ids on the install as it is.
     fixed = kimi_check(tmp_path, release_package(version), [0, 3, 31])
     assert fixed.ok, fixed.verdict
@@ -104,9 +104,11 @@ def test_json_lists_every_fix(tmp_path, capsys):
     )
     data = json.loads(out)
     assert code == 1
-    assert data["fixes"] == [
-        {"ids": [0, 3, 31], "after_apply": False, "proof": "run"},
-        {"ids": [-1, 2, 30], "after_apply": True, "proof": "run"},
+    assert [
+        {k: f[k] for k in ("ids", "after_apply", "proof", "flags", "same_on_every_release")} for f in data["fixes"]
+    ] == [
+        {"ids": [0, 3, 31], "after_apply": False, "proof": "run", "flags": [], "same_on_every_release": False},
+        {"ids": [-1, 2, 30], "after_apply": True, "proof": "run", "flags": [], "same_on_every_release": True},
     ]
     assert data["suggested_ids"] == [0, 3, 31] and data["suggested_after_apply"] is False
     assert data["explain"]["served_source"] == "run"
