@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from patchcraft.base.vllm_tree import VllmTree
-from patchcraft.reading.vllm_runner import EAGLE_CONFIG, TOP_LEVEL, Gate, RunnerIds, read_gate, read_runners
+from patchcraft.reading.vllm_runner import PLACES, TOP_LEVEL, Gate, RunnerIds, read_gate, read_runners
 
 if TYPE_CHECKING:  # torch-free at import: the harness loads only when a run happens
     from patchcraft.harness.served import RunOutcome
@@ -303,17 +303,20 @@ def _placement(
         elif each.error:
             found.append(Finding(FindingKind.NOT_RUN, f"{each.name}: {each.function} could not run: {each.error}"))
     reading = [r for r in runners if r.function and not r.error]
-    for place in (TOP_LEVEL, EAGLE_CONFIG):
-        blind = [r for r in reading if r.ids_for(place) is None]
-        if not blind:
-            continue
-        who = "no runner" if len(blind) == len(runners) else " and ".join(f"the {r.name}" for r in blind) + " does not"
-        verb = "reads" if who == "no runner" else "read"
-        where = ", ".join(r.function for r in blind)
+    blind_places: dict[tuple[str, ...], list[str]] = {}
+    for place in PLACES:
+        blind = tuple(r.name for r in reading if r.ids_for(place) is None)
+        if blind:
+            blind_places.setdefault(blind, []).append(place)
+    for blind, places in blind_places.items():
+        who = (
+            "no runner reads"
+            if len(blind) == len(runners)
+            else " and ".join(f"the {n}" for n in blind) + " does not read"
+        )
+        where = ", ".join(r.function for r in reading if r.name in blind)
+        kind = FindingKind.IGNORED if TOP_LEVEL in places else FindingKind.PLACE
         found.append(
-            Finding(
-                FindingKind.IGNORED if place == TOP_LEVEL else FindingKind.PLACE,
-                f"{who} {verb} {place} ({where}): ids kept only there are ignored and {served}",
-            )
+            Finding(kind, f"{who} {' or '.join(places)} ({where}): ids kept only there are ignored and {served}")
         )
     return found

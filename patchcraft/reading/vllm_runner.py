@@ -52,7 +52,9 @@ _SAFE = (
 #: Where a draft config can hold the ids: top level (speculators, vLLM's own) or SGLang's ``eagle_config``.
 TOP_LEVEL = "top-level eagle_aux_hidden_state_layer_ids"
 EAGLE_CONFIG = "eagle_config.eagle_aux_hidden_state_layer_ids"
-PLACES = (TOP_LEVEL, EAGLE_CONFIG)
+#: The V2 runner's own key in ``eagle_config`` (0.34: ``drafter_config.get("layer_ids")``).
+EAGLE_CONFIG_LAYER_IDS = "eagle_config.layer_ids"
+PLACES = (TOP_LEVEL, EAGLE_CONFIG, EAGLE_CONFIG_LAYER_IDS)
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,7 @@ def _spec_config(place: str, layer_ids: Optional[Sequence[int]]) -> Any:
         if place == TOP_LEVEL:
             fields["eagle_aux_hidden_state_layer_ids"] = list(layer_ids)
         else:
-            fields["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}
+            fields["eagle_config"] = {place.rpartition(".")[2]: list(layer_ids)}
     return SimpleNamespace(draft_model_config=SimpleNamespace(hf_config=SimpleNamespace(**fields)))
 
 

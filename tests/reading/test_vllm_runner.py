@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from conftest import vllm_release_package
-from patchcraft.reading.vllm_runner import EAGLE_CONFIG, TOP_LEVEL, Gate, read_gate, read_runners
+from patchcraft.reading.vllm_runner import (
+    EAGLE_CONFIG,
+    EAGLE_CONFIG_LAYER_IDS,
+    PLACES,
+    TOP_LEVEL,
+    Gate,
+    read_gate,
+    read_runners,
+)
 
 IDS = (0, 3, 31)
 
@@ -33,11 +41,12 @@ def test_0_34_0_ships_the_v2_runner_alone() -> None:
     assert runner.function.startswith("v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:")
     assert runner.ids_for(TOP_LEVEL) == IDS and runner.ids_for(EAGLE_CONFIG) is None
     assert runner.default_getter == "get_eagle3_default_aux_hidden_state_layers"
+    assert runner.ids_for(EAGLE_CONFIG_LAYER_IDS) == IDS  # its own key in eagle_config, never SGLang's
 
 
 def test_no_ids_resolve_to_none_everywhere() -> None:
     (runner,) = read_runners(vllm_release_package("0.34.0"), None)
-    assert runner.resolved == ((TOP_LEVEL, None), (EAGLE_CONFIG, None))
+    assert runner.resolved == tuple((place, None) for place in PLACES)
 
 
 def test_gates() -> None:
@@ -67,6 +76,7 @@ def test_both_runners_the_old_one_default(version: str, getter: str) -> None:
     assert old.default and not v2.default
     assert old.ids_for(TOP_LEVEL) == v2.ids_for(TOP_LEVEL) == IDS
     assert old.ids_for(EAGLE_CONFIG) is None and v2.ids_for(EAGLE_CONFIG) is None
+    assert old.ids_for(EAGLE_CONFIG_LAYER_IDS) is None and v2.ids_for(EAGLE_CONFIG_LAYER_IDS) is None
     assert old.default_getter == getter
 
 
