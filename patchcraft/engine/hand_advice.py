@@ -25,6 +25,7 @@ from patchcraft.engine.hand_edits import FileReport
 from patchcraft.engine.records import ModelResult
 from patchcraft.base.status import HAND_MADE, EditStatus, FileState, EditKind
 from patchcraft.base.target import SglangTree
+from patchcraft.base.tree_version import VersionSource
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,15 @@ def lines(model: ModelResult, reports: Mapping[str, FileReport]) -> str:
     return ", ".join(sites) or "none found"
 
 
+def _reinstall(tree: SglangTree) -> str:
+    """Where the shipped files come back from: pip for a release its version file names, else the tree's own source."""
+    version = tree.version_info
+    if version.source is VersionSource.FILE:
+        return f"pip install --force-reinstall --no-deps sglang=={version.version}, or git checkout"
+    closest = f"; closest release {version.closest_release}" if version.closest_release else ""
+    return f"git checkout, or copy them from the source of this tree: no version file names a release to reinstall{closest}"
+
+
 def command(tree: SglangTree, model: ModelResult, reports: Mapping[str, FileReport], scope: Scope = Scope()) -> str:
     """What turns the hand fix into a proven, revertible patchcraft install: ``run: COMMAND``, with what comes first.
 
@@ -80,8 +90,7 @@ def command(tree: SglangTree, model: ModelResult, reports: Mapping[str, FileRepo
     if unknown:
         names = " ".join(unknown)
         return (
-            f"put back the shipped {names} (pip install --force-reinstall --no-deps sglang=={tree.version}, "
-            f"or git checkout), then run: patchcraft apply {scope.flags}{tree.package}"
+            f"put back the shipped {names} ({_reinstall(tree)}), then run: patchcraft apply {scope.flags}{tree.package}"
         )
     replace = f"patchcraft apply --replace-hand-edits {scope.flags}{tree.package}"
     others = [h.label(r.rel) for f in by_hand if (r := reports.get(f)) is not None for h in r.others]

@@ -277,6 +277,22 @@ def test_no_pristine_text_for_a_plain_copy(release_copy, capsys) -> None:
     assert (package / MODEL).read_bytes() == before
 
 
+def test_a_copy_without_a_version_is_not_told_to_pip_install_a_version(release_copy, capsys) -> None:
+    """No version file (a fork built with setuptools-scm, a copied tree): no ``sglang==unknown`` to reinstall."""
+    package = release_copy(VERSION)
+    for name in ("_version.py", "version.py"):
+        (package / name).unlink(missing_ok=True)
+    (package / "__init__.py").write_text("\n", encoding="utf-8")
+    sed_fix(package / MODEL)
+    code, out, _ = run_cli(capsys, "verify", "--no-smoke", "--format", "json", *SCOPE, str(package))
+    row = next(m for m in json.loads(out)["models"] if m["model"] == "deepseek_v2.DeepseekV2ForCausalLM")
+    assert code == 1 and "pip install" not in row["message"], row
+    assert (
+        "put back the shipped sglang/srt/models/deepseek_v2.py (git checkout, or copy them from the source of this tree: "
+        "no version file names a release to reinstall; closest release 0.5.10)" in row["message"]
+    ), row
+
+
 def test_no_pristine_text_without_a_record_entry(installed: Path, capsys) -> None:
     record = next(installed.glob("sglang-*.dist-info/RECORD"))
     text = record.read_text(encoding="utf-8")
