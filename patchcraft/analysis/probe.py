@@ -11,7 +11,8 @@ accuracy against the next token. The wiring this install serves comes from
 the CPU harness), or ``--served hf:...``.
 
 The search screens every wiring on the first ``screen`` positions, then
-scores the best few and the served one on all of them (docs/probe.md).
+scores the best (and up to two runners-up within :data:`CLOSE` of it) and
+the served one on all of them (docs/probe.md).
 An engine's draft code plugs in as a :class:`DraftEngine`: SGLang's is
 :data:`SGLANG`; vLLM's ``llama_eagle3.py`` would be another one.
 """
@@ -31,10 +32,10 @@ from patchcraft.reading.training_dumps import Dump, open_dump
 
 #: Wirings tried at most (ordered choices): 6 states into 3 slots is 120.
 MAX_WIRINGS = 120
-#: Positions every wiring is screened on before the best few are scored on all of them.
-SCREEN_TOKENS = 256
-#: Wirings scored on every position after the screen, besides the served one.
-CONFIRMED = 3
+#: Positions every wiring is screened on before the best are scored on all of them.
+SCREEN_TOKENS = 128
+#: After the screen, the runners-up within this much top-1 of the best are scored on every position too.
+CLOSE = 0.10
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,8 @@ def _search(
         done[wiring] = run(wiring, screen, f"screening {_text(wiring)}", index, len(candidates))
     if screen < available:
         ranked = sorted(done.values(), key=_key)
-        confirm = [s.wiring for s in ranked[:CONFIRMED]] + ([served] if served else [])
+        close = [s.wiring for s in ranked[1:3] if ranked[0].top1_rate - s.top1_rate < CLOSE]
+        confirm = [ranked[0].wiring] + close + ([served] if served else [])
         for index, wiring in enumerate(dict.fromkeys(confirm)):
             done[wiring] = run(wiring, available, f"scoring {_text(wiring)}", index, len(confirm))
     # Rates are comparable across sample sizes: a screened wiring ranks by its screen, a confirmed one by all positions.
