@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package, run_cli as cli
+from drafts import HIDDEN, kimi_target, sglang_draft
 from patchcraft.analysis.draft_check import DraftConfig, read_draft
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.analysis.training import FIRST_ID_RAW, Training, expected_states, parse_training
@@ -238,3 +239,169 @@ def test_hidden_size_is_compared_without_target_hidden_size(tmp_path, capsys):
     assert checks(doc)["hidden-size"] is False
     message = next(c["message"] for c in doc["checks"] if c["name"] == "hidden-size")
     assert "hidden_size (no target_hidden_size" in message and "4096" in message and "7168" in message
+
+
+# -- the layer-output pipelines: Model-Optimizer, TorchSpec, AngelSlim, Automodel ------------------
+#
+# Each preset as read in its repository (docs/layer-ids.md cites file and commit): id j is the
+# output of layer j (hs[j+1]), defaults [1, n//2-1, n-4]; the two vLLM exceptions read hs[j].
+# A draft config as each pipeline's export writes it: Model-Optimizer writes eagle_config's ids
+# (its defaults included), AngelSlim a top-level aux_hidden_states_layer_ids (no engine reads it),
+# TorchSpec and Automodel no ids of their own.
+
+N = 61  # the Kimi-shaped target of tests/drafts.py
+
+
+def raw_draft(config: dict) -> DraftConfig:
+    """The fields the presets read, as read_draft takes them from ``config``."""
+    eagle = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    top = config.get("eagle_aux_hidden_state_layer_ids")
+    return DraftConfig(
+        Path("config.json"),
+        (),
+        tuple(eagle) if eagle else None,
+        None,
+        False,
+        None,
+        None,
+        None,
+        "",
+        tuple(top) if top else None,
+        config,
+    )
+
+
+NO_IDS: dict = {}
+EAGLE_IDS = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
+ANGELSLIM_IDS = {"aux_hidden_states_layer_ids": [3, 30, 57]}
+
+
+@pytest.mark.parametrize(
+    ("preset", "config", "states"),
+    [
+        # Model-Optimizer: eagle_config's ids, hooked on the layer's output; sorted, as its hooks fire.
+        ("modelopt", NO_IDS, (2, 30, 58)),
+        ("modelopt", EAGLE_IDS, (3, 31, 59)),
+        ("modelopt", {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [57, 1, 29]}}, (2, 30, 58)),
+        ("modelopt", ANGELSLIM_IDS, (2, 30, 58)),  # a field Model-Optimizer does not write
+        # Its vLLM dump passed the ids to extract_hidden_states unshifted: hs[j].
+        ("modelopt@vllm-dump", NO_IDS, (1, 29, 57)),
+        ("modelopt@vllm-dump", EAGLE_IDS, (2, 30, 58)),
+        # TorchSpec writes none of its ids: always its defaults, whatever the config's template says.
+        ("torchspec", NO_IDS, (2, 30, 58)),
+        ("torchspec", EAGLE_IDS, (2, 30, 58)),
+        ("torchspec@vllm-ebf869e", NO_IDS, (1, 29, 57)),
+        ("torchspec@vllm-ebf869e", EAGLE_IDS, (1, 29, 57)),
+        # AngelSlim reads (and saves) a top-level aux_hidden_states_layer_ids.
+        ("angelslim", NO_IDS, (2, 30, 58)),
+        ("angelslim", EAGLE_IDS, (2, 30, 58)),
+        ("angelslim", ANGELSLIM_IDS, (4, 31, 58)),
+        ("angelslim", {"aux_hidden_states_layer_ids": [57, 1, 29]}, (58, 2, 30)),  # concatenated as given
+        # Automodel writes none: its recipe's aux_layer_ids stay in the YAML.
+        ("automodel", NO_IDS, (2, 30, 58)),
+        ("automodel", EAGLE_IDS, (2, 30, 58)),
+    ],
+)
+def test_layer_output_presets_for_61_layers(preset, config, states):
+    expected = expected_states(parse_training(preset), raw_draft(config), 3, N)
+    assert expected is not None and not expected.problem, expected
+    assert expected.states == states
+    assert ("hs[j+1]" in expected.how) == (not preset.endswith(("vllm-dump", "vllm-ebf869e")))
+
+
+def _how(preset: str, config: dict) -> str:
+    expected = expected_states(parse_training(preset), raw_draft(config), 3, N)
+    assert expected is not None
+    return expected.how
+
+
+def test_each_preset_says_where_its_ids_come_from():
+    both = EAGLE_IDS | ANGELSLIM_IDS
+    assert "from eagle_config.eagle_aux_hidden_state_layer_ids" in _how("modelopt", both)
+    assert "from aux_hidden_states_layer_ids (which neither SGLang nor vLLM reads)" in _how("angelslim", both)
+    torchspec = _how("torchspec", both)
+    assert "inference.aux_hidden_states_layers, never written to the config" in torchspec
+    assert "--trained-on hf:3,31,59" in torchspec  # the config's [2, 30, 58], had TorchSpec trained on them
+    assert "recipe_args.aux_layer_ids" in _how("automodel", both)
+
+
+def test_layer_output_ids_outside_the_target_have_no_meaning():
+    negative = expected_states(
+        parse_training("modelopt"), raw_draft({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 2, 30]}}), 3, N
+    )
+    assert negative is not None and "id -1 has no meaning under modelopt" in negative.problem
+    past = expected_states(parse_training("angelslim"), raw_draft({"aux_hidden_states_layer_ids": [1, 29, 61]}), 3, N)
+    assert past is not None and "id 61" in past.problem and "0..60" in past.problem
+
+
+def test_layer_output_preset_names_parse():
+    for name in ("modelopt", "modelopt@vllm-dump", "torchspec", "torchspec@vllm-ebf869e", "angelslim", "automodel"):
+        assert parse_training(name.upper()).label == name
+    for bad in ("modelopt@", "torchspec@vllm", "angelslim@0.1"):
+        with pytest.raises(PatchcraftError, match="modelopt@vllm-dump"):
+            parse_training(bad)
+
+
+def angelslim_draft(directory: Path, extra: dict) -> Path:
+    """An AngelSlim export: its Eagle3 draft config as save_pretrained writes it (no eagle_config)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"architectures": ["Eagle3LlamaForCausalLM"], "hidden_size": HIDDEN, "num_hidden_layers": 1, **extra}
+    (directory / "config.json").write_text(json.dumps(config))
+    write_weights(directory / "model.safetensors", {"fc.weight": [HIDDEN, 3 * HIDDEN]})
+    return directory
+
+
+def test_ids_in_a_field_no_engine_reads_are_lost(tmp_path, capsys):
+    draft = angelslim_draft(tmp_path / "draft", ANGELSLIM_IDS)
+    code, doc, _ = check_json(capsys, draft, kimi_target(tmp_path / "kimi"), "0.5.10", "--trained-on", "angelslim")
+    assert doc["trained_on"]["hs"] == [4, 31, 58]
+    assert doc["explain"]["served"] == [2, 30, 58]  # SGLang's defaults: it reads only eagle_config
+    assert checks(doc)["convention"] is False and code == 1
+
+
+def test_a_malformed_unread_field_is_one_line_exit_2(tmp_path, capsys):
+    draft = angelslim_draft(tmp_path / "draft", {"aux_hidden_states_layer_ids": "1,29,57"})
+    code, out, err = cli(
+        capsys,
+        "check-draft",
+        str(draft),
+        "--target",
+        str(kimi_target(tmp_path / "kimi")),
+        "--release",
+        "0.5.10",
+        "--trained-on",
+        "angelslim",
+    )
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "aux_hidden_states_layer_ids: expected a list of integers" in err
+
+
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    ("preset", "ids", "trained", "code", "release"),
+    [
+        # What Model-Optimizer's export writes for 61 layers: the states SGLang feeds, on both.
+        ("modelopt", [1, 29, 57], [2, 30, 58], 0, "0.5.10"),
+        ("modelopt", [1, 29, 57], [2, 30, 58], 0, "0.5.23"),
+        # Its vLLM dump trained one layer earlier than SGLang feeds for those ids.
+        ("modelopt@vllm-dump", [1, 29, 57], [1, 29, 57], 1, "0.5.10"),
+        pytest.param("modelopt@vllm-dump", [1, 29, 57], [1, 29, 57], 1, "0.5.23", marks=_SLOW),
+        # No ids of their own: SGLang's defaults are their defaults, one layer on.
+        pytest.param("torchspec", None, [2, 30, 58], 0, "0.5.10", marks=_SLOW),
+        ("torchspec", None, [2, 30, 58], 0, "0.5.23"),
+        pytest.param("torchspec@vllm-ebf869e", None, [1, 29, 57], 1, "0.5.10", marks=_SLOW),
+        pytest.param("torchspec@vllm-ebf869e", None, [1, 29, 57], 1, "0.5.23", marks=_SLOW),
+        pytest.param("automodel", None, [2, 30, 58], 0, "0.5.10", marks=_SLOW),
+        pytest.param("automodel", None, [2, 30, 58], 0, "0.5.23", marks=_SLOW),
+        pytest.param("angelslim", None, [2, 30, 58], 0, "0.5.23", marks=_SLOW),
+    ],
+)
+def test_layer_output_presets_on_real_releases(tmp_path, capsys, preset, ids, trained, code, release):
+    draft = sglang_draft(tmp_path / "draft", ids)
+    got, doc, _ = check_json(capsys, draft, kimi_target(tmp_path / "kimi"), release, "--trained-on", preset)
+    assert doc["trained_on"]["hs"] == trained
+    assert doc["explain"]["served"] == [2, 30, 58]
+    assert checks(doc)["convention"] is (code == 0)
+    assert got == code, doc["checks"]
