@@ -94,13 +94,20 @@ def prepare(server: ServerArgs, package: Path, trained_on: str | None) -> Prepar
     notes = list(server.notes)
     draft_dir = _local_model(server.draft_path, server.draft_revision, "--speculative-draft-model-path", inputs, notes)
     inputs += preflight_cache.draft_dependencies(draft_dir)
-    from patchcraft.analysis.draft_check import read_draft
+    from patchcraft.analysis.draft_check import convention_known, read_draft
 
     draft = read_draft(draft_dir)
     if server.pp > 1 and draft.layer_ids is not None and -1 in draft.layer_ids:
         console.print_line(
             f"{PREFIX}refused: the draft asks for layer id -1 (the embedding output) with --pp {server.pp}: "
             "the embedding exists only on the first pipeline stage; serve with one stage, or a draft without -1"
+        )
+        return CHANGED
+    if trained_on is None and not convention_known(draft):
+        console.print_line(
+            f"{PREFIX}refused: how the draft was trained is not known, so the states it will be fed cannot be checked "
+            "against the states it was trained on: pass --trained-on (hf:I,J,K, specforge, speculators, eagle: "
+            "docs/layer-ids.md), or --no-preflight to launch unchecked"
         )
         return CHANGED
     if not server.model_path:
