@@ -49,10 +49,15 @@ SUITE_START = "<!-- suite:start (measured with pytest --durations; kept by bench
 SUITE_END = "<!-- suite:end -->"
 
 
-def suite_section(text: str) -> str:
+#: The probe's section, measured with bench/probe.py (docs/probe.md): kept as it is too.
+PROBE_START = "<!-- probe:start (measured with bench/probe.py; kept by bench/run.py) -->"
+PROBE_END = "<!-- probe:end -->"
+
+
+def suite_section(text: str, start_mark: str = SUITE_START, end_mark: str = SUITE_END) -> str:
     """The marked test-suite section of a performance page (with a blank line before it), or ''."""
-    start, end = text.find(SUITE_START), text.find(SUITE_END)
-    return "" if start < 0 or end < start else "\n" + text[start : end + len(SUITE_END)] + "\n"
+    start, end = text.find(start_mark), text.find(end_mark)
+    return "" if start < 0 or end < start else "\n" + text[start : end + len(end_mark)] + "\n"
 
 
 DEFAULT_RELEASE = "0.5.23"
@@ -685,7 +690,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = Path(args.output) if args.output else (None if args.quick else DOC)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        kept = suite_section(output.read_text(encoding="utf-8")) if output.is_file() else ""
+        text = output.read_text(encoding="utf-8") if output.is_file() else ""
+        kept = suite_section(text) + suite_section(text, PROBE_START, PROBE_END)
         output.write_text(document(bench, lines, time.perf_counter() - started) + kept, encoding="utf-8")
         print(f"wrote {output}", file=sys.stderr)
     return 0
