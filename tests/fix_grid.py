@@ -136,16 +136,9 @@ def check(cell: Cell, directory: Path, ids: tuple[int, ...] | list[int], model: 
     label, n = MODELS[cell.model]
     draft = read_draft(sglang_draft(directory / "draft", list(ids)))
     target = read_target(write_target(directory / "target", n))
-    return check_draft(
-        model,
-        draft,
-        target,
-        parse_training(how),
-        n,
-        cuda_graph=cell.cuda_graph and CUDA_GRAPH_FLAG not in flags,
-        tp=cell.tp,
-        allreduce_fusion=FUSION_FLAG not in flags,
-    )
+    serving = {"allreduce_fusion": False} if FUSION_FLAG in flags else {}
+    graphs = cell.cuda_graph and CUDA_GRAPH_FLAG not in flags
+    return check_draft(model, draft, target, parse_training(how), n, cuda_graph=graphs, tp=cell.tp, **serving)
 
 
 def run_cell(cell: Cell, directory: Path) -> list[tuple[str, tuple[int, ...]]]:
