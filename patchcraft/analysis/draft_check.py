@@ -24,6 +24,7 @@ from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.safetensors_header import read_header
 from patchcraft.analysis.explain import Explanation, Suggestion, explain
 from patchcraft.analysis.explain_findings import FindingKind
+from patchcraft.planning.id_source import RELEASE_DEFAULT, IdSourceKind
 from patchcraft.analysis.target_model import RUN, Model, states_text
 from patchcraft.analysis.fixes import (
     FUSION_FLAG,
@@ -392,13 +393,25 @@ def _check_fusion(model: Model, explanation: Explanation, serving: Serving) -> C
 
 
 def _check_ids(draft: DraftConfig, explanation: Explanation) -> Check:
+    source = explanation.id_source or RELEASE_DEFAULT
+    if source.kind is IdSourceKind.SERVER_FLAG:
+        return Check(
+            "ids",
+            False,
+            f"this tree's runner reads the ids from {source.text}: the draft config's ids are never read, "
+            "so what is served depends on that flag (check its ids with explain --layer-ids)",
+        )
+    if source.kind is IdSourceKind.NONE:
+        return Check("ids", None, f"this tree's runner reads {source.text}: {states_text(explanation.served)}")
     if draft.layer_ids is not None:
-        return Check("ids", True, f"SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids {list(draft.layer_ids)}")
+        return Check(
+            "ids", True, f"SGLang reads {source.field} {list(draft.layer_ids)} ({source.read_at or 'the runner'})"
+        )
     where = " (the speculators-format ids are not read by SGLang)" if draft.speculators_ids else ""
     return Check(
         "ids",
         None,
-        f"no eagle_config.eagle_aux_hidden_state_layer_ids{where}: SGLang captures its default layers {states_text(explanation.served)}",
+        f"no {source.field}{where}: SGLang captures its default layers {states_text(explanation.served)}",
     )
 
 

@@ -41,6 +41,7 @@ from patchcraft.analysis.target_model import (
     serve,
 )
 from patchcraft.base.errors import PatchcraftError
+from patchcraft.planning.id_source import IdSource, IdSourceKind
 from patchcraft.planning.runner_resets import RunnerReset, runner_resets
 from patchcraft.reading.capture_reading import conversion_rule, setter_variant
 
@@ -80,6 +81,8 @@ class Explanation:
     #: Why the harness did not run the code though torch is there ("" when it ran or torch is missing):
     #: ``cannot be run here: ...`` when what failed was a stand-in, not SGLang's code.
     not_run: str = ""
+    #: Where this tree's runner reads the ids it passes to the setter (the draft config, a server flag, none).
+    id_source: IdSource | None = None
 
     @property
     def static_why(self) -> str:
@@ -111,6 +114,13 @@ class IdsReading:
     default: Served
     #: The model runner's calls that reset the ids before CUDA-graph capture.
     resets: tuple[RunnerReset, ...]
+    #: Where the runner reads the ids; a runner that passes none serves the defaults whatever ``ids`` say.
+    source: IdSource
+
+    @property
+    def served_ids(self) -> tuple[int, ...] | None:
+        """The ids the setter really gets: None (the default call) where the runner passes none."""
+        return None if self.source.kind is IdSourceKind.NONE else self.ids
 
 
 @dataclass(frozen=True)
@@ -138,9 +148,10 @@ def read_ids(model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp:
     if num_layers < 1:
         raise PatchcraftError(f"--num-layers must be positive, not {num_layers}")
     ids = tuple(layer_ids) if layer_ids is not None else None
-    served = serve(model, ids, num_layers)
+    source = model.id_source()
+    served = serve(model, None if source.kind is IdSourceKind.NONE else ids, num_layers)
     default = serve(model, None, num_layers)
-    return IdsReading(model, ids, num_layers, tp, served, default, runner_resets(model.tree))
+    return IdsReading(model, ids, num_layers, tp, served, default, runner_resets(model.tree), source)
 
 
 def run_harness(reading: IdsReading) -> HarnessRuns:
@@ -149,7 +160,7 @@ def run_harness(reading: IdsReading) -> HarnessRuns:
     Without torch, or where the harness cannot follow the model, nothing
     more runs and the static reading stays (and says so).
     """
-    model, ids, num_layers = reading.model, reading.ids, reading.num_layers
+    model, ids, num_layers = reading.model, reading.served_ids, reading.num_layers
     outcome = run_served(model, ids, num_layers)
     if outcome is None:
         return NOT_RUN
@@ -205,8 +216,11 @@ def explanation(reading: IdsReading, runs: HarnessRuns = NOT_RUN) -> Explanation
         after_run=runs.after_apply,
         after_static=after_static,
         not_run=runs.not_run,
+        source=reading.source,
     )
     warnings, notes = judge(facts)
+    if any(w.kind is FindingKind.STARTUP for w in warnings) and not run.takes_ids:
+        served = ()  # the runner's call raises before anything is captured
     if reading.tp > 1:
         partial = fusion_defect(model)
         if partial:
@@ -237,6 +251,7 @@ def explanation(reading: IdsReading, runs: HarnessRuns = NOT_RUN) -> Explanation
         static_served=static.states,
         static_unknown=static.unknown,
         not_run=runs.not_run,
+        id_source=reading.source,
     )
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from patchcraft.analysis.target_model import Model, Served, apply_helps, describe_state, hs, states_text
 from patchcraft.harness import INSTALL_HINT
+from patchcraft.planning.id_source import RELEASE_DEFAULT, IdSource, IdSourceKind
 from patchcraft.planning.runner_resets import RunnerReset
 from patchcraft.reading.class_graph import classes_assigned_to
 from patchcraft.reading.setter_sandbox import SetterRun
@@ -98,6 +99,8 @@ class Facts:
     after_static: Served | None = None
     #: Why the harness did not run the code though torch is there ("" when it ran, or without torch).
     not_run: str = ""
+    #: Where the runner reads the ids it passes (:mod:`patchcraft.planning.id_source`).
+    source: IdSource = RELEASE_DEFAULT
 
 
 # -- one row per id ------------------------------------------------------------------
@@ -157,7 +160,16 @@ def judge(facts: Facts) -> tuple[list[Finding], list[str]]:
     if run.error and not (outcome is not None and outcome.stage == "setter"):
         message = _no_apply_advice(_real_names(run.error, facts), facts.model)
         warnings.append(Finding(FindingKind.STARTUP, f"SGLang will fail at start-up: the setter raises {message}"))
-    if not run.takes_ids and ids is not None:
+    if not run.takes_ids and facts.source.passes_ids:
+        setter = facts.run.calls[-1] if facts.run.calls else facts.model.label
+        warnings.append(
+            Finding(
+                FindingKind.STARTUP,
+                f"SGLang will fail at start-up: the runner passes the ids ({facts.source.call}) to {setter}, "
+                "which takes none (TypeError: too many positional arguments)",
+            )
+        )
+    elif not run.takes_ids and ids is not None:
         warnings.append(
             Finding(
                 FindingKind.LEGACY,
@@ -165,9 +177,18 @@ def judge(facts: Facts) -> tuple[list[Finding], list[str]]:
                 " (`patchcraft apply` cannot change that: it patches only setters that take ids)",
             )
         )
-    if ids is not None and run.takes_ids and not run.error:
+    elif facts.source.kind is IdSourceKind.NONE and ids is not None:
+        warnings.append(
+            Finding(
+                FindingKind.LEGACY,
+                f"{facts.model.tree.noun}'s runner passes no ids to the setter ({facts.source.call}): "
+                "SGLang captures the default layers whatever the draft config says",
+            )
+        )
+    read = ids is not None and facts.source.kind is not IdSourceKind.NONE  # the setter gets these ids
+    if read and run.takes_ids and not run.error:
         warnings += _range_warnings(facts)
-    if facts.variant.endswith("heuristic") and ids is not None and run.layers_to_capture is not None:
+    if facts.variant.endswith("heuristic") and read and run.layers_to_capture is not None:
         _heuristic_message(facts, warnings, notes)
     if outcome is not None:
         warnings += _run_findings(facts, outcome)

@@ -26,6 +26,7 @@ from patchcraft.base.status import EDIT_IN_PLACE
 from patchcraft.base.target import SglangTree
 from patchcraft.engine.file_patch import patch_text
 from patchcraft.planning.model_choice import choose_model
+from patchcraft.planning.id_source import IdSource, id_source
 from patchcraft.planning.model_plans import plan_model
 from patchcraft.planning.records import EditSite, ModelPlan
 from patchcraft.reading.capture_reading import reachable, sets_marks, static_unknown
@@ -65,10 +66,17 @@ class Model:
     patch_detail: str
     patched_texts: dict[Path, str] = field(default_factory=dict)
     _patched_graph: ModelGraph | None = None
+    _id_source: IdSource | None = None
 
     @property
     def label(self) -> str:
         return self.cls.label
+
+    def id_source(self) -> IdSource:
+        """Where this tree's model runner reads the ids it passes to the setter (read once)."""
+        if self._id_source is None:
+            self._id_source = id_source(self.tree)
+        return self._id_source
 
     def patched_graph(self) -> ModelGraph:
         """The graph as it will be after ``patchcraft apply`` (patched text, in memory)."""

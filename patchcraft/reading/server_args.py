@@ -305,3 +305,16 @@ def config_flags(path: Path) -> list[str]:
         else:
             tokens += [flag, str(value)]
     return tokens
+
+
+def flag_for(package: Path | None, dest: str) -> str:
+    """The release's long option for ``ServerArgs.dest`` (``--x-y`` for ``x_y`` when its flags cannot be read)."""
+    guess = "--" + dest.replace("_", "-")
+    try:
+        flags = release_flags(package)
+    except PatchcraftError:
+        flags = None
+    if flags is None:
+        return guess
+    named = [option for option, d in flags.options.items() if d == dest]
+    return guess if guess in named or not named else named[0]

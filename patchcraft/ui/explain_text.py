@@ -18,8 +18,10 @@ def explanation_text(result: Explanation) -> str:
         "setter   " + "\n      -> ".join(result.calls or (result.setter,)),
         f"rule     {result.rule}",
         f"install  {result.patch_detail}",
-        "",
     ]
+    if result.id_source is not None:
+        lines.append(f"ids from {result.id_source.text}")
+    lines += [""]
     if result.rows:
         lines.append(f"  {'id':>4}  {'layers_to_capture':<18} captures")
         for row in result.rows:
