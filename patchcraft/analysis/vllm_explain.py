@@ -59,6 +59,8 @@ class FindingKind(str, enum.Enum):
     IGNORED = "ids-not-read"
     #: A place of the draft's config (SGLang's ``eagle_config``) a runner does not read: a note, not a warning.
     PLACE = "place-not-read"
+    #: ``--tp`` above 1: what tensor parallelism does to the captures is not read for vLLM yet (a note).
+    TP = "tp-not-read"
     CRASH = "crash"
     DROPPED = "dropped"
     COLLAPSED = "collapsed"
@@ -69,6 +71,10 @@ class FindingKind(str, enum.Enum):
 
     def __str__(self) -> str:
         return str(self.value)
+
+
+#: Kinds reported as notes: they change nothing for ids kept at top level on one rank (no effect on the exit code).
+_NOTES = (FindingKind.PLACE, FindingKind.TP)
 
 
 @dataclass(frozen=True)
@@ -116,9 +122,12 @@ def default_runner(runners: Sequence[RunnerIds]) -> Optional[RunnerIds]:
 
 
 def explain_vllm(
-    tree: VllmTree, model_name: str, layer_ids: Optional[Sequence[int]], num_layers: int
+    tree: VllmTree, model_name: str, layer_ids: Optional[Sequence[int]], num_layers: int, tp: int = 1
 ) -> VllmExplanation:
-    """Read the runners and the gate, then run the model's getter, setter and forward (torch needed for the run)."""
+    """Read the runners and the gate, then run the model's getter, setter and forward (torch needed for the run).
+
+    The run is one rank: at ``tp`` > 1 a note says that the all-reduce reading is not built for vLLM yet.
+    """
     import importlib.util
 
     runners = read_runners(tree.package, layer_ids)
@@ -127,6 +136,14 @@ def explain_vllm(
     ids = tuple(layer_ids) if layer_ids is not None else None
     set_ids = runner.ids_for(TOP_LEVEL) if runner is not None and ids is not None else None
     findings: list[Finding] = []
+    if tp > 1:
+        findings.append(
+            Finding(
+                FindingKind.TP,
+                f"--tp {tp}: the states are those of one rank; whether a vLLM layer leaves its output unreduced "
+                "for the next layer's fused all-reduce (a per-rank partial sum captured) is not read for vLLM yet",
+            )
+        )
     if importlib.util.find_spec("torch") is None:
         label = model_name
         findings.append(Finding(FindingKind.NOT_RUN, "torch is not installed: the model's code was not run"))
@@ -189,7 +206,7 @@ def _record(
     findings: Sequence[Finding],
     ran: bool,
 ) -> VllmExplanation:
-    notes = tuple(f for f in findings if f.kind is FindingKind.PLACE)
+    notes = tuple(f for f in findings if f.kind in _NOTES)
     return VllmExplanation(
         version=tree.version,
         package=str(tree.package),
@@ -204,7 +221,7 @@ def _record(
         fed=fed,
         fed_states=tuple(states),
         alone=tuple(alone),
-        findings=tuple(f for f in findings if f.kind is not FindingKind.PLACE),
+        findings=tuple(f for f in findings if f.kind not in _NOTES),
         ran=ran,
         notes=notes,
     )

@@ -83,7 +83,7 @@ def _explain_vllm(options: ExplainOptions) -> int:
         raise PatchcraftError("--engine vllm needs --model (a class such as DeepseekV3ForCausalLM, or a file stem)")
     target = str(fetch_vllm(options.release)) if options.release else options.target
     tree = resolve_vllm_target(target)
-    result = explain_vllm(tree, options.model, parse_layer_ids(options.layer_ids), options.num_layers)
+    result = explain_vllm(tree, options.model, parse_layer_ids(options.layer_ids), options.num_layers, options.tp)
     code = verdict_code(not result.findings)
     return console.print_report(
         options.output_format, code, lambda: vllm_explanation_json(result, code), lambda: vllm_explanation_text(result)

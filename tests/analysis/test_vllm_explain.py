@@ -88,3 +88,9 @@ def test_a_wrapper_the_harness_cannot_follow_is_not_run_not_no_target() -> None:
     result = _explain("0.34.0", "KimiK25ForConditionalGeneration", (0, 3, 31), 61)
     assert result.fed.startswith("not run: cannot tell which class `self.model`") and result.fed != NO_TARGET
     assert "DeepseekV3ForCausalLM for Kimi-K2.5" in result.findings[-1].text
+
+
+def test_tp_above_1_is_a_note() -> None:
+    package = resolve_vllm_target(str(vllm_release_package("0.34.0")))
+    result = explain_vllm(package, "llama", (2, 3, 4), 6, tp=8)
+    assert result.findings == () and FindingKind.TP in [n.kind for n in result.notes]
