@@ -92,6 +92,8 @@ class IdAlone:
     states: tuple[int, ...]
     copies: bool
     crash: str
+    #: Why the harness could not run it ("" when it ran).
+    not_run: str = ""
 
 
 @dataclass(frozen=True)
@@ -229,9 +231,8 @@ def _record(
 
 def _alone(run: "VllmRun", layer_id: int, fed_text: Callable[["RunOutcome"], str]) -> IdAlone:
     outcome = run.outcome
-    return IdAlone(
-        layer_id, fed_text(outcome), outcome.states if not outcome.crash else (), outcome.all_copies, outcome.crash
-    )
+    states = outcome.states if not outcome.crash else ()
+    return IdAlone(layer_id, fed_text(outcome), states, outcome.all_copies, outcome.crash, outcome.not_run)
 
 
 def _findings(
@@ -250,6 +251,8 @@ def _findings(
     if ids is not None:
         found += _placement(runners, runner, ids, defaults)
     for entry in alone:
+        if entry.not_run:
+            continue  # said once, for the whole run, below
         if entry.crash:
             found.append(Finding(FindingKind.CRASH, f"id {entry.layer_id} crashes the forward: {entry.crash}"))
         elif not entry.states and entry.layer_id >= 0:

@@ -180,13 +180,13 @@ def run_ids(model: VllmModel, ids: Sequence[int], num_layers: int) -> VllmRun:
         try:
             getattr(outer, SETTER)(chosen)
         except Exception as exc:
-            return VllmRun(chosen, RunOutcome(crash=_located(exc, model.files), stage="setter"))
+            return VllmRun(chosen, _failed(exc, model, "setter"))
         try:
             result = _forward(model, inner)
         except HarnessError as exc:
             return VllmRun(chosen, RunOutcome(not_run=f"not run: {exc}"))
         except Exception as exc:
-            return VllmRun(chosen, RunOutcome(crash=_located(exc, model.files), stage="forward"))
+            return VllmRun(chosen, _failed(exc, model, "forward"))
     aux = list(result[1]) if isinstance(result, tuple) and len(result) == 2 else []
     fed, holds = _identify(aux, embedding, num_layers)
     return VllmRun(chosen, RunOutcome(fed=fed), holds)
@@ -262,6 +262,18 @@ def _by_value(tensor: torch.Tensor, states: list[torch.Tensor]) -> Fed:
         if tensor.shape == state.shape and torch.equal(tensor, mix(state, index)):
             return Fed(None, True, f"layer {index}'s output without its residual")
     return Fed(None, True, f"an unknown tensor {tuple(tensor.shape)}")
+
+
+def _failed(exc: BaseException, model: VllmModel, stage: str) -> RunOutcome:
+    """The release's crash, or "not run" where a stand-in caused it (a setting the harness gives as ``Nothing``).
+
+    ``config.embedding_multiplier`` (Granite) or ``config.scale_emb`` (MiniCPM) multiplied into the
+    embedding is arithmetic on a stand-in: that model's forward is beyond the harness, not broken.
+    """
+    located = _located(exc, model.files)
+    if "'Nothing'" in str(exc) or "<stand-in " in str(exc):
+        return RunOutcome(not_run=f"not run: the {stage} uses a value the harness does not model ({located})")
+    return RunOutcome(crash=located, stage=stage)
 
 
 def _located(exc: BaseException, files: set[str]) -> str:

@@ -94,3 +94,9 @@ def test_tp_above_1_is_a_note() -> None:
     package = resolve_vllm_target(str(vllm_release_package("0.34.0")))
     result = explain_vllm(package, "llama", (2, 3, 4), 6, tp=8)
     assert result.findings == () and FindingKind.TP in [n.kind for n in result.notes]
+
+
+def test_a_forward_beyond_the_harness_is_not_run_never_a_crash_or_a_drop() -> None:
+    result = _explain("0.34.0", "GraniteForCausalLM", (2, 3, 4), 6)  # config.embedding_multiplier: a stand-in
+    assert result.fed.startswith("not run: the forward uses a value the harness does not model")
+    assert _kinds(result) == [FindingKind.NOT_RUN] and all(a.not_run for a in result.alone)
