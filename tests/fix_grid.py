@@ -18,21 +18,27 @@ import atexit
 import json
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from conftest import copy_release, release_package
 from drafts import HIDDEN, sglang_draft
 from patchcraft.analysis.draft_check import DraftReport, check_draft, read_draft, read_target
-from patchcraft.analysis.fixes import CUDA_GRAPH_FLAG, FUSION_FLAG, Fix
 from patchcraft.analysis.target_model import Model, load_model
 from patchcraft.analysis.training import LAYER_OUTPUT, parse_training
 from patchcraft.base.target import resolve_target
-from patchcraft.engine.records import Mode
-from patchcraft.engine.tree_run import run, write_changes
 
+if TYPE_CHECKING:
+    from patchcraft.analysis.fixes import Fix
+
+#: SGLang's server flags a fix may name (patchcraft.analysis.fixes says the same).
+FUSION_FLAG = "--enforce-disable-flashinfer-allreduce-fusion"
+CUDA_GRAPH_FLAG = "--disable-cuda-graph"
 RELEASES = ("0.5.6", "0.5.10", "0.5.13", "0.5.14", "0.5.18", "0.5.23")
 #: name -> (model class, num_hidden_layers of the real model)
 MODELS = {
@@ -64,11 +70,15 @@ def pristine(version: str, label: str) -> Model:
 
 @lru_cache(maxsize=None)
 def applied_package(version: str, label: str) -> Path:
-    """``patchcraft apply --model LABEL`` (its closure, the runner and the fusion decision) on a private copy."""
+    """``patchcraft apply --model LABEL`` (its closure, the runner, the fusion decision) on a private copy."""
     root = Path(tempfile.mkdtemp(prefix=f"fix-grid-{version}-"))
     atexit.register(shutil.rmtree, root, True)
     package = copy_release(version, root, extra=_SERVED_PARTS)
-    write_changes(run(resolve_target(str(package)), Mode.APPLY, (label,)).changes)
+    # The command as the user runs it: the harness proves the patched code first and withholds what fails.
+    applied = subprocess.run(
+        [sys.executable, "-m", "patchcraft", "apply", "--model", label, str(package)], capture_output=True, text=True
+    )
+    assert applied.returncode == 0, applied.stdout + applied.stderr
     return package
 
 

@@ -16,9 +16,19 @@ import pytest
 
 from conftest import release_package
 from drafts import kimi_target, sglang_draft, speculators_draft
-from fix_grid import Cell, applied, check, fix_lines, parse_fix, pristine, run_cell, served_after_apply
+from fix_grid import (
+    CUDA_GRAPH_FLAG,
+    FUSION_FLAG,
+    Cell,
+    applied,
+    check,
+    fix_lines,
+    parse_fix,
+    pristine,
+    run_cell,
+    served_after_apply,
+)
 from patchcraft.analysis.draft_check import check_draft, read_draft, read_target
-from patchcraft.analysis.fixes import CUDA_GRAPH_FLAG, FUSION_FLAG
 from patchcraft.analysis.target_model import load_model
 from patchcraft.analysis.training import parse_training
 from patchcraft.base.target import resolve_target
