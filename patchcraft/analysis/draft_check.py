@@ -229,14 +229,14 @@ def check_draft(
     against those same states.
     """
     serving = Serving(tp, cuda_graph, allreduce_fusion)
-    explanation = explained(model, draft.layer_ids, num_layers, tp)
+    explanation = explained(model, draft.layer_ids, num_layers, tp, allreduce_fusion)
     hidden = (target.hidden_size if target else None) or draft.target_hidden_size or draft.hidden_size
     fc_states = draft.fc_in // hidden if draft.fc_in and hidden and draft.fc_in % hidden == 0 else None
     modules = setter_modules(explanation)
     expected = expected_states(training, draft, fc_states, num_layers, modules, draft.is_speculators)
 
     def recheck(state: Model, ids: tuple[int, ...], how: Serving) -> Recheck:
-        result = explained(state, ids, num_layers, how.tp)
+        result = explained(state, ids, num_layers, how.tp, how.allreduce_fusion)
         checks = _checks(state, with_ids(draft, ids), target, hidden, expected, result, how)
         return Recheck(tuple(checks), result.rule, result.source)
 
@@ -256,11 +256,13 @@ def check_draft(
         proven = prove(model, expected.states if expected else None, draft.layer_ids, num_layers, serving, recheck, pin)
     found = proven.fixes
     suggestion = Suggestion(found[0].ids, found[0].after_apply) if found else None
+    reads = _reads_config(training, draft, expected, fc_states, num_layers, modules)
+    trained = "the states its config's ids say it was trained on" if reads else "the states it was trained on"
     verdict = (
         failed[0].message
         if failed
         else "ok: SGLang will feed the draft "
-        + ("the states it was trained on" if expected and not expected.problem else "states of the expected shape")
+        + (trained if expected and not expected.problem else "states of the expected shape")
     )
     return DraftReport(
         draft,
@@ -274,7 +276,7 @@ def check_draft(
         _suggestion_text(proven, expected, explanation, draft, bool(failed)),
         found,
         proven.blocked,
-        _training_notes(training, draft, expected, fc_states, num_layers, modules),
+        _training_notes(training, draft, expected, reads),
     )
 
 
@@ -307,7 +309,9 @@ def _checks(
 _EXPLAINED: OrderedDict[int, tuple[Model, dict[tuple, Explanation]]] = OrderedDict()
 
 
-def explained(model: Model, ids: tuple[int, ...] | None, num_layers: int, tp: int) -> Explanation:
+def explained(
+    model: Model, ids: tuple[int, ...] | None, num_layers: int, tp: int, allreduce_fusion: bool = True
+) -> Explanation:
     """:func:`patchcraft.analysis.explain.explain`, once per (model, ids, layers, TP, torch there or not)."""
     from patchcraft.harness import torch_problem
 
@@ -318,19 +322,14 @@ def explained(model: Model, ids: tuple[int, ...] | None, num_layers: int, tp: in
         while len(_EXPLAINED) > 8:
             _EXPLAINED.popitem(last=False)
     _EXPLAINED.move_to_end(id(model))
-    key = (ids, num_layers, tp, torch_problem() is None)
+    key = (ids, num_layers, tp, allreduce_fusion, torch_problem() is None)
     if key not in entry[1]:
-        entry[1][key] = explain(model, ids, num_layers, tp=tp)
+        entry[1][key] = explain(model, ids, num_layers, tp=tp, allreduce_fusion=allreduce_fusion)
     return entry[1][key]
 
 
 def _training_notes(
-    training: Training | None,
-    draft: DraftConfig,
-    expected: Expected | None,
-    fc_states: int | None,
-    num_layers: int,
-    modules: tuple[str, ...],
+    training: Training | None, draft: DraftConfig, expected: Expected | None, reads_config: bool
 ) -> tuple[str, ...]:
     """Which convention was assumed, and whether the training states came from the config's own ids."""
     if expected is None:
@@ -342,19 +341,32 @@ def _training_notes(
             f"no --trained-on given: assumed from the config's format ({fmt} names the pipeline): {expected.how}; "
             "pass --trained-on to say how it was trained"
         )
-    # Other ids in the config (eagle_config's and the top level): do the training states move with them?
+    if reads_config:
+        notes.append(
+            "read from the draft config's own ids: a config whose ids are wrong is not caught here; "
+            "--trained-on hf:I,J,K checks against the states the draft was trained on"
+        )
+    return tuple(notes)
+
+
+def _reads_config(
+    training: Training | None,
+    draft: DraftConfig,
+    expected: Expected | None,
+    fc_states: int | None,
+    num_layers: int,
+    modules: tuple[str, ...],
+) -> bool:
+    """Whether the training states move with the config's ids (eagle_config's and the top level's)."""
+    if expected is None or expected.problem:
+        return False
     other = replace(
         with_ids(draft, _shifted(draft.layer_ids)),
         top_level_ids=_shifted(draft.top_level_ids),
         speculators_ids=_shifted(draft.speculators_ids) if draft.is_speculators else None,
     )
     moved = expected_states(training, other, fc_states, num_layers, modules, draft.is_speculators)
-    if not expected.problem and (moved is None or moved.states != expected.states):
-        notes.append(
-            "read from the draft config's own ids: a config whose ids are wrong is not caught here; "
-            "--trained-on hf:I,J,K checks against the states the draft was trained on"
-        )
-    return tuple(notes)
+    return moved is None or moved.states != expected.states
 
 
 def _shifted(ids: tuple[int, ...] | None) -> tuple[int, ...]:

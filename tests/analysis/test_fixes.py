@@ -120,6 +120,7 @@ def test_following_a_speculators_suggestion_never_fails_again(tmp_path):
 def test_a_convention_read_from_the_config_says_it_cannot_catch_a_wrong_config(tmp_path):
     report = kimi_check(tmp_path, kimi("0.5.13"), INCIDENT, "speculators")
     assert report.ok  # the config's own ids are the training states: the wrong config is not caught ...
+    assert report.verdict == "ok: SGLang will feed the draft the states its config's ids say it was trained on"
     assert any("not caught" in note and "--trained-on hf:I,J,K" in note for note in report.training_notes)
     explicit = kimi_check(tmp_path, kimi("0.5.13"), INCIDENT, "hf:0,3,31")
     assert not explicit.ok and explicit.training_notes == ()  # ... the states themselves catch it
