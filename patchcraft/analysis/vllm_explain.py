@@ -258,7 +258,8 @@ def _findings(
         elif not entry.states and entry.layer_id >= 0:
             found.append(
                 Finding(
-                    FindingKind.DROPPED, f"id {entry.layer_id} captures nothing (dropped: the forward never reaches it)"
+                    FindingKind.DROPPED,
+                    f"id {entry.layer_id} captures nothing (dropped: the forward never captures it)",
                 )
             )
         elif not entry.states:

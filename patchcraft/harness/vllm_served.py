@@ -111,7 +111,8 @@ class VllmRun:
 
 
 def find_model(package: Path, name: str) -> VllmModel:
-    """The class ``name`` (``DeepseekV3ForCausalLM``) or a file stem's EAGLE-3 class (``llama``); one line if none.
+    """The class ``name`` (``DeepseekV3ForCausalLM``, or ``deepseek_v2.DeepseekV3ForCausalLM``) or a file stem's
+    EAGLE-3 class (``llama``); one line if none.
 
     A class without ``set_aux_hidden_state_layers`` in its MRO is no EAGLE-3 target on this release
     (:class:`NotATarget`); one whose inner model the harness cannot tell is a :class:`HarnessError`
@@ -120,7 +121,13 @@ def find_model(package: Path, name: str) -> VllmModel:
     """
     models = package / "model_executor" / "models"
     graph = ModelGraph(models)
-    outer = _class_named(graph, models, name) if name[:1].isupper() else _class_of_stem(graph, models, name)
+    if "." in name:  # a label, file.Class: the class of that file (a name some files share)
+        stem, _, cls = name.partition(".")
+        if not graph.load(stem) or (stem, cls) not in graph.classes:
+            raise PatchcraftError(f"{name}: no such model class in {models}")
+        outer = graph.classes[(stem, cls)]
+    else:
+        outer = _class_named(graph, models, name) if name[:1].isupper() else _class_of_stem(graph, models, name)
     if graph.find_method(outer, SETTER) is None:
         raise NotATarget(f"{outer.label} has no {SETTER}: not an EAGLE-3 target on this release")
     inners = classes_assigned_to(graph, outer, INNER)
@@ -134,6 +141,26 @@ def find_model(package: Path, name: str) -> VllmModel:
     if owner is None:
         raise HarnessError(f"{inner.label} has no forward")
     return VllmModel(graph, outer, inner, owner, VllmProgram(graph, Sources(package), PATCHED))
+
+
+def eagle3_classes(package: Path) -> list[str]:
+    """Every model class of the release with ``set_aux_hidden_state_layers`` in its MRO: labels (``file.Class``).
+
+    Wrappers whose language model comes from vLLM's registry are listed too (the harness reports them
+    as not run); draft-side classes that inherit the setter (DFLASH and the like) are listed as they are.
+    """
+    models = package / "model_executor" / "models"
+    graph = ModelGraph(models)
+    for path in sorted(models.glob("*.py")):
+        try:
+            graph.load(path.stem)
+        except PatchcraftError:  # a file that does not parse serves nothing
+            continue
+    return [
+        node.label
+        for node in sorted(graph.classes.values(), key=lambda c: c.label)
+        if node.name.endswith(("ForCausalLM", "ForConditionalGeneration")) and graph.find_method(node, SETTER)
+    ]
 
 
 def _class_named(graph: ModelGraph, models: Path, name: str) -> ClassNode:

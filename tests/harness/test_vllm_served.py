@@ -18,7 +18,7 @@ from conftest import vllm_release_package
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.harness.served import Fed
 from patchcraft.harness.standins import HarnessError
-from patchcraft.harness.vllm_served import default_ids, find_model, run_ids
+from patchcraft.harness.vllm_served import default_ids, eagle3_classes, find_model, run_ids
 
 pytest.importorskip("torch")
 
@@ -143,3 +143,13 @@ def test_the_planned_deepseek_edit_makes_id_0_a_copy_of_the_embedding(tmp_path: 
     unpatched = find_model(vllm_release_package(version), "DeepseekV3ForCausalLM")
     for ids in ((3, 31, 58), (2, 30, 58)):  # without id 0: exactly what the release feeds
         assert run_ids(model, ids, 61).outcome.fed == run_ids(unpatched, ids, 61).outcome.fed
+
+
+def test_eagle3_classes_are_those_with_the_setter() -> None:
+    found = eagle3_classes(vllm_release_package("0.11.2"))
+    assert "llama.LlamaForCausalLM" in found and "qwen3_moe.Qwen3MoeForCausalLM" in found
+    assert "qwen3_vl_moe.Qwen3MoeLLMForCausalLM" in found and "qwen3_omni_moe_thinker.Qwen3MoeLLMForCausalLM" in found
+    assert "deepseek_v2.DeepseekV3ForCausalLM" not in found
+    assert (
+        find_model(vllm_release_package("0.11.2"), "qwen3_vl_moe.Qwen3MoeLLMForCausalLM").outer.module == "qwen3_vl_moe"
+    )
