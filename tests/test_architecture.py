@@ -573,7 +573,6 @@ def test_the_harness_sweeps_run_from_anywhere(tool: str, tmp_path: Path) -> None
 #: Modules with logic whose tests are, today, feature tests that run them through the CLI or a neighbour
 #: (named here), not ``tests/<package>/test_<module>.py``. A new module needs a mirror file or a row here.
 TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
-    "analysis.fixes": ("harness/test_served.py", "analysis/test_draft_check.py"),
     "base.errors": ("commands/test_cli.py", "reliability/test_refusals.py"),
     "base.pristine": ("engine/test_replace_hand_edits.py",),
     "base.releases": ("planning/test_selection.py", "test_coverage.py"),
