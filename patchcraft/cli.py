@@ -98,6 +98,16 @@ _tp = click.option(
 )
 
 
+#: ``--no-allreduce-fusion`` of explain and check-draft: the server turns FlashInfer's all-reduce fusion off.
+_no_allreduce_fusion = click.option(
+    "--no-allreduce-fusion",
+    "no_allreduce_fusion",
+    is_flag=True,
+    help="The server runs with --enforce-disable-flashinfer-allreduce-fusion: at TP > 1 every layer reduces before a "
+    "capture (no partial sums), and every layer loses the fused kernel.",
+)
+
+
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.argument("targets", nargs=-1, type=click.Path())(func)
     func = click.option(
@@ -432,19 +442,31 @@ def fetch(version, dest, engine) -> None:
 @click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
 @_format()
 @_tp
+@_no_allreduce_fusion
 @_overlay("Explain the overlay in DIR: the files `patchcraft run` serves.")
 @_engine(
     "The server: sglang or vllm (default: told from TARGET, else the installed one; --release means sglang).",
     detect=True,
 )
-def explain(target, layer_ids, num_layers, model, release, output_format, tp, overlay_dir, engine) -> None:
+def explain(
+    target, layer_ids, num_layers, model, release, output_format, tp, no_allreduce_fusion, overlay_dir, engine
+) -> None:
     """Show which hidden states these aux layer ids capture on this install."""
     from patchcraft.commands.explain import ExplainOptions, explain_command
 
     sys.exit(
         explain_command(
             ExplainOptions(
-                layer_ids, num_layers, target, release, model, output_format, tp=tp, overlay=overlay_dir, engine=engine
+                layer_ids,
+                num_layers,
+                target,
+                release,
+                model,
+                output_format,
+                tp=tp,
+                overlay=overlay_dir,
+                engine=engine,
+                allreduce_fusion=not no_allreduce_fusion,
             )
         )
     )
@@ -467,6 +489,7 @@ def explain(target, layer_ids, num_layers, model, release, output_format, tp, ov
 @click.option("--no-cuda-graph", "no_cuda_graph", is_flag=True, help="The server runs with --disable-cuda-graph.")
 @_format()
 @_tp
+@_no_allreduce_fusion
 @_overlay("Check against the overlay in DIR: the files `patchcraft run` serves.")
 def check_draft(
     draft_dir,
@@ -479,6 +502,7 @@ def check_draft(
     no_cuda_graph,
     output_format,
     tp,
+    no_allreduce_fusion,
     overlay_dir,
 ) -> None:
     """Check a draft's aux layer ids and fc width against this install and target."""
@@ -496,6 +520,7 @@ def check_draft(
         output_format,
         tp=tp,
         overlay=overlay_dir,
+        allreduce_fusion=not no_allreduce_fusion,
     )
     sys.exit(check_draft_command(options))
 

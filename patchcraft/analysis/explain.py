@@ -29,13 +29,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from patchcraft.analysis.explain_findings import Facts, Finding, FindingKind, IdRow, id_rows, judge
+from patchcraft.analysis.explain_findings import Facts, Finding, FindingKind, IdRow, heuristic_words, id_rows, judge
 from patchcraft.analysis.target_model import (
     RUN,
     STATIC,
     Model,
     Served,
+    FusionCost,
     apply_helps,
+    fusion_cost,
     fusion_defect,
     run_served,
     serve,
@@ -83,6 +85,10 @@ class Explanation:
     not_run: str = ""
     #: Where this tree's runner reads the ids it passes to the setter (the draft config, a server flag, none).
     id_source: IdSource | None = None
+    #: At TP > 1: the layers that lose FlashInfer's fused all-reduce to keep the captured states reduced.
+    fusion_cost: FusionCost | None = None
+    #: False: the server runs with --enforce-disable-flashinfer-allreduce-fusion (``--no-allreduce-fusion``).
+    allreduce_fusion: bool = True
 
     @property
     def static_why(self) -> str:
@@ -116,6 +122,8 @@ class IdsReading:
     resets: tuple[RunnerReset, ...]
     #: Where the runner reads the ids; a runner that passes none serves the defaults whatever ``ids`` say.
     source: IdSource
+    #: False: the server runs with --enforce-disable-flashinfer-allreduce-fusion.
+    allreduce_fusion: bool = True
 
     @property
     def served_ids(self) -> tuple[int, ...] | None:
@@ -141,8 +149,11 @@ class HarnessRuns:
 NOT_RUN = HarnessRuns()
 
 
-def read_ids(model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp: int = 1) -> IdsReading:
-    """The static reading of ``layer_ids`` (None: the default call) on ``model``, served at tensor parallelism ``tp``."""
+def read_ids(
+    model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp: int = 1, allreduce_fusion: bool = True
+) -> IdsReading:
+    """The static reading of ``layer_ids`` (None: the default call) on ``model``, served at tensor parallelism ``tp``
+    (``allreduce_fusion`` False: with --enforce-disable-flashinfer-allreduce-fusion)."""
     if tp < 1:
         raise PatchcraftError(f"--tp must be positive, not {tp}")
     if num_layers < 1:
@@ -151,7 +162,7 @@ def read_ids(model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp:
     source = model.id_source()
     served = serve(model, None if source.kind is IdSourceKind.NONE else ids, num_layers)
     default = serve(model, None, num_layers)
-    return IdsReading(model, ids, num_layers, tp, served, default, runner_resets(model.tree), source)
+    return IdsReading(model, ids, num_layers, tp, served, default, runner_resets(model.tree), source, allreduce_fusion)
 
 
 def run_harness(reading: IdsReading) -> HarnessRuns:
@@ -207,7 +218,7 @@ def explanation(reading: IdsReading, runs: HarnessRuns = NOT_RUN) -> Explanation
         default=reading.default,
         variant=variant,
         test=test,
-        rule=conversion_rule(ids, run, test),
+        rule=rule_text(conversion_rule(ids, run, ""), test, ids, num_layers),
         resets=reading.resets,
         num_layers=num_layers,
         outcome=outcome,
@@ -221,10 +232,10 @@ def explanation(reading: IdsReading, runs: HarnessRuns = NOT_RUN) -> Explanation
     warnings, notes = judge(facts)
     if any(w.kind is FindingKind.STARTUP for w in warnings) and not run.takes_ids:
         served = ()  # the runner's call raises before anything is captured
+    cost = None
     if reading.tp > 1:
-        partial = fusion_defect(model)
-        if partial:
-            warnings.append(Finding(FindingKind.FUSION, partial))
+        cost = fusion_cost(model, served, num_layers, reading.allreduce_fusion)
+        warnings += _fusion_findings(model, reading)
     calls = tuple(str(c) for c in run.calls)
     return Explanation(
         version=model.tree.version,
@@ -252,18 +263,55 @@ def explanation(reading: IdsReading, runs: HarnessRuns = NOT_RUN) -> Explanation
         static_unknown=static.unknown,
         not_run=runs.not_run,
         id_source=reading.source,
+        fusion_cost=cost,
+        allreduce_fusion=reading.allreduce_fusion,
     )
 
 
+def _fusion_findings(model: Model, reading: IdsReading) -> list[Finding]:
+    """At TP > 1: the partial-sum warning, unless the server turns the fusion off (and the release has that flag)."""
+    from patchcraft.reading.server_args import NO_FUSION_FLAG, release_flags
+
+    if reading.allreduce_fusion:
+        partial = fusion_defect(model)
+        return [Finding(FindingKind.FUSION, partial)] if partial else []
+    try:
+        flags = release_flags(model.tree.package)
+    except PatchcraftError:
+        flags = None
+    if flags is not None and NO_FUSION_FLAG not in flags.options:
+        return [
+            Finding(
+                FindingKind.FUSION,
+                f"SGLang will refuse to start: {model.tree.noun} has no {NO_FUSION_FLAG} flag (it exists from 0.5.10)",
+            )
+        ]
+    return []
+
+
+def rule_text(rule: str, test: str, ids: tuple[int, ...] | None, num_layers: int) -> str:
+    """``ids kept raw (the setter's test `...` is false for these ids)``: the heuristic said with its value, never
+    quoted as if it held."""
+    if not test or ids is None or not (rule.startswith("+1 rule") or rule.startswith("ids kept raw")):
+        return rule
+    return f"{rule} ({heuristic_words(test, ids, num_layers)})"
+
+
 def explain(
-    model: Model, layer_ids: Sequence[int] | None, num_layers: int, tp: int = 1, run_code: bool = True
+    model: Model,
+    layer_ids: Sequence[int] | None,
+    num_layers: int,
+    tp: int = 1,
+    run_code: bool = True,
+    allreduce_fusion: bool = True,
 ) -> Explanation:
-    """Explain what ``layer_ids`` capture on ``model``'s install (served at tensor parallelism ``tp``).
+    """Explain what ``layer_ids`` capture on ``model``'s install (served at tensor parallelism ``tp``;
+    ``allreduce_fusion`` False: the server runs with --enforce-disable-flashinfer-allreduce-fusion).
 
     :func:`read_ids`, then :func:`run_harness` (unless ``run_code`` is False:
     the static reading only), then :func:`explanation`.
     """
-    reading = read_ids(model, layer_ids, num_layers, tp)
+    reading = read_ids(model, layer_ids, num_layers, tp, allreduce_fusion)
     return explanation(reading, run_harness(reading) if run_code else NOT_RUN)
 
 

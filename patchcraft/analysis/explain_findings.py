@@ -8,11 +8,20 @@ whose ``kind`` ``check-draft`` sorts on (:mod:`patchcraft.analysis.draft_check`)
 
 from __future__ import annotations
 
+import ast
 import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from patchcraft.analysis.target_model import Model, Served, apply_helps, describe_state, hs, states_text
+from patchcraft.analysis.target_model import (
+    Model,
+    Served,
+    apply_helps,
+    describe_state,
+    hs,
+    is_draft_head,
+    states_text,
+)
 from patchcraft.harness import INSTALL_HINT
 from patchcraft.planning.id_source import RELEASE_DEFAULT, IdSource, IdSourceKind
 from patchcraft.planning.runner_resets import RunnerReset
@@ -206,7 +215,7 @@ def judge(facts: Facts) -> tuple[list[Finding], list[str]]:
         if after_note:
             notes.append(after_note)
     _runner_message(facts, warnings, notes)
-    if facts.model.plan.unsupported:
+    if facts.model.plan.unsupported and not is_draft_head(facts.model.plan):
         notes.append(f"patchcraft cannot patch this model for -1: {facts.model.plan.unsupported}")
     notes.append(_source_note(facts))
     notes.append("assumes one pipeline stage (setters return early on all but the last one)")
@@ -320,25 +329,56 @@ def _range_warnings(facts: Facts) -> list[Finding]:
     return warnings
 
 
+def test_holds(test: str, ids: tuple[int, ...] | None, num_layers: int) -> bool | None:
+    """Whether the setter's heuristic test (``layer_ids and layer_ids[0] == 1``) holds for ``ids``; None: cannot tell.
+
+    The test is the release's own expression, evaluated on the ids alone
+    (its names: the ids parameter and ``num_layers``; no builtins but
+    ``max``, ``min`` and ``len``).
+    """
+    if not test or ids is None:
+        return None
+    try:
+        tree = ast.parse(test, mode="eval")
+    except SyntaxError:
+        return None
+    allowed = {"max": max, "min": min, "len": len}
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(allowed)
+    values: dict[str, object] = {name: num_layers if name == "num_layers" else list(ids) for name in names}
+    try:
+        return bool(eval(compile(tree, "<heuristic>", "eval"), {"__builtins__": {}, **allowed}, values))  # noqa: S307
+    except Exception:
+        return None
+
+
+def heuristic_words(test: str, ids: tuple[int, ...] | None, num_layers: int) -> str:
+    """``the setter's test `X` is false for these ids``, or the test named without a claim when it cannot be evaluated."""
+    holds = test_holds(test, ids, num_layers)
+    if holds is None:
+        return f"the setter's test `{test}`" if test else "the setter's heuristic"
+    return f"the setter's test `{test}` is {'true' if holds else 'false'} for these ids"
+
+
 def _heuristic_message(facts: Facts, warnings: list[Finding], notes: list[str]) -> None:
-    condition = f"`{facts.test}`" if facts.test else "a heuristic"
-    kept = [i for i in facts.ids or () if not (facts.run.embedding and i == -1)]
+    said = heuristic_words(facts.test, facts.ids, facts.num_layers)
+    kept = [i for i in facts.ids or () if i >= 0]  # -1 is no layer: never the example
     if facts.rule.startswith("ids kept raw") and kept:
         example = kept[0]
         warnings.append(
             Finding(
                 FindingKind.HEURISTIC,
-                f"heuristic {condition} keeps these ids raw: id {example} means {hs(example)}, not {hs(example + 1)} "
-                "as under the +1 rule; the other ids in the list decide the meaning of every id",
+                f"{said}, so it keeps them raw: id {example} means {hs(example)} ({describe_state(example)}), "
+                f"not {hs(example + 1)} as under the +1 rule; the test reads the whole list, so another list "
+                "can change the meaning of every id",
             )
         )
     elif facts.rule.startswith("+1 rule") and facts.run.embedding:
         notes.append(
-            f"-1 is given, so the other ids are layer outputs (+1) whatever heuristic {condition} would choose: "
+            "-1 is given, so the other ids are layer outputs (+1) whatever the setter's test would choose: "
             "patchcraft's setter gives one config one meaning on every release"
         )
     elif facts.rule.startswith("+1 rule"):
-        notes.append(f"heuristic {condition} chose the +1 rule for these ids; another list could keep them raw")
+        notes.append(f"{said}, so the +1 rule applies; another list could make it keep the ids raw")
 
 
 def _unpatched_embedding(facts: Facts) -> Finding:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.sources import read_source
-from patchcraft.base.status import EDIT_IN_PLACE
+from patchcraft.base.status import EDIT_IN_PLACE, EditKind
 from patchcraft.base.target import SglangTree
 from patchcraft.engine.file_patch import patch_text
 from patchcraft.planning.model_choice import choose_model
@@ -100,6 +100,8 @@ def load_model(tree: SglangTree, name: str | None) -> Model:
 
 def _patch_state(plan: ModelPlan) -> tuple[bool, str, dict[Path, str]]:
     """The engine's verify verdict for ``plan``, and the text ``apply`` would write."""
+    if plan.unsupported and is_draft_head(plan):
+        return False, f"not a target: {plan.label} is an EAGLE-3 draft head {DRAFT_HEAD}", {}
     if plan.unsupported:
         return False, f"unsupported: {plan.unsupported}", {}
     by_file: dict[Path, list[EditSite]] = {}
@@ -123,7 +125,27 @@ def _patch_state(plan: ModelPlan) -> tuple[bool, str, dict[Path, str]]:
         return True, "patched for -1", {}
     kinds = [site.kind for sites in by_file.values() for site in sites]
     missing = sorted({kind for kind, status in zip(kinds, statuses) if status not in EDIT_IN_PLACE})
-    return False, f"not patched for -1: {', '.join(missing)} edit missing", texts
+    for_minus_one = [kind for kind in missing if kind not in FUSION_KINDS]
+    if not for_minus_one:  # the layer marks matter only at TP > 1 with all-reduce fusion (docs/fusion.md)
+        return True, "patched for -1 (the fusion-mark edit, for TP > 1, is not)", texts
+    return False, f"not patched for -1: {', '.join(for_minus_one)} edit missing", texts
+
+
+#: The edits that keep captured states reduced at TP > 1: not part of being patched for -1.
+FUSION_KINDS = (EditKind.FUSION, EditKind.FUSION_MARK)
+
+
+#: What a draft head is, said where the user named one (``--model LlamaForCausalLMEagle3``).
+DRAFT_HEAD = (
+    "(the model a draft config describes): it captures no hidden states itself, and patchcraft patches "
+    "the target that feeds it, not the draft; name the target model (--model, or --target's architectures)"
+)
+
+
+def is_draft_head(plan: ModelPlan) -> bool:
+    """A class with no aux capture of its own whose name says it is a draft or NextN/MTP head."""
+    name = plan.cls
+    return plan.not_applicable and any(word in name for word in ("Eagle", "NextN", "MTP"))
 
 
 def apply_helps(model: Model) -> bool:
@@ -190,3 +212,46 @@ def fusion_defect(model: Model) -> str | None:
     from patchcraft.transforms import keep_captured_states_reduced as fusion
 
     return fusion.defect(model.tree.package, model.graph, model.cls)
+
+
+@dataclass(frozen=True)
+class FusionCost:
+    """What keeping captured states reduced at TP > 1 costs: the decoder layers that lose FlashInfer's fused kernel."""
+
+    #: 0-based layers that run a separate all-reduce instead of the fused kernel (all of them under the server flag).
+    layers: tuple[int, ...]
+    #: The server runs with --enforce-disable-flashinfer-allreduce-fusion: every layer loses it.
+    all_layers: bool
+    text: str
+
+
+def fusion_cost(model: Model, served: Sequence[int], num_layers: int, allreduce_fusion: bool = True) -> FusionCost:
+    """The fusion cost at TP > 1 for the states ``served`` (docs/fusion.md, "What it costs now").
+
+    ``allreduce_fusion`` False: the server runs with the flag that turns the
+    fusion off, so every layer pays. Otherwise patchcraft's guard (``apply``)
+    costs only the layers whose output a capture reads (``hs[k]`` is layer
+    ``k-1``'s output; none for the embedding), and a model whose capture
+    reads the reduced state costs nothing.
+    """
+    from patchcraft.reading.fusion_reading import read_capture
+    from patchcraft.reading.server_args import NO_FUSION_FLAG
+
+    every = tuple(range(num_layers))
+    if not allreduce_fusion:
+        text = (
+            f"the server runs with {NO_FUSION_FLAG}: all {num_layers} layers run a separate all-reduce instead of "
+            "FlashInfer's fused kernel"
+        )
+        return FusionCost(every, True, text)
+    capture = read_capture(model.graph, model.cls)
+    if capture is None or not capture.affected:
+        return FusionCost((), False, "none: the captures read reduced states, so every layer keeps the fused kernel")
+    layers = tuple(sorted({k - 1 for k in served if k >= 1}))
+    named = ", ".join(map(str, layers)) if layers else "none"
+    text = (
+        f"with patchcraft's allreduce-fusion edit, layer{'s' if len(layers) != 1 else ''} {named} (whose output a "
+        f"capture reads) run a separate all-reduce instead of the fused kernel, every other layer keeps it; "
+        f"with {NO_FUSION_FLAG}, all {num_layers} layers lose it"
+    )
+    return FusionCost(layers, False, text)

@@ -119,7 +119,12 @@ def prepare(server: ServerArgs, package: Path, trained_on: str | None) -> Prepar
     from patchcraft.commands.check_draft import CheckDraftOptions
 
     options = CheckDraftOptions(
-        str(draft_dir), target_model=str(target), target=str(package), trained_on=trained_on, tp=server.tp
+        str(draft_dir),
+        target_model=str(target),
+        target=str(package),
+        trained_on=trained_on,
+        tp=server.tp,
+        allreduce_fusion=server.allreduce_fusion,  # the command's --enforce-disable-flashinfer-allreduce-fusion
     )
     return Prepared(options, tuple(inputs), tuple(notes))
 

@@ -82,6 +82,8 @@ def report_text(report: DraftReport) -> str:
         f"sglang   {result.version}: {result.model} ({result.rule}); {result.patch_detail}",
         f"serves   {fed_line(result)} ({source_line(result)})",
     ]
+    if result.fusion_cost is not None:
+        lines.append(f"fusion   cost: {result.fusion_cost.text}")
     if report.expected is not None:
         lines.append(f"trained  {states_text(report.expected.states)} ({report.expected.how})")
         lines += [f"         {note}" for note in report.training_notes]

@@ -32,6 +32,8 @@ class ExplainOptions:
     overlay: str | None = None
     #: The serving engine (None: told from TARGET or the installs, base.engines.detect_engine).
     engine: ServingEngine | None = None
+    #: False: the server runs with --enforce-disable-flashinfer-allreduce-fusion (``--no-allreduce-fusion``).
+    allreduce_fusion: bool = True
 
 
 def resolve_tree(target: str | None, release: str | None, overlay: str | None = None) -> SglangTree:
@@ -60,7 +62,13 @@ def explain_command(options: ExplainOptions) -> int:
         return _explain_vllm(options)
     tree = resolve_tree(options.target, options.release, options.overlay)
     model = load_model(tree, options.model)
-    reading = read_ids(model, parse_layer_ids(options.layer_ids), options.num_layers, tp=options.tp)
+    reading = read_ids(
+        model,
+        parse_layer_ids(options.layer_ids),
+        options.num_layers,
+        tp=options.tp,
+        allreduce_fusion=options.allreduce_fusion,
+    )
     result = explanation(reading, run_harness(reading))  # run_harness: the CPU harness, when torch is there
     code = verdict_code(not result.warnings)
     return console.print_report(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import ast
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -45,6 +45,10 @@ WANTED = {
     "revision": "revision",
     "speculative_draft_model_revision": "draft_revision",
 }
+#: The release's switches (``store_true`` flags, no value) the preflight reads -> the ServerArgs field they turn off.
+SWITCHES = {"enforce_disable_flashinfer_allreduce_fusion": "allreduce_fusion"}
+#: The server flag that turns FlashInfer's all-reduce fusion off (0.5.10 on).
+NO_FUSION_FLAG = "--enforce-disable-flashinfer-allreduce-fusion"
 #: The spellings used when a release's flags cannot be read (every release defines these).
 KNOWN = {
     "--speculative-algorithm": "speculative_algorithm",
@@ -57,6 +61,7 @@ KNOWN = {
     "--pipeline-parallel-size": "pp_size",
     "--revision": "revision",
     "--speculative-draft-model-revision": "speculative_draft_model_revision",
+    NO_FUSION_FLAG: "enforce_disable_flashinfer_allreduce_fusion",
 }
 SERVER_ARGS = "srt/server_args.py"
 ARG_GROUPS = "srt/arg_groups"
@@ -73,6 +78,8 @@ class ServerArgs:
     pp: int = 1
     revision: str | None = None
     draft_revision: str | None = None
+    #: False: the command passes --enforce-disable-flashinfer-allreduce-fusion (every layer reduces before a capture).
+    allreduce_fusion: bool = True
     #: What was resolved on the way, for the output: ``--speculative-algo`` as ``--speculative-algorithm``, the config file.
     notes: tuple[str, ...] = ()
     #: Why a value the preflight needs could not be read, per field: the preflight refuses to say ok then.
@@ -185,6 +192,7 @@ def parse_server_args(argv: Sequence[str], package: Path | None = None) -> Serve
         notes += [note] if note else []
     found: dict[str, str] = {}
     unchecked: dict[str, str] = {}
+    off: set[str] = set()
     for index, arg in enumerate(args):
         if not arg.startswith("--") or arg == "--":
             continue
@@ -193,6 +201,10 @@ def parse_server_args(argv: Sequence[str], package: Path | None = None) -> Serve
         if dest is None:
             for wanted in _could_be(name, flags) if note else ():
                 unchecked[WANTED[wanted]] = note or ""
+            continue
+        if dest in SWITCHES:
+            off.add(SWITCHES[dest])
+            notes += [note] if note else []
             continue
         if dest not in WANTED:
             continue
@@ -207,7 +219,8 @@ def parse_server_args(argv: Sequence[str], package: Path | None = None) -> Serve
         notes.append(
             f"{tree_noun(package) if package else 'this release'} has no --config flag: the config file is not read"
         )
-    return _server_args(found, tuple(notes), unchecked)
+    parsed = _server_args(found, tuple(notes), unchecked)
+    return replace(parsed, allreduce_fusion=False) if "allreduce_fusion" in off else parsed
 
 
 def _resolve(name: str, flags: ReleaseFlags | None) -> tuple[str | None, str | None]:

@@ -71,6 +71,23 @@ def explanation_json(result: Explanation, code: int) -> dict[str, Any]:
         "static_served": None if result.static_unknown else list(result.static_served),
         "static_unknown": result.static_unknown or None,
         "default_served": list(result.default_served),
+        "not_run": result.not_run or None,
+        "id_source": None
+        if result.id_source is None
+        else {
+            "kind": str(result.id_source.kind),
+            "field": result.id_source.field or None,
+            "read_at": result.id_source.read_at or None,
+            "call": result.id_source.call or None,
+        },
+        "allreduce_fusion": result.allreduce_fusion,
+        "fusion_cost": None
+        if result.fusion_cost is None
+        else {
+            "layers": list(result.fusion_cost.layers),
+            "all_layers": result.fusion_cost.all_layers,
+            "text": result.fusion_cost.text,
+        },
         "cuda_graph_resets": [r.where for r in result.resets],
         "warnings": [{"kind": w.kind, "message": w.message} for w in result.warnings],
         "notes": list(result.notes),

@@ -35,6 +35,8 @@ def explanation_text(result: Explanation) -> str:
     lines.append(
         f"SGLang feeds the draft: {fed_line(result)} ({count} state{'s' if count != 1 else ''}, in layer order; {source_line(result)})"
     )
+    if result.fusion_cost is not None:
+        lines.append(f"fusion cost: {result.fusion_cost.text}")
     lines += [f"warning: {w}" for w in result.warnings]
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines) + "\n"

@@ -93,6 +93,10 @@ def test_explain_document(report) -> None:
         "static_served",
         "static_unknown",
         "default_served",
+        "not_run",
+        "id_source",
+        "allreduce_fusion",
+        "fusion_cost",
         "cuda_graph_resets",
         "warnings",
         "notes",
@@ -101,6 +105,7 @@ def test_explain_document(report) -> None:
     assert (document["schema"], document["command"], document["exit_code"]) == (SCHEMA_VERSION, "explain", 1)
     assert [row["id"] for row in document["ids"]] == list(report.explanation.layer_ids or ())
     assert all(set(w) == {"kind", "message"} for w in document["warnings"])
+    assert document["id_source"]["kind"] == "eagle-config" and document["fusion_cost"] is None  # TP 1
     json.dumps(document)
 
 
