@@ -150,7 +150,20 @@ def explain_vllm(
         label = model_name
         findings.append(Finding(FindingKind.NOT_RUN, "torch is not installed: the model's code was not run"))
         return _record(
-            tree, label, num_layers, ids, gate, runners, (), set_ids or (), "not run", (), (), findings, False
+            tree,
+            label,
+            num_layers,
+            ids,
+            gate,
+            runners,
+            (),
+            set_ids or (),
+            "not run",
+            (),
+            (),
+            findings,
+            False,
+            model_name,
         )
     from patchcraft.harness.served import fed_text
     from patchcraft.harness.standins import HarnessError
@@ -159,10 +172,12 @@ def explain_vllm(
     try:
         model = find_model(tree.package, model_name)
     except HarnessError as exc:
-        findings += _gate_findings(gate, model_type_of(model_name))
+        findings += _gate_findings(gate, _model_type(model_name, model_name))
         findings.append(Finding(FindingKind.NOT_RUN, str(exc)))
         fed = NO_TARGET if isinstance(exc, NotATarget) else f"not run: {exc}"
-        return _record(tree, model_name, num_layers, ids, gate, runners, (), (), fed, (), (), findings, True)
+        return _record(
+            tree, model_name, num_layers, ids, gate, runners, (), (), fed, (), (), findings, True, model_name
+        )
     getter = (
         runner.default_getter if runner is not None and runner.default_getter else "get_eagle3_aux_hidden_state_layers"
     )
@@ -174,7 +189,16 @@ def explain_vllm(
     alone = tuple(_alone(run_ids(model, (i,), num_layers), i, fed_text) for i in dict.fromkeys(served))
     holds = dict(run.aliased_holds)
     findings += _findings(
-        gate, model_type_of(model.outer.name), runners, runner, ids, served, defaults, run.outcome, alone, holds
+        gate,
+        _model_type(model_name, model.outer.name),
+        runners,
+        runner,
+        ids,
+        served,
+        defaults,
+        run.outcome,
+        alone,
+        holds,
     )
     return _record(
         tree,
@@ -190,7 +214,14 @@ def explain_vllm(
         alone,
         findings,
         True,
+        model_name,
     )
+
+
+def _model_type(asked: str, cls: str) -> str:
+    """The architecture the user named (a config's ``architectures``) gives the gate its model_type; a stem, the class."""
+    name = asked.rpartition(".")[2]
+    return model_type_of(name if name[:1].isupper() else cls)
 
 
 def _record(
@@ -207,13 +238,14 @@ def _record(
     alone: Sequence[IdAlone],
     findings: Sequence[Finding],
     ran: bool,
+    asked: str = "",
 ) -> VllmExplanation:
     notes = tuple(f for f in findings if f.kind in _NOTES)
     return VllmExplanation(
         version=tree.version,
         package=str(tree.package),
         model=label,
-        model_type=model_type_of(label.rpartition(".")[2]),
+        model_type=_model_type(asked or label, label.rpartition(".")[2]),
         num_layers=num_layers,
         layer_ids=ids,
         gate=gate,

@@ -53,6 +53,8 @@ from patchcraft.harness.standins import (
 from patchcraft.harness.subject import HIDDEN, TOKENS, VOCAB, input_ids
 from patchcraft.harness.vllm_standins import HELPERS, method_builtins
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
+from patchcraft.reading.vllm_graph import VllmGraph
+from patchcraft.reading.vllm_runner import read_registry
 
 SETTER = "set_aux_hidden_state_layers"
 INNER = "model"
@@ -111,8 +113,9 @@ class VllmRun:
 
 
 def find_model(package: Path, name: str) -> VllmModel:
-    """The class ``name`` (``DeepseekV3ForCausalLM``, or ``deepseek_v2.DeepseekV3ForCausalLM``) or a file stem's
-    EAGLE-3 class (``llama``); one line if none.
+    """The class of ``name``: an architecture of vLLM's registry (a config's ``architectures``:
+    ``MistralForCausalLM`` is ``llama.LlamaForCausalLM`` on 0.9), a class (``DeepseekV3ForCausalLM``, or the
+    label ``deepseek_v2.DeepseekV3ForCausalLM``), or a file stem's EAGLE-3 class (``llama``); one line if none.
 
     A class without ``set_aux_hidden_state_layers`` in its MRO is no EAGLE-3 target on this release
     (:class:`NotATarget`); one whose inner model the harness cannot tell is a :class:`HarnessError`
@@ -120,14 +123,8 @@ def find_model(package: Path, name: str) -> VllmModel:
     caller reports both; neither is a usage error.
     """
     models = package / "model_executor" / "models"
-    graph = ModelGraph(models)
-    if "." in name:  # a label, file.Class: the class of that file (a name some files share)
-        stem, _, cls = name.partition(".")
-        if not graph.load(stem) or (stem, cls) not in graph.classes:
-            raise PatchcraftError(f"{name}: no such model class in {models}")
-        outer = graph.classes[(stem, cls)]
-    else:
-        outer = _class_named(graph, models, name) if name[:1].isupper() else _class_of_stem(graph, models, name)
+    graph = VllmGraph(models)
+    outer = _outer(graph, package, name)
     if graph.find_method(outer, SETTER) is None:
         raise NotATarget(f"{outer.label} has no {SETTER}: not an EAGLE-3 target on this release")
     inners = classes_assigned_to(graph, outer, INNER)
@@ -150,7 +147,7 @@ def eagle3_classes(package: Path) -> list[str]:
     as not run); draft-side classes that inherit the setter (DFLASH and the like) are listed as they are.
     """
     models = package / "model_executor" / "models"
-    graph = ModelGraph(models)
+    graph = VllmGraph(models)
     for path in sorted(models.glob("*.py")):
         try:
             graph.load(path.stem)
@@ -161,6 +158,24 @@ def eagle3_classes(package: Path) -> list[str]:
         for node in sorted(graph.classes.values(), key=lambda c: c.label)
         if node.name.endswith(("ForCausalLM", "ForConditionalGeneration")) and graph.find_method(node, SETTER)
     ]
+
+
+def _outer(graph: ModelGraph, package: Path, name: str) -> ClassNode:
+    models = graph.models_dir
+    if "." in name:  # a label, file.Class: the class of that file (a name some files share)
+        stem, _, cls = name.partition(".")
+        found = _in_file(graph, stem, cls)
+    elif name in (registered := read_registry(package)):  # an architecture of a config.json
+        found = _in_file(graph, *registered[name])
+    else:
+        return _class_named(graph, models, name) if name[:1].isupper() else _class_of_stem(graph, models, name)
+    if found is None:
+        raise PatchcraftError(f"{name}: no such model class in {models}")
+    return found
+
+
+def _in_file(graph: ModelGraph, stem: str, cls: str) -> Optional[ClassNode]:
+    return graph.classes.get((stem, cls)) if graph.load(stem) else None
 
 
 def _class_named(graph: ModelGraph, models: Path, name: str) -> ClassNode:

@@ -270,3 +270,42 @@ def _single_name_gate(node: ast.AST) -> bool:
 
 def _mentions_eagle3(test: ast.expr) -> bool:
     return any(isinstance(n, ast.Constant) and n.value == "eagle3" for n in ast.walk(test))
+
+
+# -- the model registry ------------------------------------------------------------------------
+
+REGISTRY = Path("model_executor") / "models" / "registry.py"
+#: The registry's table of generating models: the architectures a server can be given as its target.
+GENERATION_TABLE = "_TEXT_GENERATION_MODELS"
+
+
+def read_registry(package: Path) -> dict[str, tuple[str, str]]:
+    """vLLM's ``{architecture: (model file stem, class)}`` for text generation (``{}`` when there is none).
+
+    A config's ``architectures`` names one of these keys; several keys name one class
+    (``MistralForCausalLM`` is ``llama.LlamaForCausalLM`` on 0.9, ``mistral.MistralForCausalLM`` later).
+    """
+    path = package / REGISTRY
+    if not path.is_file():
+        return {}
+    for node in ast.parse(read_source(path).text).body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == GENERATION_TABLE for t in targets) and isinstance(value, ast.Dict):
+            return dict(_entries(value))
+    return {}
+
+
+def _entries(table: ast.Dict) -> list[tuple[str, tuple[str, str]]]:
+    found = []
+    for key, value in zip(table.keys, table.values):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Tuple)):
+            continue
+        parts = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if len(parts) >= 2:
+            found.append((key.value, (parts[0], parts[1])))
+    return found

@@ -100,3 +100,9 @@ def test_a_forward_beyond_the_harness_is_not_run_never_a_crash_or_a_drop() -> No
     result = _explain("0.34.0", "GraniteForCausalLM", (2, 3, 4), 6)  # config.embedding_multiplier: a stand-in
     assert result.fed.startswith("not run: the forward uses a value the harness does not model")
     assert _kinds(result) == [FindingKind.NOT_RUN] and all(a.not_run for a in result.alone)
+
+
+def test_the_architecture_named_gives_the_gate_its_model_type() -> None:
+    result = _explain("0.11.2", "MistralForCausalLM", (2, 3, 4), 6)  # llama.LlamaForCausalLM's code, model_type mistral
+    assert result.model == "llama.LlamaForCausalLM" and result.model_type == "mistral"
+    assert _kinds(result) == [FindingKind.GATE] and result.fed == "hs[2], hs[3], hs[4]"

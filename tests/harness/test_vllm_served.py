@@ -153,3 +153,8 @@ def test_eagle3_classes_are_those_with_the_setter() -> None:
     assert (
         find_model(vllm_release_package("0.11.2"), "qwen3_vl_moe.Qwen3MoeLLMForCausalLM").outer.module == "qwen3_vl_moe"
     )
+
+
+def test_an_architecture_of_the_registry_names_its_class() -> None:
+    assert find_model(vllm_release_package("0.11.2"), "MistralForCausalLM").label == "llama.LlamaForCausalLM"
+    assert find_model(vllm_release_package("0.34.0"), "MistralForCausalLM").label == "mistral.MistralForCausalLM"

@@ -154,3 +154,12 @@ def test_a_model_type_test_outside_the_eagle3_check_is_no_gate(tmp_path: Path) -
         },
     )
     assert read_gate(package) == Gate(("llama",), "config.py:4")
+
+
+def test_the_registry_maps_architectures_to_classes() -> None:
+    from patchcraft.reading.vllm_runner import read_registry
+
+    table = read_registry(vllm_release_package("0.11.2"))
+    assert table["MistralForCausalLM"] == ("llama", "LlamaForCausalLM")
+    assert table["DeepseekV3ForCausalLM"] == ("deepseek_v2", "DeepseekV3ForCausalLM")
+    assert read_registry(Path("/nonexistent")) == {}
