@@ -39,6 +39,7 @@ class TinyTarget:
     def __init__(self, seed: int = 0, vocab: int = VOCAB, hidden: int = HIDDEN, layers: int = LAYERS) -> None:
         g = torch.Generator().manual_seed(seed)
         self.embed = torch.randn(vocab, hidden, generator=g)
+        self.embed[:, 0] = torch.arange(vocab) % 2 * 6.0 - 3.0  # the token's parity, plain to see (sequences' rule)
         self.codes = [torch.randn(4, hidden, generator=g) for _ in range(layers + 1)]
 
     def states(self, ids: torch.Tensor) -> list[torch.Tensor]:
@@ -57,17 +58,23 @@ def vocabulary(seed: int = 0) -> torch.Tensor:
 
 
 def sequences(count: int, seed: int = 1, length: int = SEQ) -> list[torch.Tensor]:
-    """Text where token ``t+2`` is ``RULE[token t]`` (``RULE`` a fixed permutation of the used tokens)."""
+    """Text where token ``t+2`` is ``RULES[parity of token t+1][token t]`` (two fixed permutations of the used tokens).
+
+    The draft reads token ``t`` from the states at ``t`` and the rule from the embedding of token
+    ``t+1``: a probe that fed it another token's embedding would score half as well.
+    """
     used = vocabulary()
-    rule = used[torch.randperm(DRAFT_VOCAB, generator=torch.Generator().manual_seed(3))]
-    lookup = torch.zeros(VOCAB, dtype=torch.long)
-    lookup[used] = rule
+    lookups = []
+    for rule_seed in (3, 4):
+        lookup = torch.zeros(VOCAB, dtype=torch.long)
+        lookup[used] = used[torch.randperm(DRAFT_VOCAB, generator=torch.Generator().manual_seed(rule_seed))]
+        lookups.append(lookup)
     g = torch.Generator().manual_seed(seed)
     found = []
     for _ in range(count):
         ids = [int(used[i]) for i in torch.randint(DRAFT_VOCAB, (2,), generator=g)]
         while len(ids) < length:
-            ids.append(int(lookup[ids[-2]]))
+            ids.append(int(lookups[ids[-1] % 2][ids[-2]]))
         found.append(torch.tensor(ids))
     return found
 

@@ -588,6 +588,7 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "commands.explain": ("analysis/test_explain.py",),
     "commands.fetch": ("ui/test_console_progress.py", "base/test_cache_errors.py"),
     "commands.list_": ("commands/test_cli.py",),
+    "commands.probe": ("commands/test_probe_cli.py", "analysis/test_probe.py"),
     "commands.prune": ("overlay/test_overlay_integrity.py",),
     "commands.revert": ("commands/test_cli.py", "reliability/test_revert_matrix.py"),
     "commands.smoke": ("harness/test_harness_cli.py", "gpu_smoke/test_smoke_cuda_cli.py"),

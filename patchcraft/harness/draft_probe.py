@@ -568,6 +568,14 @@ class DraftStep:
 
     def top_k(self, input_ids: torch.Tensor, states: Sequence[torch.Tensor], k: int) -> torch.Tensor:
         """The draft's top-``k`` target token ids at each position (``[T, k]``): one forward, one sequence."""
+        logits = self.logits(input_ids, states)
+        index = logits.topk(min(k, logits.shape[-1]), dim=-1).indices
+        if self.hot_token_id is not None:
+            index = self.hot_token_id[index]
+        return index
+
+    def logits(self, input_ids: torch.Tensor, states: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The draft's logits over its own vocabulary at each position (``[T, draft vocab]``)."""
         hidden = torch.cat([s.to(self.dtype) for s in states], dim=-1)
         positions = torch.arange(input_ids.shape[0])
         try:
@@ -578,11 +586,7 @@ class DraftStep:
         except Exception as exc:
             raise HarnessError(f"the draft's forward raised {type(exc).__name__}: {exc}") from None
         logits_input = out[0] if isinstance(out, tuple) else out
-        logits = F.linear(logits_input.to(self.lm_head.dtype), self.lm_head)
-        index = logits.topk(min(k, logits.shape[-1]), dim=-1).indices
-        if self.hot_token_id is not None:
-            index = self.hot_token_id[index]
-        return index
+        return F.linear(logits_input.to(self.lm_head.dtype), self.lm_head)
 
 
 # -- scoring --------------------------------------------------------------------------------

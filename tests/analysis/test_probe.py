@@ -56,7 +56,7 @@ def test_probe_names_the_trained_wiring(fmt: str, wiring: tuple[int, ...]) -> No
     shifted = tuple(s + 1 for s in wiring) if fmt != "specforge" and max(wiring) < 5 else None
     report = _probe("0.5.10", wiring, fmt, shifted)
     assert report.best.states == wiring
-    assert report.best.top1 >= 0.9
+    assert report.best.top1 >= 0.85
     assert report.margin >= 0.25, [(s.states, s.top1) for s in report.scores[:3]]
     if fmt == "specforge":  # the dump holds the trained states only: every other order is far below
         assert report.wirings == 6 and all(s.top1 <= 0.4 for s in report.scores[1:])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -37,8 +38,11 @@ def probe(capsys, *args: str, draft: Path | None = None, data: Path | None = Non
 def test_text_names_the_expected_and_the_served_wiring(capsys) -> None:
     code, out, err = probe(capsys, "--served", "hf:1,3,4")
     assert code == 1, err
-    assert "the weights expect hs[0], hs[2], hs[3] (top-1 1" in out  # 100% or more than 95
-    assert "this install feeds hs[1], hs[3], hs[4] (top-1 " in out and "rank 60 of 60" in out
+    assert re.search(
+        r"the weights expect hs\[0\], hs\[2\], hs\[3\] \(top-1 (8[5-9]|9\d|100)%; \d+ points over the next\)", out
+    )
+    served = re.search(r"this install feeds hs\[1\], hs\[3\], hs\[4\] \(top-1 \d+%; rank (\d+) of 60\)", out)
+    assert served and int(served.group(1)) > 30, out
     assert "--trained-on hf:0,2,3" in out
 
 

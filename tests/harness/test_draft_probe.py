@@ -45,18 +45,15 @@ def test_sglang_code_agrees_with_the_training_forward(version: str) -> None:
             value.copy_(probe.tensor_of(weights[name]).float())
     target, used = drafts.TinyTarget(), drafts.vocabulary()
     assert torch.equal(loaded.hot_token_id, used)  # d2t + arange: the draft id's target id
-    agree = total = 0
     for ids in drafts.sequences(6, seed=9):
         states = [s.to(torch.bfloat16).float() for s in target.states(ids)]
         hidden = [states[k][:-2] for k in A]
-        ours = step.top_k(ids[1:-1], hidden, 1)[:, 0]
+        ours = step.logits(ids[1:-1], hidden)
         with torch.no_grad():
-            theirs = used[
-                model(target.embed[ids[1:-1]].bfloat16().float()[None], torch.cat(hidden, -1)[None])[0].argmax(-1)
-            ]
-        agree += int((ours == theirs).sum())
-        total += len(ours)
-    assert agree / total >= 0.97, (agree, total)
+            theirs = model(target.embed[ids[1:-1]].bfloat16().float()[None], torch.cat(hidden, -1)[None])[0]
+        # float32 on both sides: the same function up to rounding (rope, norms, attention, MLP, lm_head)
+        assert torch.allclose(ours, theirs, atol=1e-3, rtol=1e-3), (ours - theirs).abs().max()
+        assert torch.equal(step.top_k(ids[1:-1], hidden, 1)[:, 0], used[theirs.argmax(-1)])
 
 
 def test_a_tensor_load_weights_puts_nowhere_is_missing() -> None:
