@@ -7,6 +7,7 @@ import pytest
 from conftest import vllm_release_package
 from patchcraft.analysis.vllm_explain import NO_TARGET, FindingKind, explain_vllm, model_type_of
 from patchcraft.base.vllm_tree import resolve_vllm_target
+from patchcraft.reading.vllm_runner import TOP_LEVEL
 
 pytest.importorskip("torch")
 
@@ -106,3 +107,13 @@ def test_the_architecture_named_gives_the_gate_its_model_type() -> None:
     result = _explain("0.11.2", "MistralForCausalLM", (2, 3, 4), 6)  # llama.LlamaForCausalLM's code, model_type mistral
     assert result.model == "llama.LlamaForCausalLM" and result.model_type == "mistral"
     assert _kinds(result) == [FindingKind.GATE] and result.fed == "hs[2], hs[3], hs[4]"
+
+
+def test_without_torch_the_runners_and_gate_are_still_read(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    result = _explain("0.11.2", "llama", (2, 3, 4), 6)
+    assert not result.ran and result.fed == "not run" and result.runners[0].ids_for(TOP_LEVEL) == (2, 3, 4)
+    assert _kinds(result) == [FindingKind.NOT_RUN] and result.gate.names is not None
