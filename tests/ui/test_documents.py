@@ -57,6 +57,8 @@ def test_check_draft_document(report) -> None:
         "suggested_after_apply",
         "suggestion",
         "fixes",
+        "blocked",
+        "training_notes",
         "explain",
         "exit_code",
     ]
