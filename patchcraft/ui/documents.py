@@ -5,7 +5,7 @@ The pipeline's document (``apply``, ``check``, ``diff``, ``verify``,
 others: ``explain`` and ``check-draft`` (docs/layer-ids.md, docs/json.md),
 ``smoke`` and ``verify --smoke`` (docs/harness.md), the GPU smoke's report
 (``smoke --device cuda``, and its ``summary.json``: docs/smoke.md),
-``list``, ``cache prune`` and ``overlay build``. Each is a plain ``dict``
+``list``, ``cache prune``, ``overlay build`` and ``probe`` (docs/probe.md). Each is a plain ``dict``
 (or ``list``) in the key order it is printed in; the commands render them
 with :func:`patchcraft.ui.console.print_json`. A document with a
 ``schema`` field carries :data:`patchcraft.ui.machine_output.SCHEMA_VERSION`.
