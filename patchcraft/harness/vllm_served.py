@@ -26,6 +26,7 @@ served, copied, aliased, dropped or collapsed is what running shows.
 from __future__ import annotations
 
 import inspect
+import re
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,8 @@ from patchcraft.reading.vllm_graph import VllmGraph
 from patchcraft.reading.vllm_runner import read_registry
 
 SETTER = "set_aux_hidden_state_layers"
+#: Draft and speculator classes (they inherit a target's setter but are fed, not feeding): no EAGLE-3 target.
+DRAFTS = re.compile(r"^Eagle\d?[A-Z]|Eagle3|DFlash|DSpark|MTP")
 INNER = "model"
 
 
@@ -144,7 +147,7 @@ def eagle3_classes(package: Path) -> list[str]:
     """Every model class of the release with ``set_aux_hidden_state_layers`` in its MRO: labels (``file.Class``).
 
     Wrappers whose language model comes from vLLM's registry are listed too (the harness reports them
-    as not run); draft-side classes that inherit the setter (DFLASH and the like) are listed as they are.
+    as not run); drafts that inherit the setter (``Eagle3LlamaForCausalLM``, DFLASH, DSpark, MTP) are not.
     """
     models = package / "model_executor" / "models"
     graph = VllmGraph(models)
@@ -156,7 +159,9 @@ def eagle3_classes(package: Path) -> list[str]:
     return [
         node.label
         for node in sorted(graph.classes.values(), key=lambda c: c.label)
-        if node.name.endswith(("ForCausalLM", "ForConditionalGeneration")) and graph.find_method(node, SETTER)
+        if node.name.endswith(("ForCausalLM", "ForConditionalGeneration"))
+        and not DRAFTS.search(node.name)
+        and graph.find_method(node, SETTER)
     ]
 
 
