@@ -424,3 +424,58 @@ def test_without_torch_nothing_runs(monkeypatch):
 def test_the_reading_refuses_sizes_below_one(tp, num_layers, message):
     with pytest.raises(PatchcraftError, match=message):
         read_ids(model("0.5.10", "deepseek_v2"), [2], num_layers, tp=tp)
+
+
+# -- plain words: what a user can act on (issue 32, item 8) -------------------------------
+
+
+def test_the_setter_s_test_is_said_with_its_value_never_quoted_as_if_it_held():
+    raw = explain(model("0.5.14", "deepseek_v2"), [2, 30, 58], KIMI_LAYERS)
+    assert raw.rule == "ids kept raw (the setter's test `layer_ids and layer_ids[0] == 1` is false for these ids)"
+    assert "is false for these ids, so it keeps them raw" in raw.findings("heuristic")[0].message
+    shifted = explain(model("0.5.14", "deepseek_v2"), [1, 29, 57], KIMI_LAYERS)
+    assert shifted.rule.endswith("is true for these ids)")
+
+
+def test_id_minus_one_is_never_an_example_of_a_state():
+    result = explain(model("0.5.14", "deepseek_v2"), [-1, 2, 30], KIMI_LAYERS)  # unpatched: -1 kept raw too
+    text = " ".join(w.message for w in result.warnings) + " ".join(result.notes)
+    assert "hs[-1]" not in text and "id 2 means hs[2]" in text
+
+
+def test_the_fusion_mark_is_not_part_of_being_patched_for_minus_one():
+    glm = model("0.5.18", "glm4_moe")
+    assert glm.patch_detail == "not patched for -1: forward, init, setter edit missing"
+    assert "fusion-mark" not in explain(glm, [1, 45, 88], 92).patch_detail
+
+
+def test_a_draft_head_is_not_a_target_not_eagle_3_unavailable():
+    head = model("0.5.10", "LlamaForCausalLMEagle3")
+    assert head.patch_detail.startswith("not a target: llama_eagle3.LlamaForCausalLMEagle3 is an EAGLE-3 draft head")
+    result = explain(head, [2, 15, 28], 32, run_code=False)
+    assert not any("EAGLE-3 itself" in n for n in result.notes) and "EAGLE-3 itself" not in result.patch_detail
+
+
+def test_the_fusion_cost_names_the_layers_that_lose_the_fused_kernel(capsys):
+    deepseek = model("0.5.10", "deepseek_v2")
+    assert explain(deepseek, [2, 30, 58], KIMI_LAYERS).fusion_cost is None  # TP 1: no fusion
+    result = explain(deepseek, [2, 30, 58], KIMI_LAYERS, tp=8)
+    assert result.fusion_cost is not None and result.fusion_cost.layers == (2, 30, 58)
+    assert not result.fusion_cost.all_layers and "fusion" in kinds(result)
+    off = explain(deepseek, [2, 30, 58], KIMI_LAYERS, tp=8, allreduce_fusion=False)
+    assert off.fusion_cost is not None and off.fusion_cost.all_layers and len(off.fusion_cost.layers) == KIMI_LAYERS
+    assert "fusion" not in kinds(off)  # the server reduces every layer: no partial sums
+    qwen = explain(model("0.5.10", "qwen3_moe"), [2, 20, 37], 48, tp=8)  # its capture reads the reduced state
+    assert qwen.fusion_cost is not None and qwen.fusion_cost.layers == ()
+    args = ("explain", "--release", "0.5.10", "--model", "deepseek_v2", "--layer-ids", "2,30,58", "--num-layers", "61")
+    code, out, err = cli(capsys, *args, "--tp", "8", "--format", "json")
+    cost = json.loads(out)["fusion_cost"]
+    assert cost["layers"] == [2, 30, 58] and cost["all_layers"] is False and "layers 2, 30, 58" in cost["text"]
+    code, out, err = cli(capsys, *args, "--tp", "8", "--no-allreduce-fusion")
+    assert "fusion cost: the server runs with --enforce-disable-flashinfer-allreduce-fusion: all 61 layers" in out + err
+    assert "partial sums" not in out + err
+
+
+def test_no_allreduce_fusion_on_a_release_without_the_flag_is_a_refused_start():
+    result = explain(model("0.5.6", "deepseek_v2"), [2, 30, 58], KIMI_LAYERS, tp=8, allreduce_fusion=False)
+    assert any("refuse to start" in w.message for w in result.findings("fusion"))

@@ -15,6 +15,8 @@ from conftest import release_package
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.server_args import (
     KNOWN,
+    NO_FUSION_FLAG,
+    flag_for,
     config_flags,
     flag_files,
     merge_config,
@@ -306,3 +308,35 @@ def test_a_missing_config_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(PatchcraftError, match="cannot read the --config file") as caught:
         config_flags(tmp_path / "absent.yaml")
     assert "\n" not in str(caught.value)
+
+
+# -- the switches the preflight reads: --enforce-disable-flashinfer-allreduce-fusion ----------
+
+
+@pytest.mark.parametrize(("version", "off"), [("0.5.10", True), ("0.5.23", True), ("0.5.6", False)])
+def test_the_server_s_fusion_switch_is_read_where_the_release_has_it(version, off):
+    argv = ["--model-path", "m", "--tp-size", "8", "--enforce-disable-flashinfer-allreduce-fusion"]
+    server = parse_server_args(argv, release_package(version))
+    assert server.tp == 8 and server.allreduce_fusion is (not off)  # 0.5.6 has no such flag: the server refuses it
+    assert parse_server_args(argv[:4], release_package(version)).allreduce_fusion is True
+
+
+def test_the_fusion_switch_reaches_run_s_preflight(tmp_path):
+    from drafts import kimi_target, sglang_draft
+    from patchcraft.commands._preflight import prepare
+
+    draft, target = sglang_draft(tmp_path / "draft", [2, 30, 58]), kimi_target(tmp_path / "target")
+    argv = ["--model-path", str(target), "--speculative-algorithm", "EAGLE3"]
+    argv += ["--speculative-draft-model-path", str(draft), "--tp-size", "8"]
+    package = release_package("0.5.10")
+    on = prepare(parse_server_args(argv, package), package, "hf:3,31,59")
+    off = prepare(
+        parse_server_args(argv + ["--enforce-disable-flashinfer-allreduce-fusion"], package), package, "hf:3,31,59"
+    )
+    assert not isinstance(on, int) and not isinstance(off, int)
+    assert on.options.allreduce_fusion is True and off.options.allreduce_fusion is False
+
+
+def test_flag_for_names_the_release_s_option_or_the_dashed_dest():
+    assert flag_for(release_package("0.5.10"), "enforce_disable_flashinfer_allreduce_fusion") == NO_FUSION_FLAG
+    assert flag_for(None, "speculative_eagle_aux_layer_ids") == "--speculative-eagle-aux-layer-ids"
