@@ -24,7 +24,7 @@ from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.safetensors_header import read_header
 from patchcraft.analysis.explain import Explanation, Suggestion, explain
 from patchcraft.analysis.explain_findings import FindingKind
-from patchcraft.planning.id_source import RELEASE_DEFAULT, IdSourceKind
+from patchcraft.planning.id_source import RELEASE_DEFAULT, IdSource, IdSourceKind
 from patchcraft.analysis.target_model import RUN, Model, states_text
 from patchcraft.analysis.fixes import (
     FUSION_FLAG,
@@ -409,9 +409,9 @@ def _check_ids(draft: DraftConfig, explanation: Explanation) -> Check:
     if source.kind is IdSourceKind.SERVER_FLAG:
         return Check(
             "ids",
-            False,
-            f"this tree's runner reads the ids from {source.text}: the draft config's ids are never read, "
-            "so what is served depends on that flag (check its ids with explain --layer-ids)",
+            None,
+            f"not checked: this tree's runner reads the ids from {source.text}; the draft config's ids are never "
+            "read, so the states below are those the flag serves when it holds the same ids",
         )
     if source.kind is IdSourceKind.NONE:
         return Check("ids", None, f"this tree's runner reads {source.text}: {states_text(explanation.served)}")
@@ -553,7 +553,7 @@ def _suggestion_text(
         )
     lines = []
     for index, fix in enumerate(proven.fixes):
-        lines.append(("" if index == 0 else "  or: ") + fix_text(fix, draft.layer_ids))
+        lines.append(("" if index == 0 else "  or: ") + fix_text(fix, draft.layer_ids, explanation.id_source))
         lines.append("    " + claim_text(fix, explanation.version))
     if lines:
         return "\n".join(lines)
@@ -564,10 +564,16 @@ def _suggestion_text(
     return "\n".join(lines)
 
 
-def fix_text(fix: Fix, current: tuple[int, ...] | None) -> str:
-    """One fix as the user applies it: the ids, the patch, the server flags, the --trained-on from then on."""
-    field_name = "eagle_config.eagle_aux_hidden_state_layer_ids"
-    if fix.ids == current:
+def fix_text(fix: Fix, current: tuple[int, ...] | None, source: IdSource | None = None) -> str:
+    """One fix as the user applies it: the ids (where this tree's runner reads them), the patch, the server flags,
+    the --trained-on from then on."""
+    source = source or RELEASE_DEFAULT
+    field_name = source.field if source.from_draft else RELEASE_DEFAULT.field
+    if source.kind is IdSourceKind.SERVER_FLAG:
+        text = source.setting(fix.ids)
+        if fix.after_apply:
+            text += " after `patchcraft apply` (or through `patchcraft run`)"
+    elif fix.ids == current:
         text = f"keep {field_name} = {list(fix.ids)}"
         if fix.after_apply:
             text += " and run `patchcraft apply` (or serve through `patchcraft run`)"
