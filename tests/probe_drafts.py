@@ -288,9 +288,12 @@ _ROOT: list[Path] = []
 
 def _root() -> Path:
     if not _ROOT:
+        import atexit
+        import shutil
         import tempfile
 
         _ROOT.append(Path(tempfile.mkdtemp(prefix="patchcraft-probe-")))
+        atexit.register(shutil.rmtree, _ROOT[0], True)  # gone when the session ends
     return _ROOT[0]
 
 

@@ -83,7 +83,6 @@ class ProbeReport:
     wirings: int  # how many were tried
     scores: tuple[WiringScore, ...]  # best first
     served: Optional[Served]
-    notes: tuple[str, ...] = ()
 
     @property
     def best(self) -> WiringScore:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 import copy
 import mmap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FunctionType, SimpleNamespace
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
@@ -434,8 +434,7 @@ class LoadedDraft:
 
     weights: dict[str, torch.Tensor]
     hot_token_id: Optional[torch.Tensor]
-    ignored: tuple[str, ...] = ()  # checkpoint tensors load_weights put nowhere
-    missing: tuple[str, ...] = field(default=())
+    missing: tuple[str, ...] = ()  # parameters no checkpoint tensor reached
 
 
 def load_draft(

@@ -33,7 +33,7 @@ def test_each_state_is_where_the_writer_put_it(tmp_path: Path, fmt: str) -> None
     seqs, held = sequences(3, seed=2), (5, 0, 3)
     target = TinyTarget()
     if fmt == PLAIN:
-        dump, states = open_dump(dump_plain(tmp_path, target, seqs)), None
+        dump = open_dump(dump_plain(tmp_path, target, seqs))
     elif fmt == SPECULATORS:
         dump = open_dump(dump_speculators(tmp_path, target, seqs, held), held)
     else:
