@@ -48,10 +48,13 @@ def test_the_ids_row_names_where_this_tree_reads_the_ids(tmp_path, release_copy)
         text.replace(old, "self.eagle_aux_hidden_state_layer_ids = server_args.speculative_eagle_aux_layer_ids"),
         encoding="utf-8",
     )
-    fork = kimi(tmp_path, package, [0, 3, 31], cuda_graph=False)
+    fork = kimi(tmp_path / "fork", package, [2, 30, 58], cuda_graph=False)
     ids = row(fork, "ids")
-    assert ids.ok is False and "SGLang reads eagle_config" not in ids.message
+    assert ids.ok is None and "SGLang reads eagle_config" not in ids.message
     assert "the server flag --speculative-eagle-aux-layer-ids" in ids.message
+    first = fork.suggestion_text.splitlines()[0]
+    assert first.startswith("serve with --speculative-eagle-aux-layer-ids 0,3,31"), fork.suggestion_text
+    assert "eagle_config" not in fork.suggestion_text
 
 
 def test_check_draft_takes_the_server_s_fusion_switch(tmp_path, capsys):
