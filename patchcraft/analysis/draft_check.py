@@ -602,7 +602,7 @@ def claim_text(fix: Fix, version: str) -> str:
             f"{ids} after `patchcraft apply` means the same on every release "
             "(with -1, patchcraft's setter reads every other id as a layer output)"
         )
-    rule = f" ({fix.rule})" if fix.rule else ""
+    rule = f": {fix.rule}" if fix.rule else ""
     return (
         f"{ids} is release-specific: SGLang {version} reads it by its own rule{rule}; "
         "another release may feed other states for the same list"

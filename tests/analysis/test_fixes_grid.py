@@ -9,7 +9,7 @@ them so that each setting meets every preset, model, release and id list
 (a quarter of the full product, 720 cells: measured 9 min 40 s on two
 shared cores with another suite beside it; a cell whose release and model
 are warm takes well under a second, the first of each (release, model)
-5-25 s: the copy, ``patchcraft apply --model`` with its proof, the harness
+5-40 s: the copy, ``patchcraft apply --model`` with its proof, the harness
 compiling the model). The full product (2880 cells) passed once too, in
 20 minutes, before it was cut to this size.
 A portable claim ("means the same on every release") is then checked on
