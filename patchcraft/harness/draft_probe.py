@@ -347,6 +347,12 @@ def draft_shape(config: Mapping[str, Any], fc_in: int, source: DraftSource) -> D
     init = source.init_text("LlamaModel")
     hidden = int(config["hidden_size"])
     hidden_in = int(config.get("target_hidden_size") or hidden)
+    built = _fc_states(init, config)
+    if hidden_in and fc_in != built * hidden_in:
+        raise PatchcraftError(
+            f"the draft's fc.weight takes {fc_in} inputs, but {source.path.name} builds its fc for {built} states "
+            f"of {hidden_in} ({built * hidden_in}): SGLang would not load it"
+        )
     heads = int(config.get("num_attention_heads") or 1)
     rope = config.get("rope_parameters") or {}
     eagle = config.get("eagle_config") or {}
@@ -369,6 +375,15 @@ def draft_shape(config: Mapping[str, Any], fc_in: int, source: DraftSource) -> D
         fc_norm="use_fc_norm" in init and bool(config.get("fc_norm") or config.get("use_aux_norm")),
         norm_output="norm_output" in init and bool(config.get("norm_output", False)),
     )
+
+
+def _fc_states(init: str, config: Mapping[str, Any]) -> int:
+    """How many states the release's ``LlamaModel.__init__`` sizes the fc for (3 before ``num_aux_hidden_states``)."""
+    if "num_aux_hidden_states" not in init:
+        return 3
+    eagle = config.get("eagle_config") or {}
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+    return int(config.get("num_aux_hidden_states") or (len(ids) if ids else 3))
 
 
 def _parameters(shape: DraftShape) -> dict[str, tuple[int, ...]]:

@@ -83,3 +83,21 @@ def test_a_shape_the_config_does_not_build_is_one_line() -> None:
         PatchcraftError, match="gate_up_proj.weight is \\[128, 32\\], but llama_eagle3.py builds it as \\[64, 32\\]"
     ):
         probe.load_draft(eagle3, shape, tensors, torch.bfloat16)
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.23"])
+def test_an_fc_the_release_does_not_build_is_one_line(version: str) -> None:
+    """0.5.10 sizes the fc for three states; 0.5.23 for num_aux_hidden_states (else the config's ids, else 3)."""
+    import json
+
+    draft = drafts.built("draft", A)
+    eagle3 = probe.DraftSource(release_package(version) / "srt/models/llama_eagle3.py", probe.DRAFT_NAMES)
+    config = json.loads((draft / "config.json").read_text())
+    with pytest.raises(PatchcraftError, match="builds its fc for 3 states of 32 \\(96\\): SGLang would not load it"):
+        probe.draft_shape(config, 128, eagle3)
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 1, 2, 3]
+    if version == "0.5.23":
+        assert probe.draft_shape(config, 128, eagle3).states == 4
+    else:
+        with pytest.raises(PatchcraftError, match="builds its fc for 3 states"):
+            probe.draft_shape(config, 128, eagle3)
