@@ -336,7 +336,7 @@ class DraftShape:
     theta: float
     tie: bool
     bias: bool
-    layers_attr: str  # "midlayer" (to 0.5.2x) or "layers"
+    layers_attr: str  # "midlayer" (to 0.5.11) or "layers" (from 0.5.12)
     norm_before_fc: bool
     fc_norm: bool
     norm_output: bool
