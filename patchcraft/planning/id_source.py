@@ -108,7 +108,8 @@ def id_source(tree: SglangTree) -> IdSource:
     explicit = [c for c in calls if c.has_ids and not _passes_none(c)]
     if not explicit:
         return IdSource(IdSourceKind.NONE, call=", ".join(c.where for c in calls))
-    call = explicit[-1]  # the configuring call comes after the resets
+    own = [c for c in explicit if not c.marked]  # patchcraft's runner edit passes the release's own ids on
+    call = (own or explicit)[-1]  # the configuring call comes after the resets
     modules = list(_modules(directory))
     found = [_classify(tree, path, node, modules) for path, node in _assigned(call, modules)]
     ranked = sorted((s for s in found if s is not None), key=lambda s: _RANK[s.kind])
@@ -144,7 +145,7 @@ def _argument(call: SetterCall) -> ast.expr:
 def _assigned(call: SetterCall, modules: list[tuple[Path, ast.Module]]) -> Iterator[tuple[Path, ast.expr]]:
     """The expressions assigned to what the call passes: an attribute by its name, a parameter through its callers."""
     argument = _argument(call)
-    name = argument.attr if isinstance(argument, ast.Attribute) else None
+    name = argument.attr if isinstance(argument, ast.Attribute) else _getattr_name(argument)
     if isinstance(argument, ast.Name):
         found = list(_local_values(call, argument.id))
         if found:
@@ -158,6 +159,20 @@ def _assigned(call: SetterCall, modules: list[tuple[Path, ast.Module]]) -> Itera
         yield from _attribute_values(modules, name)
         return
     yield call.path, argument
+
+
+def _getattr_name(node: ast.expr) -> str | None:
+    """``getattr(obj, "name", ...)``: ``name``."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
+        return node.args[1].value
+    return None
 
 
 def _local_values(call: SetterCall, name: str) -> Iterator[ast.expr]:

@@ -83,3 +83,15 @@ def test_ids_passed_to_a_setter_that_takes_none_crash_at_start_up(release_copy):
     startup = result.findings("startup")
     assert startup and "takes none" in startup[0].message and "model_runner.py:1009" in startup[0].message
     assert "legacy" not in {w.kind for w in result.warnings}
+
+
+def test_patchcraft_s_runner_edit_is_not_taken_for_the_source(release_copy):
+    """After apply, 0.5.10's resets pass ``getattr(runner, "eagle_aux_hidden_state_layer_ids", None)``: still the config's."""
+    from patchcraft.engine.records import Mode
+    from patchcraft.engine.tree_run import run, write_changes
+
+    package = release_copy("0.5.10")
+    write_changes(run(resolve_target(str(package)), Mode.APPLY, ("runner",)).changes)
+    source = id_source(resolve_target(str(package)))
+    assert source.kind is IdSourceKind.EAGLE_CONFIG and source.read_at.endswith("model_runner.py:374")
+    assert source.call == "model_runner.py:668 (ModelRunner.initialize)"
