@@ -91,7 +91,7 @@ def _link_wheels(store: Path, wheels: Path) -> set[str]:
 
 def _shared_archives(folder: Path) -> list[Path]:
     """The shared downloads in ``folder``: SGLang wheels and vLLM's slim archives (patchcraft.base.vllm_fetch)."""
-    return sorted(folder.glob("sglang-*.whl")) + sorted(folder.glob("vllm-*.slim.zip"))
+    return sorted(folder.glob("sglang-*.whl")) + sorted(folder.glob("vllm-*.slim*.zip"))
 
 
 def finish(session: pytest.Session) -> None:

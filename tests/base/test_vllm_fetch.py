@@ -110,3 +110,16 @@ def test_cli_fetch_engine_vllm_prints_the_package(tmp_path: Path, monkeypatch, c
     assert code == 0 and out.strip().endswith(f"releases/vllm-{FAKE}/vllm")
     code, out, err = run_cli(capsys, "fetch", "--engine", "vllm", "not a version")
     assert code == 2 and err.count("\n") == 1 and "is not a release version" in err
+
+
+def test_a_release_unpacked_with_other_parts_is_unpacked_again(tmp_path: Path, monkeypatch) -> None:
+    _wheel(tmp_path / "index")
+    monkeypatch.setenv("PATCHCRAFT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "index"))
+    package = fetch_vllm(FAKE)
+    (package.parent / "PATCHCRAFT_PARTS").write_text("1\n")  # as an older patchcraft left it
+    (package / "model_executor" / "models" / "stale.py").write_text("# not in this revision's archive\n")
+    assert fetch_vllm(FAKE) == package
+    assert not (package / "model_executor" / "models" / "stale.py").exists()
+    assert (package.parent / "PATCHCRAFT_PARTS").read_text() == "2\n"

@@ -163,3 +163,26 @@ def test_the_registry_maps_architectures_to_classes() -> None:
     assert table["MistralForCausalLM"] == ("llama", "LlamaForCausalLM")
     assert table["DeepseekV3ForCausalLM"] == ("deepseek_v2", "DeepseekV3ForCausalLM")
     assert read_registry(Path("/nonexistent")) == {}
+
+
+def test_an_env_default_of_none_leaves_the_choice_to_vllm_config(tmp_path: Path) -> None:
+    files = {
+        "v1/worker/gpu_model_runner.py": "class GPUModelRunner:\n    pass\n",
+        "v1/worker/gpu/model_runner.py": "x = 1\n",
+        "envs.py": 'import os\nx = maybe_convert_bool(os.getenv("VLLM_USE_V2_MODEL_RUNNER", None))\n',
+    }
+    prefers = "class VllmConfig:\n    @property\n    def use_v2_model_runner(self):\n        if x:\n            return False\n        return True\n"
+    old, v2 = read_runners(_plant(tmp_path / "a", {**files, "config/vllm.py": prefers}), None)
+    assert v2.default and not old.default
+    old, v2 = read_runners(
+        _plant(tmp_path / "b", {**files, "config/vllm.py": prefers.replace("return True", "return x")}), None
+    )
+    assert old.default and not v2.default  # no plain `return True`: the old runner stays the default
+
+
+@pytest.mark.slow
+def test_0_33_0_v2_is_the_default_and_the_old_runner_reads_eagle_config() -> None:
+    old, v2 = read_runners(vllm_release_package("0.33.0"), IDS)
+    assert v2.default and not old.default
+    assert old.ids_for(EAGLE_CONFIG) == IDS and v2.ids_for(EAGLE_CONFIG) is None
+    assert v2.ids_for(EAGLE_CONFIG_LAYER_IDS) == IDS and old.ids_for(EAGLE_CONFIG_LAYER_IDS) is None
