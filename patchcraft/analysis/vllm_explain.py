@@ -117,6 +117,8 @@ class VllmExplanation:
     ran: bool  # False: torch is missing, nothing ran (the runners and the gate are still read)
     #: Facts that change nothing for these ids where the draft keeps them (top level): e.g. a place no runner reads.
     notes: tuple[Finding, ...] = ()
+    #: The multimodal wrapper whose setter hands the ids to ``model`` (``kimi_k25.py:394 KimiK25ForConditionalGeneration``).
+    via: str = ""
 
 
 def default_runner(runners: Sequence[RunnerIds]) -> Optional[RunnerIds]:
@@ -215,6 +217,7 @@ def explain_vllm(
         findings,
         True,
         model_name,
+        model.via,
     )
 
 
@@ -239,6 +242,7 @@ def _record(
     findings: Sequence[Finding],
     ran: bool,
     asked: str = "",
+    via: str = "",
 ) -> VllmExplanation:
     notes = tuple(f for f in findings if f.kind in _NOTES)
     return VllmExplanation(
@@ -258,6 +262,7 @@ def _record(
         findings=tuple(f for f in findings if f.kind not in _NOTES),
         ran=ran,
         notes=notes,
+        via=via,
     )
 
 

@@ -25,10 +25,11 @@ served, copied, aliased, dropped or collapsed is what running shows.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -95,6 +96,9 @@ class VllmModel:
     inner: ClassNode
     forward_owner: ClassNode
     program: VllmProgram
+    #: A multimodal wrapper the ids go through to this language model: ``kimi_k25.py:394
+    #: KimiK25ForConditionalGeneration`` ("" when the class is the language model itself).
+    via: str = ""
 
     @property
     def label(self) -> str:
@@ -132,15 +136,41 @@ def find_model(package: Path, name: str) -> VllmModel:
         raise NotATarget(f"{outer.label} has no {SETTER}: not an EAGLE-3 target on this release")
     inners = classes_assigned_to(graph, outer, INNER)
     if not inners:
+        named = _language_model(graph, outer)
+        if named is not None and "." not in name and named[0] != name:
+            architecture, where = named
+            found = find_model(package, architecture)
+            return replace(found, via=f"{where} {outer.name}")
         raise HarnessError(
             f"cannot tell which class `self.{INNER}` of {outer.label} is (a language model built from vLLM's "
-            "registry: name that class with --model, e.g. DeepseekV3ForCausalLM for Kimi-K2.5)"
+            "registry from its config: name that class with --model)"
         )
     inner = inners[0]
     owner = next((c for c in graph.mro(inner) if "forward" in c.methods), None)
     if owner is None:
         raise HarnessError(f"{inner.label} has no forward")
     return VllmModel(graph, outer, inner, owner, VllmProgram(graph, Sources(package), PATCHED))
+
+
+def _language_model(graph: ModelGraph, outer: ClassNode) -> Optional[tuple[str, str]]:
+    """``self.language_model = init_vllm_registered_model(..., architectures=["X"])`` in an ``__init__`` of
+    ``outer``'s MRO: ``("X", "file.py:line")``. SupportsEagle3's setter hands the ids to that language model's
+    ``model`` (Kimi-K2.5 names ``DeepseekV2ForCausalLM``); a wrapper that takes its architecture from the
+    config names none here."""
+    for owner in graph.mro(outer):
+        init = owner.methods.get("__init__")
+        for node in ast.walk(init) if init is not None else ():
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+                continue
+            if not any(isinstance(t, ast.Attribute) and t.attr == "language_model" for t in node.targets):
+                continue
+            for keyword in node.value.keywords:
+                value = keyword.value
+                if keyword.arg == "architectures" and isinstance(value, ast.List) and len(value.elts) == 1:
+                    element = value.elts[0]
+                    if isinstance(element, ast.Constant) and isinstance(element.value, str):
+                        return element.value, f"{owner.path.name}:{node.lineno}"
+    return None
 
 
 def eagle3_classes(package: Path) -> list[str]:

@@ -14,6 +14,11 @@ def _ids(ids: Any) -> str:
     return "none" if ids is None else "[" + ", ".join(str(i) for i in ids) + "]"
 
 
+def _via(via: str) -> str:
+    where, _, wrapper = via.partition(" ")
+    return f", the language model of {wrapper} ({where})" if via else ""
+
+
 def vllm_explanation_text(result: VllmExplanation) -> str:
     gate = (
         "none (every target with the EAGLE-3 interface)"
@@ -23,7 +28,7 @@ def vllm_explanation_text(result: VllmExplanation) -> str:
     )
     lines = [
         f"vllm {result.version} at {result.package}",
-        f"model    {result.model} (model_type {result.model_type}), {result.num_layers} layers",
+        f"model    {result.model}{_via(result.via)} (model_type {result.model_type}), {result.num_layers} layers",
         f"ids      {_ids(result.layer_ids)} (vLLM: id X is hs[X], the state at the top of layer X)",
         f"gate     {gate}",
     ]
@@ -64,6 +69,7 @@ def vllm_explanation_json(result: VllmExplanation, code: int) -> dict[str, Any]:
         "version": result.version,
         "package": result.package,
         "model": result.model,
+        "via": result.via or None,
         "model_type": result.model_type,
         "num_layers": result.num_layers,
         "layer_ids": list(result.layer_ids) if result.layer_ids is not None else None,

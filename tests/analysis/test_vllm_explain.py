@@ -86,9 +86,17 @@ def test_0_10_2_never_reads_the_draft_s_ids() -> None:
 
 
 def test_a_wrapper_the_harness_cannot_follow_is_not_run_not_no_target() -> None:
-    result = _explain("0.34.0", "KimiK25ForConditionalGeneration", (0, 3, 31), 61)
+    result = _explain("0.34.0", "Qwen3VLForConditionalGeneration", (0, 3, 5), 8)  # its architecture is the config's
     assert result.fed.startswith("not run: cannot tell which class `self.model`") and result.fed != NO_TARGET
-    assert "DeepseekV3ForCausalLM for Kimi-K2.5" in result.findings[-1].text
+
+
+def test_kimi_k25_is_run_through_the_language_model_it_names() -> None:
+    result = _explain("0.34.0", "KimiK25ForConditionalGeneration", (0, 3, 31), 61)
+    assert result.model == "deepseek_v2.DeepseekV2ForCausalLM" and result.via.endswith(
+        " KimiK25ForConditionalGeneration"
+    )
+    assert result.via.startswith("kimi_k25.py:") and result.model_type == "kimi_k25"
+    assert _kinds(result) == [FindingKind.CRASH] and "deepseek_v2.py:" in result.findings[0].text
 
 
 def test_tp_above_1_is_a_note() -> None:
