@@ -48,3 +48,12 @@ def test_json() -> None:
     assert document["runners"][1]["function"] is None
     assert document["warnings"] == [{"kind": "alias", "text": "entry 0 is the embedding"}]
     assert document["gate"] == {"names": ["llama", "qwen"], "where": "config/speculative.py:780", "admits": True}
+
+
+def test_a_wrapper_is_named_with_its_line() -> None:
+    from dataclasses import replace
+
+    text = vllm_explanation_text(replace(RESULT, via="kimi_k25.py:376 KimiK25ForConditionalGeneration"))
+    assert "llama.LlamaForCausalLM, the language model of KimiK25ForConditionalGeneration (kimi_k25.py:376)" in text
+    assert vllm_explanation_json(replace(RESULT, via="x.py:1 W"), 0)["via"] == "x.py:1 W"
+    assert vllm_explanation_json(RESULT, 0)["via"] is None
