@@ -560,7 +560,9 @@ def _suggestion_text(
     if not proven.blocked:
         return ""
     lines = ["no fix passes the whole check once applied; what fails with each way tried:"]
-    lines += [f"  {b.way}: {b.why}" for b in proven.blocked]
+    for b in proven.blocked:
+        more = f" ({b.others} more id list{'s' if b.others > 1 else ''} tried this way fail too)" if b.others else ""
+        lines.append(f"  {b.way}: {b.why}{more}")
     return "\n".join(lines)
 
 

@@ -125,10 +125,11 @@ class Fix:
 
 @dataclass(frozen=True)
 class Blocked:
-    """A way that was tried and what fails with it."""
+    """A way that was tried and what fails with it (the first id list tried that way; ``others`` more failed too)."""
 
     way: str
     why: str
+    others: int = 0
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def prove(
     blocked: list[Blocked] = []
     for after_apply, state in ways:
         flags = available_flags(state, serving)
-        tried = False
+        tried, failures, first = False, 0, Blocked("", "")
         for order, ids in enumerate(_candidates(wanted, current)):
             if wanted is not None and not _plausible(state, ids, wanted, num_layers):
                 continue
@@ -174,8 +175,12 @@ def prove(
             fix, why = _proof(state, ids, after_apply, serving, flags, recheck)
             if fix is not None:
                 found.append((order, replace(fix, trained_on=pin(ids))))
+            elif failures:
+                failures += 1
             else:
-                blocked.append(Blocked(_way(ids, after_apply), why))
+                failures, first = 1, Blocked(_way(ids, after_apply), why)
+        if failures:
+            blocked.append(replace(first, others=failures - 1))
         if not tried and wanted is not None:
             detail = f" ({state.patch_detail})" if 0 in wanted and not state.patched else ""
             blocked.append(Blocked(_way(None, after_apply), f"no id list makes it feed {states_text(wanted)}{detail}"))
@@ -218,7 +223,9 @@ def _proof(
 
 
 def _why(failed: Sequence[CheckResult]) -> str:
-    return "; ".join(f"{c.name}: {c.message}" for c in failed)
+    """The first check that fails, in full, and the names of the others."""
+    also = f" (also failing: {', '.join(c.name for c in failed[1:])})" if len(failed) > 1 else ""
+    return f"{failed[0].name}: {failed[0].message}{also}"
 
 
 def _way(ids: tuple[int, ...] | None, after_apply: bool) -> str:

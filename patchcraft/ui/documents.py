@@ -150,7 +150,7 @@ def check_draft_json(report: DraftReport, code: int) -> dict[str, Any]:
             }
             for f in report.fixes
         ],
-        "blocked": [{"way": b.way, "why": b.why} for b in report.blocked],
+        "blocked": [{"way": b.way, "why": b.why, "others": b.others} for b in report.blocked],
         "training_notes": list(report.training_notes),
         "explain": explanation_json(report.explanation, code),
         "exit_code": code,

@@ -172,6 +172,9 @@ def test_when_no_fix_passes_each_way_says_what_blocks_it(tmp_path):
     assert report.suggestion_text.startswith("no fix passes the whole check once applied")
     assert report.blocked and all("fc-width" in b.why for b in report.blocked if b.why.startswith(("fc", "run")))
     assert any(b.way == "[-1, 2, 30] after `patchcraft apply`" for b in report.blocked), report.blocked
+    # One line per way: the first id list tried, the first failing check in full, the others by name.
+    assert len(report.blocked) == 2 and report.blocked[0].others == 3, report.blocked
+    assert "(also failing: fc-width" in report.blocked[0].why and "3 more id lists" in report.suggestion_text
 
 
 def test_json_lists_each_fix_with_what_it_needs(tmp_path, capsys):
