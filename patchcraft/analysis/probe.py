@@ -149,6 +149,7 @@ def wirings(held: Sequence[int], slots: int, cap: int) -> list[tuple[int, ...]]:
 def probe(inputs: ProbeInputs) -> ProbeReport:
     """Measure every wiring the dump supplies (see the module docstring); bad input is one :class:`PatchcraftError`."""
     from patchcraft.harness import draft_probe as harness
+    from patchcraft.harness.probe_standins import DRAFT_NAMES
     from patchcraft.harness.standins import HarnessError
 
     config = _config(inputs.draft_dir)
@@ -157,8 +158,8 @@ def probe(inputs: ProbeInputs) -> ProbeReport:
     for path in (eagle3_path, layer_path):
         if not path.is_file():
             raise PatchcraftError(f"{path}: no such file: this {inputs.engine.name} has no EAGLE-3 draft code")
-    eagle3 = harness.DraftSource(eagle3_path, harness.DRAFT_NAMES)
-    llama = harness.DraftSource(layer_path, harness.DRAFT_NAMES)
+    eagle3 = harness.DraftSource(eagle3_path, DRAFT_NAMES)
+    llama = harness.DraftSource(layer_path, DRAFT_NAMES)
     tensors = checkpoint_tensors(inputs.draft_dir)
     fc = [n for n in tensors if n.endswith("fc.weight") and "layers." not in n and "midlayer" not in n]
     if not fc or len(tensors[fc[0]].shape) != 2:

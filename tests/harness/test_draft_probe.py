@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 from conftest import release_package  # noqa: E402
 from patchcraft.base.errors import PatchcraftError  # noqa: E402
 from patchcraft.harness import draft_probe as probe  # noqa: E402
+from patchcraft.harness.probe_standins import DRAFT_NAMES  # noqa: E402
 from patchcraft.reading.checkpoint_tensors import checkpoint_tensors  # noqa: E402
 
 import probe_drafts as drafts  # noqa: E402
@@ -20,8 +21,8 @@ A = (0, 2, 3)
 
 def _step(version: str, draft: Path, tensors=None):
     package = release_package(version)
-    eagle3 = probe.DraftSource(package / "srt/models/llama_eagle3.py", probe.DRAFT_NAMES)
-    llama = probe.DraftSource(package / "srt/models/llama.py", probe.DRAFT_NAMES)
+    eagle3 = probe.DraftSource(package / "srt/models/llama_eagle3.py", DRAFT_NAMES)
+    llama = probe.DraftSource(package / "srt/models/llama.py", DRAFT_NAMES)
     import json
 
     config = json.loads((draft / "config.json").read_text())
@@ -61,7 +62,7 @@ def test_a_tensor_load_weights_puts_nowhere_is_missing() -> None:
     tensors = checkpoint_tensors(draft)
     tensors["fcx.weight"] = tensors.pop("midlayer.hidden_norm.weight")  # a name SGLang's loader skips
     package = release_package("0.5.10")
-    eagle3 = probe.DraftSource(package / "srt/models/llama_eagle3.py", probe.DRAFT_NAMES)
+    eagle3 = probe.DraftSource(package / "srt/models/llama_eagle3.py", DRAFT_NAMES)
     import json
 
     shape = probe.draft_shape(json.loads((draft / "config.json").read_text()), 96, eagle3)
@@ -73,7 +74,7 @@ def test_a_shape_the_config_does_not_build_is_one_line() -> None:
     draft = drafts.built("draft", A)
     tensors = checkpoint_tensors(draft)
     package = release_package("0.5.10")
-    eagle3 = probe.DraftSource(package / "srt/models/llama_eagle3.py", probe.DRAFT_NAMES)
+    eagle3 = probe.DraftSource(package / "srt/models/llama_eagle3.py", DRAFT_NAMES)
     import json
 
     config = json.loads((draft / "config.json").read_text())
@@ -91,7 +92,7 @@ def test_an_fc_the_release_does_not_build_is_one_line(version: str) -> None:
     import json
 
     draft = drafts.built("draft", A)
-    eagle3 = probe.DraftSource(release_package(version) / "srt/models/llama_eagle3.py", probe.DRAFT_NAMES)
+    eagle3 = probe.DraftSource(release_package(version) / "srt/models/llama_eagle3.py", DRAFT_NAMES)
     config = json.loads((draft / "config.json").read_text())
     with pytest.raises(PatchcraftError, match="builds its fc for 3 states of 32 \\(96\\): SGLang would not load it"):
         probe.draft_shape(config, 128, eagle3)
