@@ -137,7 +137,7 @@ def find_model(package: Path, name: str) -> VllmModel:
     inners = classes_assigned_to(graph, outer, INNER)
     if not inners:
         named = _language_model(graph, outer)
-        if named is not None and "." not in name and named[0] != name:
+        if named is not None and named[0] != outer.name:
             architecture, where = named
             found = find_model(package, architecture)
             return replace(found, via=f"{where} {outer.name}")

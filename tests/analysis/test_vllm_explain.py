@@ -125,3 +125,8 @@ def test_without_torch_the_runners_and_gate_are_still_read(monkeypatch) -> None:
     result = _explain("0.11.2", "llama", (2, 3, 4), 6)
     assert not result.ran and result.fed == "not run" and result.runners[0].ids_for(TOP_LEVEL) == (2, 3, 4)
     assert _kinds(result) == [FindingKind.NOT_RUN] and result.gate.names is not None
+
+
+def test_kimi_k25_by_its_label_too() -> None:
+    result = _explain("0.34.0", "kimi_k25.KimiK25ForConditionalGeneration", (3, 31), 61)
+    assert result.via.endswith(" KimiK25ForConditionalGeneration") and result.fed == "hs[3], hs[31]"
