@@ -175,6 +175,8 @@ def prove(
             fix, why = _proof(state, ids, after_apply, serving, flags, recheck)
             if fix is not None:
                 found.append((order, replace(fix, trained_on=pin(ids))))
+                if not fix.flags:  # nothing later in this way is less invasive
+                    break
             elif failures:
                 failures += 1
             else:
@@ -186,7 +188,8 @@ def prove(
             blocked.append(Blocked(_way(None, after_apply), f"no id list makes it feed {states_text(wanted)}{detail}"))
     if not applied.model and not model.patched and applied.why:
         blocked.append(Blocked("after `patchcraft apply`", applied.why))
-    return Proven(_least_invasive(found), tuple(blocked))
+    fixes = _least_invasive(found)
+    return Proven(fixes, () if fixes else tuple(blocked))
 
 
 def available_flags(model: Model, serving: Serving) -> dict[str, str]:
