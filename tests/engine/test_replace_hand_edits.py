@@ -373,7 +373,10 @@ def test_verify_names_the_inits_that_never_set_the_flag_without_torch(release_co
         and "Glm4MoeLiteModel, MistralLarge3EagleModel inherit this forward but their __init__ never sets the flag: it crashes at start-up"
         in row["message"]
     ), row
-    assert "deepseek_v2.py DeepseekV2Model.forward" in row["message"] and "then patchcraft apply" in row["message"], row
+    assert (
+        "deepseek_v2.py DeepseekV2Model.forward" in row["message"] and "then run: patchcraft apply" in row["message"]
+    ), row
+    assert f"patchcraft apply {' '.join(SCOPE)} {package}" in row["message"], row  # the run's own scope, kept
 
 
 # -- the pieces --
