@@ -193,11 +193,14 @@ def _keyword_values(modules: list[tuple[Path, ast.Module]], keyword: str) -> Ite
 def _attribute_values(modules: list[tuple[Path, ast.Module]], attr: str) -> Iterator[tuple[Path, ast.expr]]:
     for path, module in modules:
         for node in ast.walk(module):
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Attribute) and t.attr == attr for t in node.targets
-            ):
-                if not (isinstance(node.value, ast.Constant) and node.value.value is None):
-                    yield path, node.value
+            if not isinstance(node, ast.Assign) or _is_none(node.value):
+                continue
+            if any(isinstance(t, ast.Attribute) and t.attr == attr for t in node.targets):
+                yield path, node.value
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 def _classify(tree: SglangTree, path: Path, value: ast.expr, modules: list) -> IdSource | None:
