@@ -145,6 +145,7 @@ def test_the_planned_deepseek_edit_makes_id_0_a_copy_of_the_embedding(tmp_path: 
         assert run_ids(model, ids, 61).outcome.fed == run_ids(unpatched, ids, 61).outcome.fed
 
 
+@pytest.mark.slow  # parses every model file of the release: about 7 s
 def test_eagle3_classes_are_those_with_the_setter() -> None:
     found = eagle3_classes(vllm_release_package("0.11.2"))
     assert "llama.LlamaForCausalLM" in found and "qwen3_moe.Qwen3MoeForCausalLM" in found
