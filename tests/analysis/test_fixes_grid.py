@@ -6,8 +6,8 @@ and with -1; every ``--trained-on`` preset; TP 1 and 8; CUDA graphs on and
 off (tests/fix_grid.py says what a cell does). Every release, model, id
 list and preset is crossed; the four (TP, CUDA graphs) settings rotate over
 them so that each setting meets every preset, model, release and id list
-(a quarter of the full product, 720 cells: measured 9 min 40 s on two
-shared cores with another suite beside it; a cell whose release and model
+(a quarter of the full product, 720 cells: measured 5 min 20 s on two
+shared cores, 9 min 40 s with another suite beside it; a cell whose release and model
 are warm takes well under a second, the first of each (release, model)
 5-40 s: the copy, ``patchcraft apply --model`` with its proof, the harness
 compiling the model). The full product (2880 cells) passed once too, in
