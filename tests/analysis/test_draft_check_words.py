@@ -67,3 +67,18 @@ def test_check_draft_takes_the_server_s_fusion_switch(tmp_path, capsys):
     code, out, err = cli(capsys, *args, "--no-allreduce-fusion")
     assert code == 0, out + err
     assert "ok    fusion" in out + err and "all 61 layers run a separate all-reduce" in out + err
+
+
+def test_the_same_ids_are_not_offered_twice(tmp_path):
+    """0.5.14's Llama reads [2, 15, 28] by the +1 rule with or without the patch: one fix, not two."""
+    pytest.importorskip("torch")
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(
+        '{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096}'
+    )
+    model = load_model(resolve_target(str(release_package("0.5.14"))), "llama")
+    draft = read_draft(sglang_draft(tmp_path / "draft", [1, 2, 3], fc_in=3 * 4096, target_hidden=4096))
+    report = check_draft(model, draft, read_target(target), parse_training("hf:3,16,29"), 32)
+    assert [fix.ids for fix in report.fixes] == [(2, 15, 28)], report.suggestion_text
+    assert "or:" not in report.suggestion_text
