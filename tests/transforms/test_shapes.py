@@ -329,7 +329,7 @@ class NextNForCausalLM(BaseForCausalLM):
         ),
         pytest.param(
             {"vl": FLAG_GATED_VL},
-            "captures only layers flagged `_is_layer_to_capture`, which nothing sets in this release",
+            "captures only layers flagged `_is_layer_to_capture`, which nothing sets in this tree",  # no version file: a tree
             id="flag-gated-forward-never-flagged",
         ),
         pytest.param(
