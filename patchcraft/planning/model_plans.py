@@ -30,6 +30,7 @@ from patchcraft.reading.class_graph import (
     references_self_attr,
 )
 from patchcraft.planning.records import EditSite, ForwardParams, ModelPlan, SetterParams
+from patchcraft.planning.runner_edits import setter_calls
 from patchcraft.reading.fusion_reading import MarkParams, read_capture
 from patchcraft.reading.prefilter import ModelTexts, read_models
 from patchcraft.base.status import EditKind
@@ -197,6 +198,32 @@ def plan_model(graph: ModelGraph, cls: ClassNode, _depth: int = 0) -> ModelPlan:
     return memo[(cls.key, _depth)]
 
 
+def _legacy(graph: ModelGraph, where: str) -> str:
+    """Why a setter without ids is unsupported: SGLang cannot pass ids, or (a fork) passes them and crashes.
+
+    0.4.6's runner calls the setter without ids. A fork that grew its own
+    EAGLE-3 runner on 0.4.x (SGLang-FluentLLM) passes ids to every target's
+    setter, so with this one the server raises TypeError at start-up.
+    """
+    said = f"{where} takes no layer_ids parameter (legacy setter)"
+    calls = [
+        c
+        for c in setter_calls(graph.models_dir.parent / "model_executor", strict=False)
+        if c.has_ids and not c.marked and not _passes_none(c.node)
+    ]
+    if not calls:
+        return f"{said}; ids cannot be passed, so -1 cannot be requested"
+    return (
+        f"{said}, but {calls[-1].where} passes ids to it: SGLang fails at start-up with this model "
+        "as an EAGLE-3 target (TypeError: too many positional arguments), and -1 cannot be requested"
+    )
+
+
+def _passes_none(call: ast.Call) -> bool:
+    values = list(call.args) + [k.value for k in call.keywords]
+    return all(isinstance(v, ast.Constant) and v.value is None for v in values)
+
+
 def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
     base: dict[str, Any] = dict(module=cls.module, cls=cls.name, path=cls.path)
     key = (cls.module, cls.name)
@@ -211,10 +238,7 @@ def _plan_model(graph: ModelGraph, cls: ClassNode, _depth: int) -> ModelPlan:
     shape = read_setter(setter)
     where = f"{setter_owner.path.name}: {setter_owner.name}.{SETTER}"
     if shape.variant == "legacy":
-        return ModelPlan(
-            **base,
-            unsupported=f"{where} takes no layer_ids parameter (legacy setter); ids cannot be passed, so -1 cannot be requested",
-        )
+        return ModelPlan(**base, unsupported=_legacy(graph, where))
     if shape.delegate_attr is not None:
         return _plan_delegation(graph, cls, shape.delegate_attr, base, where, _depth)
     if shape.variant == "own-helper":
