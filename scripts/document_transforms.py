@@ -35,6 +35,7 @@ apart from ours (it is refused, naming the line).
 def transforms() -> list[Transform]:
     found: list[Transform] = list(registry.MODEL_TRANSFORMS)
     found += list(registry.TREE_TRANSFORMS)
+    found += list(registry.VLLM_TRANSFORMS)
     return found
 
 

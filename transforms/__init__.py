@@ -14,7 +14,13 @@ from typing import Any
 
 # Relative imports: mypy knows this folder as ``transforms`` (package-dir makes it ``patchcraft.transforms``
 # only when installed), so only these resolve for it, and only they check each module against the contract.
-from . import accept_embedding_layer_id, capture_embedding_output, init_capture_flag, mark_captured_outputs
+from . import (
+    accept_embedding_layer_id,
+    capture_embedding_output,
+    init_capture_flag,
+    mark_captured_outputs,
+    vllm_capture_embedding,
+)
 from ._contract import RunnerTransform, Transform
 
 #: Model-file transforms, in report order: init, setter, forward, and the setter's layer marks
@@ -26,7 +32,11 @@ MODEL_TRANSFORMS: tuple[Transform, ...] = (
     mark_captured_outputs,
 )
 
-BY_KIND: dict[str, Transform] = {t.KIND: t for t in MODEL_TRANSFORMS}
+#: vLLM's model-file transforms (docs/vllm.md): planned only on a vLLM tree (``planning.vllm_plans``).
+#: Each also changes a line in place, so it undoes that itself (``revert``).
+VLLM_TRANSFORMS: tuple[RunnerTransform, ...] = (vllm_capture_embedding,)
+
+BY_KIND: dict[str, Transform] = {t.KIND: t for t in (*MODEL_TRANSFORMS, *VLLM_TRANSFORMS)}
 
 # Bound on first use by __getattr__ below; declared here for mypy.
 RUNNER_TRANSFORMS: tuple[RunnerTransform, ...]

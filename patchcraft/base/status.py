@@ -123,3 +123,5 @@ class EditKind(_Status):
     #: Mark the captured layers so their all-reduce is not fused away.
     FUSION_MARK = "fusion-mark"
     RUNNER = "runner"
+    #: vLLM: id 0 captures a copy of the embedding output before the layer loop (docs/vllm.md).
+    VLLM_FORWARD = "vllm-forward"

@@ -25,7 +25,7 @@ from patchcraft.base.status import EDIT_IN_PLACE, EditStatus
 if TYPE_CHECKING:
     import libcst as cst
 
-    from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS
+    from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS, VLLM_TRANSFORMS
     from patchcraft.transforms._base import Outcome, RemoveMarked, marked_classes
     from patchcraft.transforms._contract import Transform
     from patchcraft.transforms._slices import ClassSlices, code_with_ending
@@ -37,6 +37,7 @@ else:
     cst = Deferred("libcst")
     BY_KIND = Deferred("patchcraft.transforms", "BY_KIND")
     RUNNER_TRANSFORMS = Deferred("patchcraft.transforms", "RUNNER_TRANSFORMS")
+    VLLM_TRANSFORMS = Deferred("patchcraft.transforms", "VLLM_TRANSFORMS")
     ClassSlices = Deferred("patchcraft.transforms._slices", "ClassSlices")
     Outcome = Deferred("patchcraft.transforms._base", "Outcome")
     RemoveMarked = Deferred("patchcraft.transforms._base", "RemoveMarked")
@@ -136,8 +137,9 @@ def _revert_module(module: cst.Module, text: str) -> cst.Module:
     remover = RemoveMarked()
     module = module.visit(remover)
     if text.count(MARKER) > remover.removed_markers:
-        # Marker text outside the removed statements: calls whose arguments patchcraft changed.
-        for transform in RUNNER_TRANSFORMS:
+        # Marker text outside the removed statements: calls whose arguments patchcraft changed (the runner's),
+        # a test patchcraft guarded (vLLM's capture).
+        for transform in (*RUNNER_TRANSFORMS, *VLLM_TRANSFORMS):
             module = transform.revert(module)
     return module
 

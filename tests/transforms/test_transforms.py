@@ -13,12 +13,12 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from patchcraft.transforms import MODEL_TRANSFORMS, TREE_TRANSFORMS
+from patchcraft.transforms import MODEL_TRANSFORMS, TREE_TRANSFORMS, VLLM_TRANSFORMS
 from patchcraft.transforms._base import assign_targets, find_statements, walk_statements
 from patchcraft.transforms.examples import BY_NAME as EXAMPLES
 
-#: Every transform: the model transforms, the runner's and the fusion transform.
-ALL = (*MODEL_TRANSFORMS, *TREE_TRANSFORMS)
+#: Every transform: the model transforms, the runner's, the fusion transform and vLLM's.
+ALL = (*MODEL_TRANSFORMS, *TREE_TRANSFORMS, *VLLM_TRANSFORMS)
 TESTS = Path(__file__).resolve().parent
 #: The files of tests/transforms/ that are no one transform's: the package's helpers (``_definite_assignment``,
 #: ``_slices``), this file, and the transforms on trees and real releases (shapes, forward rules, the runner).

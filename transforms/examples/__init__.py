@@ -18,6 +18,7 @@ from . import (
     init_capture_flag,
     keep_captured_states_reduced,
     mark_captured_outputs,
+    vllm_capture_embedding,
 )
 
 _ALL: tuple[TransformExamples, ...] = (
@@ -27,6 +28,7 @@ _ALL: tuple[TransformExamples, ...] = (
     mark_captured_outputs,
     configure_ids_before_graphs,
     keep_captured_states_reduced,
+    vllm_capture_embedding,
 )
 
 #: Transform name -> its examples module.
