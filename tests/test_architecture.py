@@ -607,6 +607,8 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "harness.cuda": ("harness/test_harness_device.py",),
     "harness.extract": ("harness/test_harness_parts.py",),
     "harness.gpu_summary": ("gpu_smoke/test_cuda_smoke.py",),
+    "harness.layer_boundary": ("harness/test_harness_layer_boundary.py", "harness/test_harness_parts.py"),
+    "harness.nothing": ("harness/test_harness_parts.py", "harness/test_served.py"),
     "harness.probe_standins": ("harness/test_draft_probe.py",),
     "harness.runner": ("harness/test_harness_parts.py", "test_release_history.py"),
     "harness.scenarios": ("harness/test_harness_parts.py", "harness/test_harness_mutations.py"),

@@ -37,17 +37,8 @@ from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.scenarios import _describe
 from patchcraft.harness.shapes import ShapeError
-from patchcraft.harness.standins import (
-    HARNESS_DIR,
-    HarnessError,
-    Nothing,
-    RecordingEmbedding,
-    StandInWatch,
-    World,
-    mix,
-    reference_states,
-    watch_standins,
-)
+from patchcraft.harness.nothing import HARNESS_DIR, HarnessError, Nothing, StandInWatch, watch_standins
+from patchcraft.harness.standins import RecordingEmbedding, World, mix, reference_states
 from patchcraft.harness.subject import HIDDEN, VOCAB, Subject, input_ids, subjects
 
 #: Where the harness cannot follow a model, the answer is this prefix and the reason.
