@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from conftest import copy_release, release_package
 from drafts import HIDDEN, sglang_draft
-from patchcraft.analysis.draft_check import DraftReport, check_draft, read_draft, read_target
+from patchcraft.analysis.draft_check import DraftReport, check_draft
+from patchcraft.reading.draft_config import read_draft, read_target
 from patchcraft.analysis.target_model import Model, load_model
 from patchcraft.analysis.training import LAYER_OUTPUT, parse_training
 from patchcraft.base.target import resolve_target

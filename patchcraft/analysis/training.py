@@ -63,7 +63,7 @@ _HEURISTIC_FROM = (0, 5, 13)  # the first release with the first-id heuristic
 
 
 class DraftIds(Protocol):
-    """What the presets read of a draft config (``patchcraft.analysis.draft_check.DraftConfig``)."""
+    """What the presets read of a draft config (``patchcraft.reading.draft_config.DraftConfig``)."""
 
     @property
     def layer_ids(self) -> tuple[int, ...] | None: ...  # eagle_config's

@@ -94,7 +94,8 @@ def prepare(server: ServerArgs, package: Path, trained_on: str | None) -> Prepar
     notes = list(server.notes)
     draft_dir = _local_model(server.draft_path, server.draft_revision, "--speculative-draft-model-path", inputs, notes)
     inputs += preflight_cache.draft_dependencies(draft_dir)
-    from patchcraft.analysis.draft_check import convention_known, read_draft
+    from patchcraft.analysis.draft_check import convention_known
+    from patchcraft.reading.draft_config import read_draft
 
     draft = read_draft(draft_dir)
     if server.pp > 1 and draft.layer_ids is not None and -1 in draft.layer_ids:

@@ -9,7 +9,8 @@ from patchcraft.ui import console, documents
 from patchcraft.ui.choices import OutputFormat
 from patchcraft.commands.explain import resolve_tree
 from patchcraft.ui.explain_text import fed_line, source_line
-from patchcraft.analysis.draft_check import DraftReport, check_draft, read_draft, read_target, speculators_note
+from patchcraft.analysis.draft_check import DraftReport, check_draft, speculators_note
+from patchcraft.reading.draft_config import read_draft, read_target
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.analysis.target_model import load_model, states_text
 from patchcraft.ui.machine_output import verdict_code

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchcraft.analysis.draft_check import read_draft, read_target
+from patchcraft.reading.draft_config import read_draft, read_target
 from patchcraft.analysis.probe import ProbeInputs, ProbeReport, probe, served_states, states_text
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.commands.explain import resolve_tree

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_release, release_package, run_cli as cli
-from patchcraft.analysis.draft_check import check_draft, read_draft, read_target
+from patchcraft.analysis.draft_check import check_draft
+from patchcraft.reading.draft_config import read_draft, read_target
 from patchcraft.engine.tree_run import run, write_changes
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.analysis.target_model import Model, load_model

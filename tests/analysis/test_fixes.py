@@ -28,7 +28,8 @@ from fix_grid import (
     run_cell,
     served_after_apply,
 )
-from patchcraft.analysis.draft_check import check_draft, read_draft, read_target
+from patchcraft.analysis.draft_check import check_draft
+from patchcraft.reading.draft_config import read_draft, read_target
 from patchcraft.analysis.target_model import load_model
 from patchcraft.analysis.training import parse_training
 from patchcraft.base.target import resolve_target

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import release_package, run_cli as cli
 from drafts import HIDDEN, kimi_target, sglang_draft
-from patchcraft.analysis.draft_check import DraftConfig, read_draft
+from patchcraft.reading.draft_config import DraftConfig, read_draft
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.analysis.training import FIRST_ID_RAW, Training, expected_states, parse_training
 

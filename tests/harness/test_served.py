@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import release_package, run_cli as cli
-from patchcraft.analysis.draft_check import check_draft, read_draft, read_target
+from patchcraft.analysis.draft_check import check_draft
+from patchcraft.reading.draft_config import read_draft, read_target
 from patchcraft.analysis.training import parse_training
 from patchcraft.engine.tree_run import run, write_changes
 from patchcraft.analysis.explain import explain

@@ -15,7 +15,8 @@ import pytest
 from conftest import release_package
 from drafts import LAYERS, kimi_target, sglang_draft
 from patchcraft import __version__
-from patchcraft.analysis.draft_check import check_draft, read_draft, read_target
+from patchcraft.analysis.draft_check import check_draft
+from patchcraft.reading.draft_config import read_draft, read_target
 from patchcraft.analysis.target_model import load_model
 from patchcraft.analysis.training import parse_training
 from patchcraft.base.status import HarnessStatus, Proof
