@@ -52,7 +52,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
 
-#: Layer -> the packages (folders of ``patchcraft``) that make it, bottom up; ``__init__``, ``cli`` and ``__main__`` are modules.
+#: Layer -> the packages (folders of ``patchcraft``) that make it, bottom up; ``__init__``, ``__main__`` and the
+#: click modules (:data:`CLICK`) are modules.
 LAYERS: dict[str, tuple[str, ...]] = {
     "base": ("__init__", "base"),
     "reading": ("reading",),
@@ -62,10 +63,14 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "analysis": ("analysis", "overlay", "harness"),
     "ui": ("ui",),
     "pipeline": ("pipeline",),
-    "commands": ("commands", "gpu_smoke", "cli", "__main__"),
+    "commands": ("commands", "gpu_smoke", "cli", "cli_options", "cli_drafts", "__main__"),
 }
+#: The click layer: the group and entry point (``cli``), the shared options, the draft commands.
+CLICK = ("cli", "cli_options", "cli_drafts")
+#: The members of LAYERS that are modules of ``patchcraft/``, not packages.
+TOP_MODULES = ("__init__", "__main__", *CLICK)
 #: Third-party imports only these modules may make (torch: the harness and the GPU smoke; rich: the console).
-ONLY_IN = {"rich": ("ui.console",), "torch": ("harness.*", "gpu_smoke.*"), "click": ("cli",)}
+ONLY_IN = {"rich": ("ui.console",), "torch": ("harness.*", "gpu_smoke.*"), "click": CLICK}
 #: Calls whose first argument, a string, names a module imported then (the deferred one on first use).
 STRING_IMPORTS = ("import_module", "__import__", "Deferred")
 
@@ -442,6 +447,12 @@ def test_a_relative_upward_import_is_caught(plant: str, target: str) -> None:
     assert found == f"engine.tree_run (engine) imports {target} (commands), line {2 + plant.count(chr(10))}{late}"
 
 
+def test_click_outside_the_click_modules_is_caught() -> None:
+    """``cli``, ``cli_options`` and ``cli_drafts`` may import click; a command module may not."""
+    tree = planted({"commands/apply.py": "import click\n", "cli.py": "import click\n"})
+    assert violations(tree) == ["commands.apply imports click, which only cli, cli_options, cli_drafts may, line 2"]
+
+
 def test_a_relative_import_above_patchcraft_is_caught() -> None:
     assert violations(planted({"engine/tree_run.py": "from ... import x\n"})) == [
         "engine.tree_run imports from above patchcraft (a relative import with too many dots), line 3"
@@ -530,8 +541,9 @@ def test_a_doc_with_an_extra_or_a_missing_package_fails(tmp_path: Path) -> None:
 
 def test_every_package_on_disk_has_a_layer_and_every_layer_package_exists() -> None:
     on_disk = {p.name for p in (ROOT / "patchcraft").iterdir() if (p / "__init__.py").is_file()} | {"transforms"}
-    named = {m for members in LAYERS.values() for m in members if m not in ("__init__", "cli", "__main__")}
+    named = {m for members in LAYERS.values() for m in members if m not in TOP_MODULES}
     assert on_disk == named
+    assert [m for m in TOP_MODULES if not (ROOT / "patchcraft" / f"{m}.py").is_file()] == []
 
 
 def test_development_tools_are_not_in_the_wheel() -> None:

@@ -247,13 +247,17 @@ def test_help_and_version() -> None:
 
 
 def test_shared_options_are_declared_once() -> None:
-    """``--format``, ``--color`` and ``--overlay`` have one declaration each in cli.py, and explain and check-draft
-    share one ``--tp`` (smoke's ``--tp`` is the GPU smoke's own: other range, no default): same words everywhere."""
+    """``--format``, ``--color`` and ``--overlay`` have one declaration each in the click modules (cli.py,
+    cli_options.py, cli_drafts.py), and explain and check-draft share one ``--tp`` (smoke's ``--tp`` is the GPU
+    smoke's own: other range, no default): same words everywhere."""
     import click
 
     import patchcraft.cli as cli_module
 
-    source = Path(cli_module.__file__).read_text(encoding="utf-8")
+    source = "".join(
+        (Path(cli_module.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
+        for name in ("cli", "cli_options", "cli_drafts")
+    )
     assert [source.count(f'"{name}"') for name in ("--format", "--color", "--overlay", "--tp")] == [1, 1, 1, 2]
 
     def option(path: tuple[str, ...], name: str) -> click.Option:
