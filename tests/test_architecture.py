@@ -381,6 +381,34 @@ def test_the_modules_of_each_layer_have_an_order() -> None:
     assert found == [], "\n".join(found)
 
 
+#: The most lines a module may have (issue 31): a module past it does more than one job, and is split by job.
+MAX_LINES = 600
+#: Modules held to fewer lines: ``explain`` is three steps called by name, its findings and text live beside it.
+MAX_LINES_OF = {"analysis/explain.py": 400}
+#: Not modules with a job: each transform's before/after examples, data written as Python (a run never loads
+#: them, and the tests' mirror rule leaves them out too); they grow with every shape a transform supports.
+DATA_MODULES = "transforms/examples/"
+
+
+def oversized(sources: Sources) -> list[str]:
+    """Each module over its limit (:data:`MAX_LINES`, or its own in :data:`MAX_LINES_OF`), with its lines."""
+    found = []
+    for rel, text in sorted(sources.items()):
+        if rel.startswith(DATA_MODULES):
+            continue
+        limit = MAX_LINES_OF.get(rel, MAX_LINES)
+        lines = len(text.splitlines())
+        if lines > limit:
+            shown = rel if rel.startswith("transforms/") else f"patchcraft/{rel}"
+            found.append(f"{shown}: {lines} lines, over {limit}")
+    return found
+
+
+def test_no_module_is_over_its_size() -> None:
+    found = oversized(real_sources())
+    assert found == [], "\n".join(found)
+
+
 # -- the checks themselves, each shown failing on a planted violation ------------------------------
 
 
@@ -392,6 +420,22 @@ def test_an_upward_import_is_caught() -> None:
     assert violations(planted) == [
         f"engine.tree_run (engine) imports cli (commands), line {lines - 1}",
         f"engine.tree_run imports rich, which only ui.console may, line {lines}",
+    ]
+
+
+def test_a_module_over_its_size_is_caught() -> None:
+    """601 lines anywhere, 401 in analysis/explain.py; the transforms' examples are data, never counted."""
+    tree = {
+        "engine/records.py": "x = 1\n" * 601,
+        "engine/tree_run.py": "x = 1\n" * 600,
+        "analysis/explain.py": "x = 1\n" * 401,
+        "transforms/_base.py": "x = 1\n" * 601,
+        "transforms/examples/big.py": "x = 1\n" * 2000,
+    }
+    assert oversized(tree) == [
+        "patchcraft/analysis/explain.py: 401 lines, over 400",
+        "patchcraft/engine/records.py: 601 lines, over 600",
+        "transforms/_base.py: 601 lines, over 600",
     ]
 
 
