@@ -34,6 +34,9 @@ class SglangTree:
     root: Path
     only_files: tuple[Path, ...] = ()
 
+    #: The serving engine whose tree this is (``base.vllm_tree.VllmTree`` says ``vllm``).
+    engine = "sglang"
+
     @property
     def models_dir(self) -> Path:
         return self.package / MODELS

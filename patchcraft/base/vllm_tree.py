@@ -13,28 +13,26 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.target import SglangTree
 
 MODELS = Path("model_executor") / "models"
-_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.M)
 
 
 @dataclass(frozen=True)
-class VllmTree:
+class VllmTree(SglangTree):
     """One vLLM package and the model files the user asked about (empty: the whole tree).
 
     ``root`` is the directory paths are shown relative to: the checkout root
-    for a checkout, otherwise the directory holding ``vllm/``.
+    for a checkout, otherwise the directory holding ``vllm/``. A
+    :class:`~patchcraft.base.target.SglangTree` by type, so that the one
+    pipeline (its records, lock, writes and version) takes it unchanged;
+    ``engine`` says whose tree it is, and what plans it (``planning.vllm_plans``).
     """
-
-    package: Path
-    root: Path
-    only_files: tuple[Path, ...] = ()
 
     engine = "vllm"
 
@@ -43,22 +41,9 @@ class VllmTree:
         return self.package / MODELS
 
     @property
-    def version(self) -> str:
-        for name in ("_version.py", "version.py", "__init__.py"):
-            try:
-                text = (self.package / name).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            match = _VERSION_RE.search(text)
-            if match:
-                return match.group(1)
-        return "unknown"
-
-    def relative(self, path: Path) -> str:
-        try:
-            return path.resolve().relative_to(self.root.resolve()).as_posix()
-        except ValueError:
-            return path.as_posix()
+    def executor_dir(self) -> Path:
+        """The runners' folder (``v1/worker``): nothing there is patched; its stale temporary files are removed."""
+        return self.package / "v1" / "worker"
 
 
 def _is_package(path: Path) -> bool:

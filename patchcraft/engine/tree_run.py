@@ -74,6 +74,8 @@ def run(
     file's (``apply --replace-hand-edits``: the pristine text of a file
     edited by hand); the change still replaces the file as it is on disk.
     """
+    if tree.engine == "vllm":  # vLLM's runner and layers are not patched: its model rows alone (planning.vllm_plans)
+        runner = fusion = False
     rows = (runner_edits.ROW, fusion_transform.ROW)
     model_names = tuple(n for n in names if n.lower() not in rows)
     wanted_rows = {n.lower() for n in names if n.lower() in rows}

@@ -20,6 +20,8 @@ CONSEQUENCES = {
     "capture": "with -1 in the ids the draft is fed the wrong hidden states",
     "same": "without -1 the capture differs from the unpatched release: drafts that never ask for -1 break too",
     "default": "with no ids configured the capture differs from the unpatched release",
+    "vllm-id-0": "with id 0 in the ids the draft is not fed a copy of the embedding output (hs[0])",
+    "vllm-same": "without id 0 the capture differs from the unpatched release: drafts that never ask for 0 break too",
 }
 UNKNOWN_CONSEQUENCE = "the draft is fed the wrong hidden states"
 

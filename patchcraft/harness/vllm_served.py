@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import ast
 import inspect
-import re
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -55,12 +54,9 @@ from patchcraft.harness.standins import (
 from patchcraft.harness.subject import HIDDEN, TOKENS, VOCAB, input_ids
 from patchcraft.harness.vllm_standins import HELPERS, method_builtins
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
-from patchcraft.reading.vllm_graph import VllmGraph
+from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
 from patchcraft.reading.vllm_runner import read_registry
 
-SETTER = "set_aux_hidden_state_layers"
-#: Draft and speculator classes (they inherit a target's setter but are fed, not feeding): no EAGLE-3 target.
-DRAFTS = re.compile(r"^Eagle\d?[A-Z]|Eagle3|DFlash|DSpark|MTP")
 INNER = "model"
 
 
@@ -119,7 +115,7 @@ class VllmRun:
     aliased_holds: tuple[tuple[int, str], ...] = ()
 
 
-def find_model(package: Path, name: str) -> VllmModel:
+def find_model(package: Path, name: str, texts: Optional[Mapping[Path, str]] = None) -> VllmModel:
     """The class of ``name``: an architecture of vLLM's registry (a config's ``architectures``:
     ``MistralForCausalLM`` is ``llama.LlamaForCausalLM`` on 0.9), a class (``DeepseekV3ForCausalLM``, or the
     label ``deepseek_v2.DeepseekV3ForCausalLM``), or a file stem's EAGLE-3 class (``llama``); one line if none.
@@ -127,7 +123,8 @@ def find_model(package: Path, name: str) -> VllmModel:
     A class without ``set_aux_hidden_state_layers`` in its MRO is no EAGLE-3 target on this release
     (:class:`NotATarget`); one whose inner model the harness cannot tell is a :class:`HarnessError`
     (a multimodal wrapper whose language model comes from vLLM's registry, e.g. Kimi-K2.5's). The
-    caller reports both; neither is a usage error.
+    caller reports both; neither is a usage error. ``texts``: file texts run instead of the files on disk
+    (what ``apply`` would write).
     """
     models = package / "model_executor" / "models"
     graph = VllmGraph(models)
@@ -136,10 +133,10 @@ def find_model(package: Path, name: str) -> VllmModel:
         raise NotATarget(f"{outer.label} has no {SETTER}: not an EAGLE-3 target on this release")
     inners = classes_assigned_to(graph, outer, INNER)
     if not inners:
-        named = _language_model(graph, outer)
+        named = language_model(graph, outer)
         if named is not None and named[0] != outer.name:
             architecture, where = named
-            found = find_model(package, architecture)
+            found = find_model(package, architecture, texts)
             return replace(found, via=f"{where} {outer.name}")
         raise HarnessError(
             f"cannot tell which class `self.{INNER}` of {outer.label} is (a language model built from vLLM's "
@@ -149,28 +146,7 @@ def find_model(package: Path, name: str) -> VllmModel:
     owner = next((c for c in graph.mro(inner) if "forward" in c.methods), None)
     if owner is None:
         raise HarnessError(f"{inner.label} has no forward")
-    return VllmModel(graph, outer, inner, owner, VllmProgram(graph, Sources(package), PATCHED))
-
-
-def _language_model(graph: ModelGraph, outer: ClassNode) -> Optional[tuple[str, str]]:
-    """``self.language_model = init_vllm_registered_model(..., architectures=["X"])`` in an ``__init__`` of
-    ``outer``'s MRO: ``("X", "file.py:line")``. SupportsEagle3's setter hands the ids to that language model's
-    ``model`` (Kimi-K2.5 names ``DeepseekV2ForCausalLM``); a wrapper that takes its architecture from the
-    config names none here."""
-    for owner in graph.mro(outer):
-        init = owner.methods.get("__init__")
-        for node in ast.walk(init) if init is not None else ():
-            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
-                continue
-            if not any(isinstance(t, ast.Attribute) and t.attr == "language_model" for t in node.targets):
-                continue
-            for keyword in node.value.keywords:
-                value = keyword.value
-                if keyword.arg == "architectures" and isinstance(value, ast.List) and len(value.elts) == 1:
-                    element = value.elts[0]
-                    if isinstance(element, ast.Constant) and isinstance(element.value, str):
-                        return element.value, f"{owner.path.name}:{node.lineno}"
-    return None
+    return VllmModel(graph, outer, inner, owner, VllmProgram(graph, Sources(package, texts), PATCHED))
 
 
 def eagle3_classes(package: Path) -> list[str]:

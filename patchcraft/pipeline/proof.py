@@ -89,11 +89,16 @@ def prove(result: RunResult, chosen: Callable[[ModelResult], bool], shown: bool 
         return result
     with console.progress(f"{result.mode.value}: harness", shown=shown, unit="models") as status:
         status.update("importing torch")
-        from patchcraft.harness.runner import smoke_tree
+        if result.tree.engine == "vllm":  # vLLM's setter and forward, patched and as released (docs/vllm.md)
+            from patchcraft.harness.vllm_proof import prove_tree
 
-        run = smoke_tree(
-            result.tree, (), models=[as_written(m) for m in models], texts=texts_of(result), on_row=status.update
-        )
+            run = prove_tree(result.tree, [as_written(m) for m in models], texts=texts_of(result))
+        else:
+            from patchcraft.harness.runner import smoke_tree
+
+            run = smoke_tree(
+                result.tree, (), models=[as_written(m) for m in models], texts=texts_of(result), on_row=status.update
+            )
     return record(result, run)
 
 

@@ -23,6 +23,7 @@ from patchcraft.engine.tree_run import claim_written, run, withhold_unnamed, wri
 from patchcraft.engine.hand_edits import FileReport
 from patchcraft.engine.records import Mode, RunResult
 from patchcraft.base.sources import remove_stale_temp_files
+from patchcraft.base.engines import ServingEngine, detect_engine
 from patchcraft.base.target import SglangTree, resolve_target
 from patchcraft.overlay.check import require_usable_tree
 
@@ -50,6 +51,8 @@ class Options:
     strict: bool = False
     #: ``apply --replace-hand-edits``: patch the pristine text of files edited by hand at patchcraft's edit sites only.
     replace_hand_edits: bool = False
+    #: ``--engine``: whose trees TARGET names (None: told from TARGET or the installs, base.engines.detect_engine).
+    engine: ServingEngine | None = None
 
 
 @dataclass(frozen=True)
@@ -68,18 +71,18 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_targets(targets: Sequence[str]) -> list[SglangTree]:
-    """One tree per SGLang package, in the order first named.
+def resolve_targets(targets: Sequence[str], engine: ServingEngine | None = None) -> list[SglangTree]:
+    """One tree per package (SGLang's, or vLLM's: ``engine``, or told from each TARGET), in the order first named.
 
     pre-commit passes many model files at once: those of one package become
     one run (one class graph, each model once, one exit code), not one per file.
     A whole-tree TARGET for a package makes the merged run cover the whole tree.
     """
     if not targets:
-        return [resolve_target(None)]
+        return [_resolve(None, engine)]
     merged: dict[Path, SglangTree] = {}
     for target in targets:
-        tree = resolve_target(target)
+        tree = _resolve(target, engine)
         require_usable_tree(tree.package)  # an overlay's tree is judged only when the overlay is intact
         key = tree.package.resolve()
         prior = merged.get(key)
@@ -91,6 +94,14 @@ def resolve_targets(targets: Sequence[str]) -> list[SglangTree]:
             extra = tuple(f for f in tree.only_files if f not in prior.only_files)
             merged[key] = replace(prior, only_files=prior.only_files + extra)
     return list(merged.values())
+
+
+def _resolve(target: str | None, engine: ServingEngine | None) -> SglangTree:
+    if detect_engine(target, engine) is ServingEngine.VLLM:
+        from patchcraft.base.vllm_tree import resolve_vllm_target
+
+        return resolve_vllm_target(target)
+    return resolve_target(target)
 
 
 def judge_and_write(
@@ -166,7 +177,7 @@ class PipelineRun:
 def run_trees(options: Options, mode: Mode) -> PipelineRun:
     """Run ``mode`` on every target of ``options``, prove, withhold and (apply, revert) write; nothing printed
     but the lock-wait and no-torch lines."""
-    trees = resolve_targets(options.targets)
+    trees = resolve_targets(options.targets, options.engine)
     jobs = options.jobs if options.jobs is not None else default_jobs()
     proof = _proof.gate(mode.value, options.smoke, quiet=options.output_format == "json")
     results, hand = judge_and_write(

@@ -17,6 +17,8 @@ from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.class_graph import ModelGraph
 from patchcraft.planning.records import ModelPlan
 from patchcraft.planning.model_plans import plan_models, scan
+from patchcraft.planning.vllm_plans import is_vllm, plan_vllm
+from patchcraft.reading.vllm_graph import SETTER as VLLM_SETTER
 from patchcraft.reading.prefilter import ModelTexts, Reach, import_map, importers, read_models
 from patchcraft.base.target import SglangTree
 from patchcraft.base.status import EditKind
@@ -26,6 +28,11 @@ def plan_tree(tree: SglangTree, names: Sequence[str] = (), whole_files: bool = F
     """The plans of the models a run covers (:func:`select`), in plan order."""
     if not tree.models_dir.is_dir():
         raise PatchcraftError(f"{tree.package}: not an SGLang tree (no srt/models)")
+    if is_vllm(tree):  # vLLM's targets and their one edit (planning.vllm_plans); selected as SGLang's
+        plans = select(plan_vllm(tree), tree, names, whole_files)
+        if names and not plans:
+            raise PatchcraftError(f"{tree.models_dir}: {no_match(tree.models_dir, names, VLLM_SETTER)}")
+        return plans
     # Only what can reach the files named (the pre-commit case): the same plans as the whole tree's.
     scoped = plan_reaching(tree, names, whole_files) if tree.only_files else None
     plans = (
@@ -45,14 +52,14 @@ def is_named(label: str, names: Sequence[str]) -> bool:
     return bool(wanted & {label.lower(), module, cls})
 
 
-def no_match(models_dir: Path, names: Sequence[str]) -> str:
+def no_match(models_dir: Path, names: Sequence[str], setter: str = "set_eagle3_layers_to_capture") -> str:
     """Why no model answers ``--model NAME``: a model file without an EAGLE-3 setter, or no such file, and the nearest names."""
     said = []
     for name in names:
         stem = name.removesuffix(".py").split(".")[0]
         if (models_dir / f"{stem}.py").is_file():
             said.append(
-                f"{stem}.py is in this tree, but none of its classes has set_eagle3_layers_to_capture "
+                f"{stem}.py is in this tree, but none of its classes has {setter} "
                 "(itself or through a base class): this tree serves no EAGLE-3 target from it"
             )
             continue

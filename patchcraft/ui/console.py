@@ -326,7 +326,7 @@ _COLUMNS = ("model", "status", "init", "setter", "forward", "compiles", "idempot
 
 
 def _header(result: RunResult) -> str:
-    return f"sglang {result.version} at {result.tree.package}"
+    return f"{result.tree.engine} {result.version} at {result.tree.package}"
 
 
 def _change_lines(result: RunResult) -> list[str]:

@@ -1,0 +1,115 @@
+"""Proof before write on a vLLM tree: the release's own setter and forward, patched, on the CPU harness.
+
+The pipeline's proof step (:mod:`patchcraft.pipeline.proof`) hands a vLLM
+tree here instead of :func:`patchcraft.harness.runner.smoke_tree`; the rows
+are the same :class:`~patchcraft.harness.runner.SmokeResult` records, so
+withholding and the rows' words are the pipeline's. Each model row is run
+twice through :mod:`patchcraft.harness.vllm_served`: on the text ``apply``
+would write, and on that text with patchcraft's edits reverted (the
+release as it was). Two scenarios:
+
+- ``vllm-id-0``: ``(0, 2, n-1)`` and ``(0,)`` feed a copy of ``hs[0]`` (not
+  the embedding tensor itself, which layer 0 adds into in place), then
+  ``hs[2]``, ``hs[n-1]``;
+- ``vllm-same``: ids without 0 (``(2, 5)``, ``(1, 4, n-1)`` and ``(3, n)``)
+  feed exactly what the release fed (a crash included).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.sources import read_source
+from patchcraft.base.status import HarnessStatus, ModelStatus
+from patchcraft.base.target import SglangTree
+from patchcraft.engine.file_patch import revert_text
+from patchcraft.engine.records import ModelResult
+from patchcraft.harness.runner import SmokeResult, SmokeRun
+from patchcraft.harness.scenarios import Check
+from patchcraft.harness.served import Fed, RunOutcome
+from patchcraft.harness.standins import HarnessError
+from patchcraft.harness.vllm_served import VllmModel, find_model, run_ids
+
+#: Stand-in layers: enough for ids below, at and past the last layer.
+LAYERS = 8
+WITH_0 = ((0, 2, LAYERS - 1), (0,))
+WITHOUT_0 = ((2, 5), (1, 4, LAYERS - 1), (3, LAYERS))
+
+
+def prove_tree(
+    tree: SglangTree, models: Sequence[ModelResult], texts: Optional[Mapping[Path, str]] = None
+) -> SmokeRun:
+    """One row per model: run when patched (or already patched), skipped otherwise, saying why."""
+    rows = []
+    for model in models:
+        if model.status not in (ModelStatus.PATCHED, ModelStatus.ALREADY):
+            rows.append(SmokeResult(model.model, model.path, HarnessStatus.SKIPPED, f"{model.status}: {model.message}"))
+            continue
+        rows.append(prove_model(tree.package, model.model, model.path, texts or {}))
+    return SmokeRun(tree=tree, version=tree.version, results=tuple(rows))
+
+
+def prove_model(package: Path, label: str, path: str, texts: Mapping[Path, str]) -> SmokeResult:
+    """The two scenarios for one model class (``module.Class``)."""
+    started = time.perf_counter()
+    try:
+        patched = find_model(package, label, texts)
+        original = find_model(package, label, _reverted(patched, texts))
+    except (HarnessError, PatchcraftError) as exc:
+        return SmokeResult(label, path, HarnessStatus.ERROR, f"cannot run: {exc}")
+    checks = [_with_0(patched), _same(patched, original)]
+    failed = next((c for c in checks if c.status != HarnessStatus.PASS), None)
+    status = failed.status if failed is not None else HarnessStatus.PASS
+    message = failed.detail if failed is not None else "id 0 feeds a copy of hs[0]; ids without 0 unchanged"
+    return SmokeResult(label, path, status, message, tuple(checks), time.perf_counter() - started)
+
+
+def _reverted(model: VllmModel, texts: Mapping[Path, str]) -> dict[Path, str]:
+    """The model's files without patchcraft's edits: the release as it was."""
+    reverted = {}
+    for name in model.files:
+        path = Path(name)
+        text = texts.get(path)
+        if text is None:
+            text = read_source(path).text
+        reverted[path] = revert_text(text, path)
+    return reverted
+
+
+def _outcome(model: VllmModel, ids: tuple[int, ...]) -> tuple[RunOutcome, tuple]:
+    run = run_ids(model, ids, LAYERS)
+    return run.outcome, run.aliased_holds
+
+
+def _with_0(model: VllmModel) -> Check:
+    for ids in WITH_0:
+        outcome, aliased = _outcome(model, ids)
+        if outcome.not_run:
+            return Check("vllm-id-0", HarnessStatus.ERROR, f"{ids}: {outcome.not_run}")
+        if outcome.crash:
+            return Check("vllm-id-0", HarnessStatus.FAIL, f"{ids}: crash: {outcome.crash}")
+        expected = tuple(Fed(i, True) for i in ids)
+        if outcome.fed != expected or aliased:
+            got = ", ".join(_said(f) for f in outcome.fed)
+            return Check("vllm-id-0", HarnessStatus.FAIL, f"{ids}: fed {got}; expected a copy of hs[0], then hs[i]")
+    return Check("vllm-id-0", HarnessStatus.PASS)
+
+
+def _same(patched: VllmModel, original: VllmModel) -> Check:
+    for ids in WITHOUT_0:
+        now, before = _outcome(patched, ids)[0], _outcome(original, ids)[0]
+        if now.not_run or before.not_run:
+            return Check("vllm-same", HarnessStatus.ERROR, f"{ids}: {now.not_run or before.not_run}")
+        if (now.fed, bool(now.crash)) != (before.fed, bool(before.crash)):
+            said = lambda o: f"crash: {o.crash}" if o.crash else ", ".join(_said(f) for f in o.fed)  # noqa: E731
+            return Check("vllm-same", HarnessStatus.FAIL, f"{ids}: fed {said(now)}; the release fed {said(before)}")
+    return Check("vllm-same", HarnessStatus.PASS)
+
+
+def _said(fed: Fed) -> str:
+    if fed.state is None:
+        return fed.what or "an unknown tensor"
+    return f"hs[{fed.state}]" + ("" if fed.copy else " (the embedding tensor itself, not a copy)")

@@ -1,0 +1,188 @@
+"""Which vLLM model classes need the embedding capture, and where it goes (docs/vllm.md).
+
+vLLM's id X is ``hs[X]``. Every EAGLE-3 target (a ``...ForCausalLM`` or
+``...ForConditionalGeneration`` class with ``set_aux_hidden_state_layers``
+in its MRO, drafts aside) hands the ids to its inner model ``self.model``
+(or, for a wrapper naming its language model's architecture in its code,
+Kimi-K2.5's, to that model's). What the inner model's ``forward`` does
+with id 0 decides the row:
+
+- its layer loop captures ``hidden_states + residual`` at the top of layer
+  ``idx`` (DeepSeek's ``DeepseekV2Model.forward``): id 0 raises, as
+  ``residual`` is None there. One site, ``vllm-forward``, the transform
+  ``vllm_capture_embedding``;
+- it captures through ``EagleModelMixin._maybe_add_hidden_state`` (Llama,
+  Qwen and most others from 0.18): the mixin captures id 0 itself: not
+  applicable, said in the row;
+- it captures nothing in a layer loop: not applicable, said in the row.
+
+The plans are :class:`~patchcraft.planning.records.ModelPlan`, as SGLang's,
+so selection, the closure over shared sites and the engine take them
+unchanged. ``ast`` only; the files read are those that can hold a target.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Optional
+
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.status import EditKind
+from patchcraft.base.target import SglangTree
+from patchcraft.planning.records import EditSite, ModelPlan
+from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
+from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
+from patchcraft.reading.vllm_runner import read_registry
+
+INNER = "model"
+MIXIN = "EagleModelMixin"
+MIXIN_CAPTURE = "_maybe_add_hidden_state"
+#: Bytes a model file holding an EAGLE-3 target (or its inner model) contains; others are not parsed.
+RELEVANT = (b"SupportsEagle3", SETTER.encode(), b"aux_hidden_state", b"language_model")
+
+
+def plan_vllm(tree: SglangTree) -> list[ModelPlan]:
+    """One plan per EAGLE-3 target class of the vLLM tree, in file and class order.
+
+    Remembered for the process by the model files' names, sizes and times: a run plans, then judges
+    the hand edits, on the same files.
+    """
+    files = sorted(tree.models_dir.glob("*.py"))
+    key = (str(tree.models_dir.resolve()), tuple((p.name, *_stat(p)) for p in files))
+    if key not in _PLANNED:
+        _PLANNED.clear()
+        _PLANNED[key] = _plan_all(tree, files)
+    return list(_PLANNED[key])
+
+
+_PLANNED: dict[tuple, list[ModelPlan]] = {}
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    try:
+        found = path.stat()
+    except OSError:
+        return (0, 0)
+    return (found.st_mtime_ns, found.st_size)
+
+
+def _plan_all(tree: SglangTree, files: list[Path]) -> list[ModelPlan]:
+    graph = VllmGraph(tree.models_dir)
+    texts = {}
+    for path in files:
+        try:
+            texts[path.stem] = path.read_bytes()
+        except OSError:
+            continue
+    # The files that can hold a target, then those naming a target class of another file (0.34's
+    # mistral_large_3.py subclasses DeepseekV3ForCausalLM), until no new file is read.
+    words = set(RELEVANT)
+    while True:
+        wanted = [stem for stem, data in texts.items() if stem not in graph.loaded and any(w in data for w in words)]
+        if not wanted:
+            break
+        for stem in wanted:
+            try:
+                graph.load(stem, texts[stem])
+            except PatchcraftError:  # a file that does not parse serves nothing
+                graph.loaded[stem] = False
+        words |= {f"{node.name}".encode() for node in _targets(graph)}
+    registry = read_registry(tree.package)
+    return [_plan(graph, registry, outer) for outer in _targets(graph)]
+
+
+def _targets(graph: ModelGraph) -> list[ClassNode]:
+    return [
+        node
+        for node in sorted(graph.classes.values(), key=lambda c: (c.module, c.name))
+        if node.name.endswith(("ForCausalLM", "ForConditionalGeneration"))
+        and not DRAFTS.search(node.name)
+        and graph.find_method(node, SETTER)
+    ]
+
+
+def _plan(graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassNode) -> ModelPlan:
+    inner, via = _inner(graph, registry, outer)
+    common = dict(module=outer.module, cls=outer.name, path=outer.path)
+    if inner is None:
+        return ModelPlan(
+            **common,
+            unsupported=f"cannot tell which class `self.{INNER}` of {outer.label} is "
+            "(a language model built from vLLM's registry from its config)",
+        )
+    owner = next((c for c in graph.mro(inner) if "forward" in c.methods), None)
+    if owner is None:
+        return ModelPlan(**common, unsupported=f"{inner.label} has no forward", not_applicable=True)
+    forward = owner.methods["forward"]
+    where = f"{owner.label}.forward ({owner.path.name}:{forward.lineno})"
+    if _calls(forward, MIXIN_CAPTURE) or any(c.name == MIXIN for c in graph.mro(inner)):
+        return ModelPlan(
+            **common,
+            not_applicable=True,
+            unsupported=f"not needed: {where} captures through EagleModelMixin, which captures id 0 (hs[0]) itself",
+        )
+    if not _top_of_layer_capture(forward):
+        return ModelPlan(
+            **common,
+            not_applicable=True,
+            unsupported=f"not needed: {where} has no layer loop that captures aux hidden states",
+        )
+    site = EditSite(
+        kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward"
+    )
+    notes = (f"ids reach {inner.label} through {via}",) if via else ()
+    return ModelPlan(**common, sites=(site,), notes=notes)
+
+
+def _inner(
+    graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassNode
+) -> tuple[Optional[ClassNode], str]:
+    """``self.model``'s class, or that of the language model a wrapper names (and where it names it)."""
+    inners = classes_assigned_to(graph, outer, INNER)
+    if inners:
+        return inners[0], ""
+    named = language_model(graph, outer)
+    if named is None or named[0] not in registry:
+        return None, ""
+    stem, cls = registry[named[0]]
+    target = graph.classes.get((stem, cls)) if graph.load(stem) else None
+    if target is None or target is outer:
+        return None, ""
+    inners = classes_assigned_to(graph, target, INNER)
+    return (inners[0], f"its language model {target.label} ({named[1]})") if inners else (None, "")
+
+
+def _calls(function: ast.AST, name: str) -> bool:
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name
+        for node in ast.walk(function)
+    )
+
+
+def _top_of_layer_capture(function: ast.AST) -> bool:
+    """A ``for`` loop holding ``if <loop variable> in <ids>:`` whose body reads ``residual``: vLLM's
+    top-of-layer capture (the transform checks the rest, and refuses what it cannot place)."""
+    for loop in ast.walk(function):
+        if not isinstance(loop, ast.For):
+            continue
+        names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        for stmt in loop.body:
+            test = stmt.test if isinstance(stmt, ast.If) else None
+            if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+                test = test.values[0]  # patched: ``... and residual is not None``
+            if (
+                isinstance(test, ast.Compare)
+                and isinstance(test.left, ast.Name)
+                and test.left.id in names
+                and isinstance(test.ops[0], ast.In)
+                and any(isinstance(n, ast.Name) and n.id == "residual" for s in stmt.body for n in ast.walk(s))
+            ):
+                return True
+    return False
+
+
+def is_vllm(tree: SglangTree) -> bool:
+    """Whether the tree is vLLM's (``base.vllm_tree.VllmTree``)."""
+    return tree.engine == "vllm"
+
