@@ -30,6 +30,7 @@ from patchcraft.cli_options import (
     overlay_option,
     patching_options,
     pipeline_options,
+    serving_engine_option,
 )
 from patchcraft.commands._smoke_choices import Device, Engine
 from patchcraft.ui.choices import REPORT_FORMATS
@@ -53,6 +54,7 @@ cli.add_command(probe)
 
 
 @cli.command()
+@serving_engine_option
 @patching_options
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if anything would change.")
 @click.option("--diff", "show_diff", is_flag=True, help="Also print the unified diff.")
@@ -99,6 +101,7 @@ def apply(
 
 
 @cli.command()
+@serving_engine_option
 @patching_options
 @click.option(
     "--smoke",
@@ -246,6 +249,7 @@ def smoke(
 
 
 @cli.command()
+@serving_engine_option
 @patching_options
 def diff(targets, models, output_format, color, release, no_runner) -> None:
     """Print what apply would change, as a patch (git apply / patch -p1)."""
@@ -257,6 +261,7 @@ def diff(targets, models, output_format, color, release, no_runner) -> None:
 
 
 @cli.command()
+@serving_engine_option
 @patching_options
 def revert(targets, models, output_format, color, release, no_runner) -> None:
     """Remove exactly what patchcraft inserted."""

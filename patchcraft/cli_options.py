@@ -23,6 +23,7 @@ from patchcraft.ui.choices import DOCUMENT_FORMATS, REPORT_FORMATS, Color, Outpu
 _JOBS = "patchcraft.jobs"
 _STRICT = "patchcraft.strict"
 _NO_FUSION = "patchcraft.no_fusion_fix"
+_ENGINE = "patchcraft.engine"
 
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -83,6 +84,23 @@ def engine_option(help: str, detect: bool = False) -> Decorator:
     return click.option(
         "--engine", type=click.Choice([m.value for m in ServingEngine]), default=None, callback=member, help=help
     )
+
+
+def _remember_engine(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> None:
+    ctx.meta[_ENGINE] = ServingEngine(value) if value is not None else None
+
+
+#: ``--engine`` of the commands that patch (apply, verify, diff, revert): read by :func:`pipeline_options`
+#: from the context, like ``--jobs`` (``smoke`` keeps its own ``--engine``).
+serving_engine_option = click.option(
+    "--engine",
+    "serving_engine",
+    type=click.Choice([m.value for m in ServingEngine]),
+    default=None,
+    expose_value=False,
+    callback=_remember_engine,
+    help="The serving engine whose tree is patched (default: told from TARGET; --release means sglang unless vllm).",
+)
 
 
 #: ``--tp N`` of explain and check-draft: the server's tensor parallelism.
@@ -172,7 +190,8 @@ def pipeline_options(targets, models, output_format, color, show_diff=False, rel
 
     meta = click.get_current_context().meta
     return Options(
-        targets=release_targets(targets, release),
+        targets=release_targets(targets, release, meta.get(_ENGINE)),
+        engine=meta.get(_ENGINE),
         models=tuple(models),
         output_format=output_format,
         color=color,
