@@ -20,14 +20,11 @@ before layer 0 of the first stage.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import libcst as cst
-
-from patchcraft import MARKER
-from patchcraft.planning.records import EditSite
-from patchcraft.base.status import EditKind, EditStatus
 from patchcraft.transforms._base import (
     AnchorError,
     Outcome,
@@ -42,7 +39,11 @@ from patchcraft.transforms._base import (
     strip_marker_lines,
     walk_statements,
 )
-from patchcraft.transforms._definite_assignment import binds, bound_on_every_path
+from patchcraft.transforms._definite_assignment import bound_on_every_path
+
+from patchcraft import MARKER
+from patchcraft.base.status import EditKind, EditStatus
+from patchcraft.planning.records import EditSite
 
 NAME = "vllm_capture_embedding"
 KIND = EditKind.VLLM_FORWARD
@@ -61,11 +62,7 @@ GUARD_COMMENT = f"{MARKER} id 0 is captured before the loop"
 
 def block(collector: str, ids: str) -> str:
     """The marked block inserted right before the layer loop."""
-    return (
-        f"{BLOCK_COMMENT}\n"
-        f"if residual is None and 0 in {ids}:\n"
-        f"    {collector}.append(hidden_states.clone())\n"
-    )
+    return f"{BLOCK_COMMENT}\nif residual is None and 0 in {ids}:\n    {collector}.append(hidden_states.clone())\n"
 
 
 @dataclass
@@ -82,7 +79,11 @@ class Capture:
 
 
 def _guarded(test: cst.BaseExpression) -> bool:
-    return isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) and plain_code(test.right) == GUARD
+    return (
+        isinstance(test, cst.BooleanOperation)
+        and isinstance(test.operator, cst.And)
+        and plain_code(test.right) == GUARD
+    )
 
 
 def _membership(test: cst.BaseExpression) -> Optional[tuple[str, str]]:
@@ -154,7 +155,7 @@ def analyse(func: cst.FunctionDef, site: EditSite) -> Capture:
         raise AnchorError(site, f"one capture test in the layer loop, found {len(found)} ({lines}); ambiguous")
     capture, loop, loop_chain, ids = found[0]
     if not _reads(capture.body, "residual"):
-        raise AnchorError(site, EXPECTED_LOOP + f"; the capture `if` reads no `residual`: id 0 needs no edit here")
+        raise AnchorError(site, EXPECTED_LOOP + "; the capture `if` reads no `residual`: id 0 needs no edit here")
     collectors = _appended_to(capture.body)
     if len(collectors) != 1:
         raise AnchorError(site, f"the capture `if` to append to one list, found {len(collectors) or 'none'}")
@@ -220,7 +221,10 @@ def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst
     hand = [
         s
         for s in capture.statements[: capture.index]
-        if isinstance(s, cst.If) and not is_marked(s) and capture.collector in _appended_to(s) and _reads(s.test, "residual")
+        if isinstance(s, cst.If)
+        and not is_marked(s)
+        and capture.collector in _appended_to(s)
+        and _reads(s.test, "residual")
     ]
     if hand:
         return func, Outcome(

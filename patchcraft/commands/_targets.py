@@ -8,7 +8,9 @@ from patchcraft.base.engines import ServingEngine
 from patchcraft.base.errors import PatchcraftError
 
 
-def release_targets(targets: Sequence[str], release: str | None, engine: ServingEngine | None = None) -> tuple[str, ...]:
+def release_targets(
+    targets: Sequence[str], release: str | None, engine: ServingEngine | None = None
+) -> tuple[str, ...]:
     """``targets``, or the cached tree of SGLang ``release`` (vLLM's with ``engine`` vllm; fetched on first use);
     never both."""
     if not release:

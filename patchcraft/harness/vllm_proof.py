@@ -18,8 +18,9 @@ release as it was). Two scenarios:
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Optional
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.sources import read_source
@@ -39,9 +40,7 @@ WITH_0 = ((0, 2, LAYERS - 1), (0,))
 WITHOUT_0 = ((2, 5), (1, 4, LAYERS - 1), (3, LAYERS))
 
 
-def prove_tree(
-    tree: SglangTree, models: Sequence[ModelResult], texts: Optional[Mapping[Path, str]] = None
-) -> SmokeRun:
+def prove_tree(tree: SglangTree, models: Sequence[ModelResult], texts: Optional[Mapping[Path, str]] = None) -> SmokeRun:
     """One row per model: run when patched (or already patched), skipped otherwise, saying why."""
     rows = []
     for model in models:
@@ -104,7 +103,7 @@ def _same(patched: VllmModel, original: VllmModel) -> Check:
         if now.not_run or before.not_run:
             return Check("vllm-same", HarnessStatus.ERROR, f"{ids}: {now.not_run or before.not_run}")
         if (now.fed, bool(now.crash)) != (before.fed, bool(before.crash)):
-            said = lambda o: f"crash: {o.crash}" if o.crash else ", ".join(_said(f) for f in o.fed)  # noqa: E731
+            said = lambda o: f"crash: {o.crash}" if o.crash else ", ".join(_said(f) for f in o.fed)
             return Check("vllm-same", HarnessStatus.FAIL, f"{ids}: fed {said(now)}; the release fed {said(before)}")
     return Check("vllm-same", HarnessStatus.PASS)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.status import EditKind
@@ -104,7 +104,7 @@ def _targets(graph: ModelGraph) -> list[ClassNode]:
 
 def _plan(graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassNode) -> ModelPlan:
     inner, via = _inner(graph, registry, outer)
-    common = dict(module=outer.module, cls=outer.name, path=outer.path)
+    common: dict[str, Any] = dict(module=outer.module, cls=outer.name, path=outer.path)
     if inner is None:
         return ModelPlan(
             **common,
@@ -128,9 +128,7 @@ def _plan(graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassN
             not_applicable=True,
             unsupported=f"not needed: {where} has no layer loop that captures aux hidden states",
         )
-    site = EditSite(
-        kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward"
-    )
+    site = EditSite(kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward")
     notes = (f"ids reach {inner.label} through {via}",) if via else ()
     return ModelPlan(**common, sites=(site,), notes=notes)
 
@@ -168,7 +166,9 @@ def _top_of_layer_capture(function: ast.AST) -> bool:
             continue
         names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
         for stmt in loop.body:
-            test = stmt.test if isinstance(stmt, ast.If) else None
+            if not isinstance(stmt, ast.If):
+                continue
+            test: Optional[ast.expr] = stmt.test
             if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
                 test = test.values[0]  # patched: ``... and residual is not None``
             if (
@@ -185,4 +185,3 @@ def _top_of_layer_capture(function: ast.AST) -> bool:
 def is_vllm(tree: SglangTree) -> bool:
     """Whether the tree is vLLM's (``base.vllm_tree.VllmTree``)."""
     return tree.engine == "vllm"
-

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import vllm_release_package
+
 from patchcraft.base.status import EditKind, HarnessStatus
 from patchcraft.engine.file_patch import patch_text
 from patchcraft.harness.vllm_proof import prove_model

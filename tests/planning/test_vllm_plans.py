@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import vllm_release_package
+
 from patchcraft.base.status import EditKind
 from patchcraft.base.vllm_tree import VllmTree
 from patchcraft.planning.selection import plan_tree
@@ -26,7 +26,9 @@ def _tree(package: Path) -> VllmTree:
 def test_deepseek_family_gets_one_site_and_the_mixin_models_are_not_planned(version: str) -> None:
     plans = {p.label: p for p in plan_vllm(_tree(vllm_release_package(version)))}
     deepseek = plans["deepseek_v2.DeepseekV3ForCausalLM"]
-    assert [(s.kind, s.cls, s.method) for s in deepseek.sites] == [(EditKind.VLLM_FORWARD, "DeepseekV2Model", "forward")]
+    assert [(s.kind, s.cls, s.method) for s in deepseek.sites] == [
+        (EditKind.VLLM_FORWARD, "DeepseekV2Model", "forward")
+    ]
     kimi = plans["kimi_k25.KimiK25ForConditionalGeneration"]
     assert kimi.sites == deepseek.sites and "its language model deepseek_v2.DeepseekV2ForCausalLM" in kimi.notes[0]
     llama = plans["llama.LlamaForCausalLM"]

@@ -7,11 +7,11 @@ import re
 
 import libcst as cst
 import pytest
-
 from example_checks import cases, check_example  # tests/transforms/ (pytest puts it on sys.path)
-from patchcraft.base.status import EditStatus
 from patchcraft.transforms._base import AnchorError
 from patchcraft.transforms.examples import vllm_capture_embedding as examples
+
+from patchcraft.base.status import EditStatus
 
 SITE = examples.EXAMPLES[0].site
 BEFORE = examples.EXAMPLES[0].before
@@ -31,12 +31,18 @@ def _apply(text: str):
     [
         ("if idx in self.aux_hidden_state_layers:", "if self.aux_hidden_state_layers:", "expected a layer loop"),
         ("        aux_hidden_states = []\n", "", "`aux_hidden_states = []` before the layer loop"),
-        ("aux_hidden_states.append(hidden_states + residual)", "aux_hidden_states.append(hidden_states)", "reads no `residual`"),
+        (
+            "aux_hidden_states.append(hidden_states + residual)",
+            "aux_hidden_states.append(hidden_states)",
+            "reads no `residual`",
+        ),
         ("            residual = None\n", "", "`residual` bound on every path"),
     ],
     ids=["no capture test", "no collector", "no residual read", "residual unbound"],
 )
-def test_another_shape_is_refused_naming_file_class_method_and_what_was_expected(old: str, new: str, expected: str) -> None:
+def test_another_shape_is_refused_naming_file_class_method_and_what_was_expected(
+    old: str, new: str, expected: str
+) -> None:
     assert old in BEFORE
     broken = BEFORE.replace(old, new, 1)
     with pytest.raises(AnchorError, match=re.escape(expected)) as info:
@@ -63,8 +69,6 @@ def test_a_hand_made_guard_or_capture_is_modified_never_doubled() -> None:
 
 def test_half_an_edit_is_completed() -> None:
     patched = examples.EXAMPLES[0].after
-    without_guard = patched.replace(
-        " and residual is not None:  # patchcraft: id 0 is captured before the loop", ":"
-    )
+    without_guard = patched.replace(" and residual is not None:  # patchcraft: id 0 is captured before the loop", ":")
     module, outcome = _apply(without_guard)
     assert outcome.status is EditStatus.APPLIED and module.code == patched
