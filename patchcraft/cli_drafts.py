@@ -78,6 +78,17 @@ def explain(
 @tp_option
 @no_allreduce_fusion_option
 @overlay_option("Check against the overlay in DIR: the files `patchcraft run` serves.")
+@click.option(
+    "--engine",
+    "engines",
+    metavar="ENGINES",
+    help="sglang (the default), vllm, or sglang,vllm: each engine's verdict and ids for this draft (docs/check-draft.md).",
+)
+@click.option("--vllm-target", metavar="PATH", type=click.Path(), help="vLLM's tree (default: the installed vllm).")
+@click.option(
+    "--vllm-release", metavar="VERSION", help="Use vLLM VERSION from the cache (patchcraft fetch --engine vllm)."
+)
+@click.option("--vllm-model", metavar="NAME", help="The class vLLM serves (default: --model, else the target's).")
 def check_draft(
     draft_dir,
     target,
@@ -91,6 +102,10 @@ def check_draft(
     tp,
     no_allreduce_fusion,
     overlay_dir,
+    engines,
+    vllm_target,
+    vllm_release,
+    vllm_model,
 ) -> None:
     """Check a draft's aux layer ids and fc width against this install and target."""
     from patchcraft.commands.check_draft import CheckDraftOptions, check_draft_command
@@ -108,6 +123,10 @@ def check_draft(
         tp=tp,
         overlay=overlay_dir,
         allreduce_fusion=not no_allreduce_fusion,
+        engines=engines,
+        vllm_target=vllm_target,
+        vllm_release=vllm_release,
+        vllm_model=vllm_model,
     )
     sys.exit(check_draft_command(options))
 

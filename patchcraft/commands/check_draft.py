@@ -1,9 +1,15 @@
-"""``patchcraft check-draft``: will this install feed the draft what it was trained on?"""
+"""``patchcraft check-draft``: will this install feed the draft what it was trained on?
+
+``--engine sglang,vllm`` (or ``vllm``): each engine's verdict for the same
+draft, the ids to set for each, and one config for both (docs/check-draft.md,
+"Both engines"); without ``--engine``, SGLang's alone.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchcraft.ui import console, documents
 from patchcraft.ui.choices import OutputFormat
@@ -15,6 +21,13 @@ from patchcraft.base.errors import PatchcraftError
 from patchcraft.analysis.target_model import load_model, states_text
 from patchcraft.ui.machine_output import verdict_code
 from patchcraft.analysis.training import parse_training
+from patchcraft.base.engines import ServingEngine
+
+if TYPE_CHECKING:
+    from patchcraft.analysis.vllm_draft_check import OneConfig, VllmDraftReport
+    from patchcraft.base.vllm_tree import VllmTree
+    from patchcraft.reading.draft_config import DraftConfig, TargetConfig
+    from patchcraft.analysis.training import Training
 
 
 @dataclass(frozen=True)
@@ -34,10 +47,22 @@ class CheckDraftOptions:
     overlay: str | None = None
     #: False: the server runs with --enforce-disable-flashinfer-allreduce-fusion.
     allreduce_fusion: bool = True
+    #: ``--engine``: ``sglang``, ``vllm`` or ``sglang,vllm`` (None: SGLang alone, the default).
+    engines: str | None = None
+    #: vLLM's tree: a path, or a fetched release (``patchcraft fetch --engine vllm VERSION``).
+    vllm_target: str | None = None
+    vllm_release: str | None = None
+    #: The class vLLM serves (default: ``--model``, else the target's architecture).
+    vllm_model: str | None = None
 
 
 def check_draft_command(options: CheckDraftOptions) -> int:
     """Print the checks; exit 0 when they pass, 1 on a mismatch, 2 on bad input."""
+    engines = parse_engines(options.engines)
+    if ServingEngine.VLLM not in engines and (options.vllm_target or options.vllm_release or options.vllm_model):
+        raise PatchcraftError("--vllm-target, --vllm-release and --vllm-model need --engine vllm or sglang,vllm")
+    if engines != (ServingEngine.SGLANG,):
+        return _engines_command(options, engines)
     training = parse_training(options.trained_on) if options.trained_on else None
     if training is not None and training.deprecation:
         console.print_line(f"warning: {training.deprecation}")
@@ -96,3 +121,186 @@ def report_text(report: DraftReport) -> str:
     if report.suggestion_text:
         lines.append(f"suggested: {report.suggestion_text}" if report.fixes else report.suggestion_text)
     return "\n".join(lines) + "\n"
+
+
+# -- --engine: both engines ------------------------------------------------------------------------
+
+
+def parse_engines(text: str | None) -> tuple[ServingEngine, ...]:
+    """``sglang``, ``vllm``, ``sglang,vllm`` (either order, SGLang first in the output); None: SGLang alone."""
+    if text is None:
+        return (ServingEngine.SGLANG,)
+    names = [part.strip() for part in text.split(",")]
+    known = {e.value: e for e in ServingEngine}
+    bad = [n for n in names if n not in known]
+    if bad or not names or len(set(names)) != len(names):
+        raise PatchcraftError(
+            f"--engine {text}: expected sglang, vllm or sglang,vllm" + (f" ({bad[0]!r} is no engine)" if bad else "")
+        )
+    return tuple(e for e in ServingEngine if e.value in names)
+
+
+def _engines_command(options: CheckDraftOptions, engines: tuple[ServingEngine, ...]) -> int:
+    """Each asked engine's check of the same draft; exit 0 only when every one passes."""
+    from patchcraft.analysis.draft_check import setter_modules
+    from patchcraft.analysis.vllm_draft_check import check_vllm_draft, one_config
+
+    only_vllm = engines == (ServingEngine.VLLM,)
+    if only_vllm and options.overlay:
+        raise PatchcraftError("--overlay is SGLang's: vLLM overlays are not built yet (docs/vllm.md)")
+    training = parse_training(options.trained_on) if options.trained_on else None
+    if training is not None and training.deprecation:
+        console.print_line(f"warning: {training.deprecation}")
+    draft = read_draft(Path(options.draft_dir))
+    target = read_target(Path(options.target_model)) if options.target_model else None
+    num_layers = options.num_layers or (target.num_layers if target else None)
+    if num_layers is None:
+        raise PatchcraftError("the target's layer count is unknown: pass --target TARGET_MODEL_DIR or --num-layers N")
+    name = options.model or (target.architectures[0] if target and target.architectures else None)
+    vllm_tree, vllm_release = _vllm_tree(options, only_vllm)
+    vllm_name = options.vllm_model or name
+    if not vllm_name:
+        raise PatchcraftError("vLLM needs the model's class: pass --target (its config.json) or --vllm-model NAME")
+    sglang_report, model = None, None
+    if ServingEngine.SGLANG in engines:
+        tree = resolve_tree(options.target, options.release, options.overlay)
+        model = load_model(tree, name)
+        sglang_report = check_draft(
+            model,
+            draft,
+            target,
+            training,
+            num_layers,
+            cuda_graph=options.cuda_graph,
+            tp=options.tp,
+            allreduce_fusion=options.allreduce_fusion,
+        )
+    modules = setter_modules(sglang_report.explanation) if sglang_report is not None else None
+    vllm_report = check_vllm_draft(vllm_tree, vllm_name, draft, target, training, num_layers, options.tp, modules)
+    both = None
+    if sglang_report is not None and model is not None and not (sglang_report.ok and vllm_report.ok):
+        both = one_config(
+            sglang_report,
+            model,
+            vllm_report,
+            vllm_tree,
+            vllm_name,
+            training,
+            num_layers,
+            options.cuda_graph,
+            options.tp,
+            options.allreduce_fusion,
+        )
+    codes = {"sglang": verdict_code(sglang_report.ok) if sglang_report else None, "vllm": verdict_code(vllm_report.ok)}
+    code = verdict_code(all(r.ok for r in (sglang_report, vllm_report) if r is not None))
+    where = f"--release {vllm_release}" if vllm_release else str(vllm_tree.package)
+    return console.print_report(
+        options.output_format,
+        code,
+        lambda: documents.check_draft_engines_json(sglang_report, vllm_report, both, codes, where, code),
+        lambda: engines_text(sglang_report, vllm_report, both, where),
+    )
+
+
+def _vllm_tree(options: CheckDraftOptions, only_vllm: bool) -> tuple[VllmTree, str | None]:
+    """vLLM's tree: --vllm-target or --vllm-release (with ``--engine vllm`` alone, TARGET or --release too)."""
+    from patchcraft.base.vllm_fetch import fetch_vllm
+    from patchcraft.base.vllm_tree import resolve_vllm_target
+
+    target, release = options.vllm_target, options.vllm_release
+    if only_vllm:
+        if (target or release) and (options.target or options.release):
+            raise PatchcraftError("give vLLM's tree once: TARGET or --release, or --vllm-target or --vllm-release")
+        target, release = target or options.target, release or options.release
+    if target and release:
+        raise PatchcraftError("give either --vllm-target or --vllm-release, not both")
+    return resolve_vllm_target(str(fetch_vllm(release)) if release else target), release
+
+
+_MARKS = {True: "ok  ", False: "FAIL", None: "skip"}
+
+
+def engines_text(sglang: DraftReport | None, vllm: VllmDraftReport, both: OneConfig | None, vllm_where: str) -> str:
+    """Each engine's report under its name, then the verdicts and the one config for both."""
+    parts = []
+    if sglang is not None:
+        parts.append(f"== SGLang {sglang.explanation.version} ==\n" + report_text(sglang))
+    parts.append(f"== vLLM {vllm.explanation.version} ==\n" + vllm_report_text(vllm, vllm_where))
+    verdicts = []
+    if sglang is not None:
+        verdicts.append(f"SGLang {sglang.explanation.version} {'ok' if sglang.ok else 'mismatch'}")
+    verdicts.append(f"vLLM {vllm.explanation.version} {'ok' if vllm.ok else 'mismatch'}")
+    tail = [f"engines: {', '.join(verdicts)}"]
+    if both is not None and sglang is not None:
+        tail += one_config_lines(both, sglang, vllm, vllm_where)
+    elif sglang is not None and not (sglang.ok and vllm.ok):
+        stuck = [n for n, r in (("SGLang", sglang), ("vLLM", vllm)) if not r.ok and not r.fixes]
+        tail.append(f"one config for both: none ({' and '.join(stuck)}: no fix passes the check)")
+    return "\n".join(parts) + "\n" + "\n".join(tail) + "\n"
+
+
+def vllm_report_text(report: VllmDraftReport, where: str) -> str:
+    from patchcraft.analysis.vllm_draft_check import fix_text
+    from patchcraft.analysis.vllm_explain import default_runner
+
+    result = report.explanation
+    draft = report.draft
+    runner = default_runner(result.runners)
+    via = (
+        f", the language model of {result.via.partition(' ')[2]} ({result.via.partition(' ')[0]})" if result.via else ""
+    )
+    top = list(draft.top_level_ids) if draft.top_level_ids is not None else "none"
+    lines = [f"draft    {draft.path}: top-level eagle_aux_hidden_state_layer_ids {top}"]
+    lines.append(
+        f"vllm     {result.version}: {result.model}{via}; {runner.name + ' [default]' if runner else 'no runner'}"
+    )
+    ids = f"ids {list(report.ids)} from {report.read_from}" if report.ids is not None else "the defaults"
+    lines.append(
+        f"serves   {result.fed} ({ids}; by running the code on the CPU harness)"
+        if result.ran
+        else f"serves   {result.fed}"
+    )
+    if report.expected is not None:
+        lines.append(f"trained  {states_text(report.expected.states)} ({report.expected.how})")
+    lines.append("")
+    lines += [f"  {_MARKS[c.ok]}  {c.name:<12} {c.message}" for c in report.checks]
+    lines.append("")
+    lines.append(("mismatch: " if not report.ok else "") + report.verdict)
+    for index, fix in enumerate(report.fixes):
+        lines.append(("suggested: " if index == 0 else "  or: ") + fix_text(fix, report.ids, result.version, where))
+        lines.append(
+            f"    {list(fix.ids)} is what vLLM {result.version}'s default runner reads and feeds; another release "
+            "may read other fields or feed other states for the same list (docs/vllm.md)"
+        )
+    if not report.ok and report.blocked:
+        lines.append(
+            ("no other way passes" if report.fixes else "no fix passes the whole check once applied")
+            + "; what fails with each way tried:"
+        )
+        for b in report.blocked:
+            more = (
+                f" ({b.others} more id list{'s' if b.others > 1 else ''} tried this way fail too)" if b.others else ""
+            )
+            lines.append(f"  {b.way}: {b.why}{more}")
+    if not report.ok and report.apply_note:
+        lines.append(f"no fix with the vLLM patch was tried: {report.apply_note}")
+    return "\n".join(lines) + "\n"
+
+
+def one_config_lines(both: OneConfig, sglang: DraftReport, vllm: VllmDraftReport, vllm_where: str) -> list[str]:
+    proof = "both checks run again on it: pass" if both.ok else f"run again on it, it fails: {both.why}"
+    s_needs = "after `patchcraft apply`" if both.sglang_after_apply else "this install as it is"
+    if both.sglang_flags:
+        s_needs += ", serve with " + " and ".join(both.sglang_flags)
+    v_needs = (
+        f"after `patchcraft apply --engine vllm {vllm_where} --model {both.vllm_model}`"
+        if both.vllm_after_apply
+        else "this vLLM tree as it is"
+    )
+    s_ids = list(both.sglang_ids) if both.sglang_ids is not None else "none (the defaults)"
+    v_ids = list(both.vllm_ids) if both.vllm_ids is not None else "as it is"
+    return [
+        f"one config for both engines ({proof}):",
+        f"  eagle_config.eagle_aux_hidden_state_layer_ids = {s_ids}   SGLang {sglang.explanation.version}, {s_needs}",
+        f"  eagle_aux_hidden_state_layer_ids = {v_ids} (top level)   vLLM {vllm.explanation.version}, {v_needs}",
+    ]

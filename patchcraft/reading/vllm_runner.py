@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from patchcraft.base.sources import read_source
 
@@ -55,6 +55,8 @@ EAGLE_CONFIG = "eagle_config.eagle_aux_hidden_state_layer_ids"
 #: The V2 runner's own key in ``eagle_config`` (0.34: ``drafter_config.get("layer_ids")``).
 EAGLE_CONFIG_LAYER_IDS = "eagle_config.layer_ids"
 PLACES = (TOP_LEVEL, EAGLE_CONFIG, EAGLE_CONFIG_LAYER_IDS)
+#: The draft's whole ``config.json`` as it is (``read_runners(config=...)``): what the runner sets for it.
+DRAFT_CONFIG = "the draft's config.json"
 
 
 @dataclass(frozen=True)
@@ -91,16 +93,23 @@ class Gate:
 # -- the runners ------------------------------------------------------------------------------
 
 
-def read_runners(package: Path, layer_ids: Optional[Sequence[int]]) -> tuple[RunnerIds, ...]:
-    """Each runner the release ships, with the ids its own code sets for ``layer_ids`` in each place."""
+def read_runners(
+    package: Path, layer_ids: Optional[Sequence[int]], config: Optional[Mapping[str, Any]] = None
+) -> tuple[RunnerIds, ...]:
+    """Each runner the release ships, with the ids its own code sets for ``layer_ids`` in each place.
+
+    ``config``: a draft's whole ``config.json``: what the runner sets for it is the place :data:`DRAFT_CONFIG`.
+    """
     v2_default = _v2_is_default(package)
     found = []
     if (package / V1_RUNNER).is_file():
-        found.append(_runner(package, V1_RUNNER, V1_FUNCTION, "old runner", not v2_default, layer_ids, _v1_call))
+        found.append(
+            _runner(package, V1_RUNNER, V1_FUNCTION, "old runner", not v2_default, layer_ids, _v1_call, config)
+        )
     eagle3 = V2_EAGLE3 if (package / V2_EAGLE3).is_file() else V2_RUNNER
     if (package / V2_RUNNER).is_file():
         default = v2_default or not (package / V1_RUNNER).is_file()
-        found.append(_runner(package, eagle3, V2_FUNCTION, "V2 runner", default, layer_ids, _v2_call))
+        found.append(_runner(package, eagle3, V2_FUNCTION, "V2 runner", default, layer_ids, _v2_call, config))
     return tuple(found)
 
 
@@ -152,6 +161,7 @@ def _runner(
     default: bool,
     layer_ids: Optional[Sequence[int]],
     call: Callable[[Callable[..., Any], Any], Any],
+    config: Optional[Mapping[str, Any]] = None,
 ) -> RunnerIds:
     runner_file = V1_RUNNER if label == "old runner" else V2_RUNNER
     name = f"{label} {runner_file.as_posix()}"
@@ -166,6 +176,8 @@ def _runner(
     try:
         compiled = _compile(node, path)
         resolved = tuple((place, _ids(call(compiled, _spec_config(place, layer_ids)))) for place in PLACES)
+        if config is not None:
+            resolved += ((DRAFT_CONFIG, _ids(call(compiled, _draft_spec(config)))),)
     except Exception as exc:  # the release's function needs more than the stand-ins give
         return RunnerIds(name, default, where, getter, error=f"{type(exc).__name__}: {exc}")
     return RunnerIds(name, default, where, getter, resolved)
@@ -215,6 +227,12 @@ def _spec_config(place: str, layer_ids: Optional[Sequence[int]]) -> Any:
             fields["eagle_aux_hidden_state_layer_ids"] = list(layer_ids)
         else:
             fields["eagle_config"] = {place.rpartition(".")[2]: list(layer_ids)}
+    return SimpleNamespace(draft_model_config=SimpleNamespace(hf_config=SimpleNamespace(**fields)))
+
+
+def _draft_spec(config: Mapping[str, Any]) -> Any:
+    """A speculative config whose draft's ``hf_config`` has the fields of ``config`` (objects stay dicts)."""
+    fields = {str(key): copy.deepcopy(value) for key, value in config.items()}
     return SimpleNamespace(draft_model_config=SimpleNamespace(hf_config=SimpleNamespace(**fields)))
 
 

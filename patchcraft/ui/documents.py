@@ -23,6 +23,7 @@ from patchcraft.ui.machine_output import SCHEMA_VERSION, to_json, verdict_code, 
 
 if TYPE_CHECKING:  # types only: each document loads what it reads when it is built
     from patchcraft.analysis.draft_check import DraftReport
+    from patchcraft.analysis.vllm_draft_check import OneConfig, VllmDraftReport
     from patchcraft.analysis.explain import Explanation
     from patchcraft.analysis.probe import ProbeReport
     from patchcraft.engine.records import RunResult
@@ -154,6 +155,81 @@ def check_draft_json(report: DraftReport, code: int) -> dict[str, Any]:
         "training_notes": list(report.training_notes),
         "explain": explanation_json(report.explanation, code),
         "exit_code": code,
+    }
+
+
+def check_draft_engines_json(
+    sglang: DraftReport | None,
+    vllm: VllmDraftReport,
+    both: OneConfig | None,
+    codes: Mapping[str, int | None],
+    vllm_where: str,
+    code: int,
+) -> dict[str, Any]:
+    """``check-draft --engine sglang,vllm --format json`` (or ``--engine vllm``): each engine's document, and the
+    one config for both; ``exit_code`` is 0 only when every engine asked passes."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "patchcraft": __version__,
+        "command": "check-draft",
+        "engines": (["sglang"] if sglang is not None else []) + ["vllm"],
+        "sglang": check_draft_json(sglang, codes["sglang"] or 0) if sglang is not None else None,
+        "vllm": vllm_check_draft_json(vllm, codes["vllm"] or 0, vllm_where),
+        "one_config": None if both is None else one_config_json(both),
+        "exit_code": code,
+    }
+
+
+def vllm_check_draft_json(report: VllmDraftReport, code: int, vllm_where: str) -> dict[str, Any]:
+    """vLLM's half of a check-draft document: the ids its default runner reads, the checks, every proven fix."""
+    from patchcraft.ui.vllm_explain_text import vllm_explanation_json
+
+    return {
+        "engine": "vllm",
+        "version": report.explanation.version,
+        "tree": vllm_where,
+        "ids": list(report.ids) if report.ids is not None else None,
+        "read_from": report.read_from or None,
+        "trained_on": None
+        if report.expected is None
+        else {"hs": list(report.expected.states), "how": report.expected.how, "problem": report.expected.problem},
+        "checks": [{"name": c.name, "ok": c.ok, "message": c.message} for c in report.checks],
+        "verdict": report.verdict,
+        "fixes": [
+            {
+                "field": "eagle_aux_hidden_state_layer_ids",
+                "ids": list(f.ids),
+                "after_apply": f.after_apply,
+                "apply_model": f.apply_model if f.after_apply else None,
+                "proof": "run",
+                "fed": f.fed,
+                "trained_on": f.trained_on or None,
+            }
+            for f in report.fixes
+        ],
+        "blocked": [{"way": b.way, "why": b.why, "others": b.others} for b in report.blocked],
+        "apply_not_tried": report.apply_note or None,
+        "explain": vllm_explanation_json(report.explanation, code),
+        "exit_code": code,
+    }
+
+
+def one_config_json(both: OneConfig) -> dict[str, Any]:
+    return {
+        "sglang": {
+            "field": "eagle_config.eagle_aux_hidden_state_layer_ids",
+            "ids": list(both.sglang_ids) if both.sglang_ids is not None else None,
+            "after_apply": both.sglang_after_apply,
+            "flags": list(both.sglang_flags),
+        },
+        "vllm": {
+            "field": "eagle_aux_hidden_state_layer_ids",
+            "ids": list(both.vllm_ids) if both.vllm_ids is not None else None,
+            "after_apply": both.vllm_after_apply,
+            "apply_model": both.vllm_model or None,
+        },
+        "ok": both.ok,
+        "why": both.why or None,
     }
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import vllm_release_package
 from patchcraft.reading.vllm_runner import (
+    DRAFT_CONFIG,
     EAGLE_CONFIG,
     EAGLE_CONFIG_LAYER_IDS,
     PLACES,
@@ -186,3 +187,17 @@ def test_0_33_0_v2_is_the_default_and_the_old_runner_reads_eagle_config() -> Non
     assert v2.default and not old.default
     assert old.ids_for(EAGLE_CONFIG) == IDS and v2.ids_for(EAGLE_CONFIG) is None
     assert v2.ids_for(EAGLE_CONFIG_LAYER_IDS) == IDS and old.ids_for(EAGLE_CONFIG_LAYER_IDS) is None
+
+
+def test_the_draft_s_whole_config_is_run_through_the_runner() -> None:
+    """``config=``: the release's function on the draft's config.json as it is (top level first on 0.34.0)."""
+    package = vllm_release_package("0.34.0")
+    both = {"eagle_aux_hidden_state_layer_ids": [0, 3, 31], "eagle_config": {"layer_ids": [2, 30, 58]}}
+    (runner,) = read_runners(package, None, config=both)
+    assert runner.ids_for(DRAFT_CONFIG) == (0, 3, 31)
+    (runner,) = read_runners(package, None, config={"eagle_config": {"layer_ids": [2, 30, 58]}})
+    assert runner.ids_for(DRAFT_CONFIG) == (2, 30, 58)
+    (runner,) = read_runners(package, None, config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}})
+    assert runner.ids_for(DRAFT_CONFIG) is None  # SGLang's key: never read
+    (runner,) = read_runners(package, IDS)
+    assert DRAFT_CONFIG not in dict(runner.resolved)  # only when a config is given
