@@ -125,3 +125,5 @@ class EditKind(_Status):
     RUNNER = "runner"
     #: vLLM: id 0 captures a copy of the embedding output before the layer loop (docs/vllm.md).
     VLLM_FORWARD = "vllm-forward"
+    #: vLLM 0.18+: ``EagleModelMixin``'s capture of id 0 a copy, not the embedding tensor itself (docs/vllm.md).
+    VLLM_MIXIN = "vllm-mixin"

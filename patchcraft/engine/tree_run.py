@@ -305,7 +305,12 @@ def _run_revert(tree: SglangTree, plans: Sequence[ModelPlan]) -> RunResult:
             "patchcraft edits removed" if status == ModelStatus.REVERTED else "no patchcraft edits found"
         )
         if plan.included_by and status == ModelStatus.REVERTED:
-            message += f" (not named, but {plan.included_by}: reverting one without the other would leave a forward reading a flag no __init__ sets)"
+            why = (
+                "revert gives back whole files"  # vLLM's edits read no flag: one file serves them all
+                if tree.engine == "vllm"
+                else "reverting one without the other would leave a forward reading a flag no __init__ sets"
+            )
+            message += f" (not named, but {plan.included_by}: {why})"
         models.append(
             ModelResult(
                 model=plan.label,

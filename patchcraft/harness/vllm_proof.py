@@ -13,18 +13,30 @@ release as it was). Two scenarios:
   ``hs[2]``, ``hs[n-1]``;
 - ``vllm-same``: ids without 0 (``(2, 5)``, ``(1, 4, n-1)`` and ``(3, n)``)
   feed exactly what the release fed (a crash included).
+
+A model whose one edit is ``EagleModelMixin``'s capture (``vllm-mixin``,
+0.18 on) shares that one method with every mixin model, and the edit
+changes only its id 0: there ``vllm-id-0`` asks that ``(0, *rest)`` feed a
+copy of ``hs[0]`` then exactly what the release fed for ``rest`` (the
+release's own reading of the other ids is explain's report, not this
+edit's). A mixin model the harness cannot run, or whose release already
+crashes on ``rest``, proves nothing either way: its row is ``skipped``,
+naming why and the mixin models the edit was proven on; with none proven,
+it is the ``error`` that withholds the edit. A mixin model whose run shows
+the edit wrong fails, and withholds it for all.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.sources import read_source
-from patchcraft.base.status import HarnessStatus, ModelStatus
+from patchcraft.base.status import EditKind, HarnessStatus, ModelStatus
 from patchcraft.base.target import SglangTree
 from patchcraft.engine.file_patch import revert_text
 from patchcraft.engine.records import ModelResult
@@ -43,23 +55,48 @@ WITHOUT_0 = ((2, 5), (1, 4, LAYERS - 1), (3, LAYERS))
 def prove_tree(tree: SglangTree, models: Sequence[ModelResult], texts: Optional[Mapping[Path, str]] = None) -> SmokeRun:
     """One row per model: run when patched (or already patched), skipped otherwise, saying why."""
     rows = []
+    mixin = set()
     for model in models:
         if model.status not in (ModelStatus.PATCHED, ModelStatus.ALREADY):
             rows.append(SmokeResult(model.model, model.path, HarnessStatus.SKIPPED, f"{model.status}: {model.message}"))
             continue
-        rows.append(prove_model(tree.package, model.model, model.path, texts or {}))
-    return SmokeRun(tree=tree, version=tree.version, results=tuple(rows))
+        if model.edits and all(e.kind == EditKind.VLLM_MIXIN for e in model.edits):
+            mixin.add(model.model)
+        rows.append(prove_model(tree.package, model.model, model.path, texts or {}, mixin=model.model in mixin))
+    return SmokeRun(tree=tree, version=tree.version, results=tuple(_mixin_rows(rows, mixin)))
 
 
-def prove_model(package: Path, label: str, path: str, texts: Mapping[Path, str]) -> SmokeResult:
-    """The two scenarios for one model class (``module.Class``)."""
+#: The message of a mixin row that could not show the edit (``error``, until another mixin model proves it).
+UNSHOWN = "cannot show the mixin's edit on this class"
+
+
+def _mixin_rows(rows: list[SmokeResult], mixin: set[str]) -> list[SmokeResult]:
+    """A mixin row that could not show the edit is skipped, naming the mixin rows that proved it (if any did)."""
+    proven = [r.model for r in rows if r.model in mixin and r.status == HarnessStatus.PASS]
+    if not proven:
+        return rows
+    shown = ", ".join(proven[:3]) + (f" and {len(proven) - 3} more" if len(proven) > 3 else "")
+    return [
+        replace(
+            r,
+            status=HarnessStatus.SKIPPED,
+            message=f"{r.message}; the edit is EagleModelMixin's alone, proven on {shown}",
+        )
+        if r.model in mixin and r.status == HarnessStatus.ERROR
+        else r
+        for r in rows
+    ]
+
+
+def prove_model(package: Path, label: str, path: str, texts: Mapping[Path, str], mixin: bool = False) -> SmokeResult:
+    """The two scenarios for one model class (``module.Class``); ``mixin``: its one edit is the mixin's capture."""
     started = time.perf_counter()
     try:
         patched = find_model(package, label, texts)
         original = find_model(package, label, _reverted(patched, texts))
     except (HarnessError, PatchcraftError) as exc:
-        return SmokeResult(label, path, HarnessStatus.ERROR, f"cannot run: {exc}")
-    checks = [_with_0(patched), _same(patched, original)]
+        return SmokeResult(label, path, HarnessStatus.ERROR, f"{UNSHOWN if mixin else 'cannot run'}: {exc}")
+    checks = [_mixin_with_0(patched, original) if mixin else _with_0(patched), _same(patched, original)]
     failed = next((c for c in checks if c.status != HarnessStatus.PASS), None)
     status = failed.status if failed is not None else HarnessStatus.PASS
     message = failed.detail if failed is not None else "id 0 feeds a copy of hs[0]; ids without 0 unchanged"
@@ -94,6 +131,27 @@ def _with_0(model: VllmModel) -> Check:
         if outcome.fed != expected or aliased:
             got = ", ".join(_said(f) for f in outcome.fed)
             return Check("vllm-id-0", HarnessStatus.FAIL, f"{ids}: fed {got}; expected a copy of hs[0], then hs[i]")
+    return Check("vllm-id-0", HarnessStatus.PASS)
+
+
+def _mixin_with_0(patched: VllmModel, original: VllmModel) -> Check:
+    """``(0, *rest)`` feeds a copy of hs[0], then what the release fed for ``rest``."""
+    for ids in WITH_0:
+        rest = tuple(i for i in ids if i != 0)
+        before = _outcome(original, rest)[0] if rest else None
+        if before is not None and (before.not_run or before.crash):
+            why = before.not_run or f"crash: {before.crash}"
+            return Check("vllm-id-0", HarnessStatus.ERROR, f"{UNSHOWN}: the release as it was, {rest}: {why}")
+        outcome, aliased = _outcome(patched, ids)
+        if outcome.not_run:
+            return Check("vllm-id-0", HarnessStatus.ERROR, f"{UNSHOWN}: {ids}: {outcome.not_run}")
+        if outcome.crash:
+            return Check("vllm-id-0", HarnessStatus.FAIL, f"{ids}: crash: {outcome.crash}")
+        others = before.fed if before is not None else ()
+        if outcome.fed != (Fed(0, True), *others) or aliased:
+            got = ", ".join(_said(f) for f in outcome.fed)
+            want = "a copy of hs[0]" + "".join(f", {_said(f)}" for f in others)
+            return Check("vllm-id-0", HarnessStatus.FAIL, f"{ids}: fed {got}; expected {want}")
     return Check("vllm-id-0", HarnessStatus.PASS)
 
 

@@ -12,8 +12,14 @@ with id 0 decides the row:
   ``residual`` is None there. One site, ``vllm-forward``, the transform
   ``vllm_capture_embedding``;
 - it captures through ``EagleModelMixin._maybe_add_hidden_state`` (Llama,
-  Qwen and most others from 0.18): the mixin captures id 0 itself: not
-  applicable, said in the row;
+  Qwen and most others from 0.18; the forward calls it, or reaches it
+  through ``super().forward`` or a layer stack it calls): id 0 appends the
+  embedding tensor itself, which layer 0 takes as its residual and its
+  fused add-norm overwrites in place. One site for every such model, the
+  mixin's method (``vllm-mixin``, the transform
+  ``vllm_copy_mixin_embedding``): the rows say ``via interfaces.py
+  EagleModelMixin``; where the tree has no such method the planner can
+  read, unsupported, said so;
 - it captures nothing in a layer loop: not applicable, said in the row.
 
 The plans are :class:`~patchcraft.planning.records.ModelPlan`, as SGLang's,
@@ -116,12 +122,9 @@ def _plan(graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassN
         return ModelPlan(**common, unsupported=f"{inner.label} has no forward", not_applicable=True)
     forward = owner.methods["forward"]
     where = f"{owner.label}.forward ({owner.path.name}:{forward.lineno})"
-    if _calls(forward, MIXIN_CAPTURE) or any(c.name == MIXIN for c in graph.mro(inner)):
-        return ModelPlan(
-            **common,
-            not_applicable=True,
-            unsupported=f"not needed: {where} captures through EagleModelMixin, which captures id 0 (hs[0]) itself",
-        )
+    notes = (f"ids reach {inner.label} through {via}",) if via else ()
+    if _reaches_mixin(graph, inner):
+        return _mixin_plan(graph, inner, where, common, notes)
     if not _top_of_layer_capture(forward):
         return ModelPlan(
             **common,
@@ -129,8 +132,69 @@ def _plan(graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassN
             unsupported=f"not needed: {where} has no layer loop that captures aux hidden states",
         )
     site = EditSite(kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward")
-    notes = (f"ids reach {inner.label} through {via}",) if via else ()
     return ModelPlan(**common, sites=(site,), notes=notes)
+
+
+#: Why a mixin model gets no edit when the mixin's capture cannot be found (said in its row).
+NO_MIXIN_EDIT = (
+    "id 0 is the embedding tensor itself, overwritten in place by layer 0's fused add-norm; "
+    "no edit for EagleModelMixin yet"
+)
+
+
+def _mixin_plan(
+    graph: ModelGraph, inner: ClassNode, where: str, common: dict[str, Any], notes: tuple[str, ...]
+) -> ModelPlan:
+    """The one site of every model capturing through the mixin: the method that captures, where it is defined."""
+    found = graph.find_method(inner, MIXIN_CAPTURE)
+    if found is None:
+        return ModelPlan(**common, unsupported=f"{where} captures through {MIXIN}: {NO_MIXIN_EDIT}")
+    owner = found[0]
+    site = EditSite(
+        kind=EditKind.VLLM_MIXIN, path=owner.path, module=owner.module, cls=owner.name, method=MIXIN_CAPTURE
+    )
+    return ModelPlan(**common, sites=(site,), notes=notes)
+
+
+def _reaches_mixin(graph: ModelGraph, cls: ClassNode, depth: int = 2) -> bool:
+    """Whether ``cls``'s forward calls the mixin's capture: itself, through ``super().forward`` (Mistral's
+    ``MistralModel``), or through a module it builds in ``__init__`` and calls (0.34's PLaMo-3 layer stack)."""
+    owners = [c for c in graph.mro(cls) if "forward" in c.methods]
+    for owner in owners:
+        forward = owner.methods["forward"]
+        if _calls(forward, MIXIN_CAPTURE):
+            return True
+        if depth > 0:
+            for name in _self_calls(forward):
+                if any(_reaches_mixin(graph, c, depth - 1) for c in classes_assigned_to(graph, cls, name)):
+                    return True
+        if not _calls_super_forward(forward):
+            return False
+    return False
+
+
+def _self_calls(function: ast.AST) -> list[str]:
+    """``NAME`` of each ``self.NAME(...)`` call."""
+    return [
+        node.func.attr
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+    ]
+
+
+def _calls_super_forward(function: ast.AST) -> bool:
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "forward"
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "super"
+        for node in ast.walk(function)
+    )
 
 
 def _inner(

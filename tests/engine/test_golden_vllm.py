@@ -1,9 +1,12 @@
 """Golden diffs for vLLM releases (golden/vllm/<release>/<stem>.diff): the one pipeline on a vLLM tree.
 
-For each release: ``apply --model deepseek_v2`` (proven by the harness first) gives the golden diff
+For each release and model: ``apply --model STEM`` (proven by the harness first) gives the golden diff
 byte for byte, ``verify`` and ``apply --check`` then exit 0, and ``revert`` gives the release back
-byte for byte. 0.34.0 in the fast tier, 0.18.0 in the full tier. ``pytest --update-golden`` rewrites
-the files for review.
+byte for byte. ``deepseek_v2``: the top-of-layer capture (0.34.0 in the fast tier, 0.18.0 in the full
+tier); ``llama`` on 0.11.2 and 0.17.0: the same edit in the pre-mixin ``LlamaModel.forward`` (0.17.0
+fast); ``llama`` on 0.18.0 and 0.34.0: ``EagleModelMixin``'s capture of id 0 made a copy, in
+``interfaces.py``, for every mixin model (full tier: the proof runs ~40 models). ``pytest
+--update-golden`` rewrites the files for review.
 """
 
 from __future__ import annotations
@@ -36,17 +39,40 @@ def _copy(version: str, dest: Path) -> Path:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_apply_verify_check_revert(version: str, tmp_path: Path, update_golden: bool) -> None:
+    _check_golden(version, "deepseek_v2", "deepseek_v2.DeepseekV3ForCausalLM", tmp_path, update_golden)
+
+
+@pytest.mark.parametrize(
+    "version",
+    [
+        "0.17.0",
+        pytest.param("0.11.2", marks=pytest.mark.slow),
+        pytest.param("0.18.0", marks=pytest.mark.slow),
+        pytest.param("0.34.0", marks=pytest.mark.slow),
+    ],
+)
+def test_llama_before_and_with_the_mixin(version: str, tmp_path: Path, update_golden: bool) -> None:
+    rows = _check_golden(version, "llama", "llama.LlamaForCausalLM", tmp_path, update_golden)
+    mixin = version in ("0.18.0", "0.34.0")
+    assert {e.kind.value for e in rows["llama.LlamaForCausalLM"].edits} == {"vllm-mixin" if mixin else "vllm-forward"}
+    if mixin:  # one edit serves every mixin model: each row says so
+        qwen3 = rows["qwen3.Qwen3ForCausalLM"]
+        assert qwen3.status.value == "patched" and "via interfaces.py EagleModelMixin" in qwen3.message
+
+
+def _check_golden(version: str, stem: str, proven: str, tmp_path: Path, update_golden: bool) -> dict:
     package = _copy(version, tmp_path)
-    path = package / "model_executor" / "models" / "deepseek_v2.py"
-    pristine = path.read_bytes()
-    options = Options(targets=(str(package),), models=("deepseek_v2",), output_format="json", engine=ServingEngine.VLLM)
+    models = package / "model_executor" / "models"
+    pristine = {path: path.read_bytes() for path in models.glob("*.py")}
+    options = Options(targets=(str(package),), models=(stem,), output_format="json", engine=ServingEngine.VLLM)
     applied = run_trees(options, Mode.APPLY)
     assert applied.code == 0
     rows = {m.model: m for m in applied.results[0].models}
-    assert rows["deepseek_v2.DeepseekV3ForCausalLM"].proof.value == "harness-passed"
-    assert rows["kimi_k25.KimiK25ForConditionalGeneration"].included_by
+    assert rows[proven].proof.value == "harness-passed"
+    if stem == "deepseek_v2":
+        assert rows["kimi_k25.KimiK25ForConditionalGeneration"].included_by
     diff = unified_diffs(applied.results[0].changes)
-    golden = GOLDEN / "vllm" / version / "deepseek_v2.diff"
+    golden = GOLDEN / "vllm" / version / f"{stem}.diff"
     if update_golden:
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(diff)
@@ -54,7 +80,8 @@ def test_apply_verify_check_revert(version: str, tmp_path: Path, update_golden: 
     assert run_trees(options, Mode.VERIFY).code == 0
     assert run_trees(options, Mode.CHECK).code == 0
     assert run_trees(options, Mode.REVERT).code == 0
-    assert path.read_bytes() == pristine
+    assert {path: path.read_bytes() for path in models.glob("*.py")} == pristine
+    return rows
 
 
 def test_a_vllm_tree_is_told_from_its_target(tmp_path: Path) -> None:

@@ -60,3 +60,60 @@ def test_an_edit_that_changes_ids_without_0_fails() -> None:
     assert broken != after
     row = prove_model(package, MODEL, "deepseek_v2.py", {path: broken})
     assert row.status is HarnessStatus.FAIL and row.scenario == "vllm-same" and "the release fed" in row.message
+
+
+MIXIN_MODEL = "llama.LlamaForCausalLM"
+
+
+def _mixin_patched(version: str) -> tuple[Path, Path, str]:
+    package = vllm_release_package(version)
+    path = package / "model_executor" / "models" / "interfaces.py"
+    site = EditSite(EditKind.VLLM_MIXIN, path, "interfaces", "EagleModelMixin", "_maybe_add_hidden_state")
+    patch = patch_text(path.read_text(), path, [site])
+    assert not patch.errors
+    return package, path, patch.after
+
+
+@pytest.mark.parametrize("version", ["0.34.0", pytest.param("0.18.0", marks=pytest.mark.slow)])
+def test_the_mixin_edit_is_proven_id_0_a_copy_equal_to_hs_0_after_the_forward(version: str) -> None:
+    package, path, after = _mixin_patched(version)
+    row = prove_model(package, MIXIN_MODEL, "llama.py", {path: after}, mixin=True)
+    assert row.status is HarnessStatus.PASS, row.message
+    assert [(c.name, c.status) for c in row.checks] == [
+        ("vllm-id-0", HarnessStatus.PASS),
+        ("vllm-same", HarnessStatus.PASS),
+    ]
+
+
+def test_the_mixin_release_unpatched_fails_id_0_is_the_embedding_tensor_itself() -> None:
+    row = prove_model(vllm_release_package("0.34.0"), MIXIN_MODEL, "llama.py", {}, mixin=True)
+    assert row.status is HarnessStatus.FAIL and row.scenario == "vllm-id-0"
+    assert "hs[0] (the embedding tensor itself, not a copy)" in row.message
+
+
+def test_a_mixin_edit_that_changes_ids_without_0_fails() -> None:
+    package, path, after = _mixin_patched("0.34.0")
+    copy = "if layer_idx == 0 and residual is None:\n                hidden_states = hidden_states.clone()"
+    assert copy in after
+    # every id past 0 loses its residual: layer k-1's output without it, not hs[k]
+    lost = "if layer_idx == 0 or residual is not None:\n                hidden_states, residual = hidden_states.clone(), None"
+    broken = after.replace(copy, lost)
+    row = prove_model(package, MIXIN_MODEL, "llama.py", {path: broken}, mixin=True)
+    assert row.status is HarnessStatus.FAIL and row.scenario == "vllm-id-0"
+    assert "expected a copy of hs[0], hs[2], hs[7]" in row.message  # what the release fed for (2, 7)
+    same = row.checks[1]
+    assert same.status is HarnessStatus.FAIL and "the release fed hs[2], hs[5]" in same.detail
+
+
+def test_a_mixin_row_that_cannot_show_the_edit_is_skipped_only_when_another_proved_it() -> None:
+    from patchcraft.harness.runner import SmokeResult
+    from patchcraft.harness.vllm_proof import UNSHOWN, _mixin_rows
+
+    passed = SmokeResult("llama.LlamaForCausalLM", "llama.py", HarnessStatus.PASS)
+    unshown = SmokeResult("gpt_oss.GptOssForCausalLM", "gpt_oss.py", HarnessStatus.ERROR, f"{UNSHOWN}: not run")
+    failed = SmokeResult("qwen2.Qwen2ForCausalLM", "qwen2.py", HarnessStatus.FAIL, "wrong")
+    mixin = {passed.model, unshown.model, failed.model}
+    rows = _mixin_rows([passed, unshown, failed], mixin)
+    assert [r.status for r in rows] == [HarnessStatus.PASS, HarnessStatus.SKIPPED, HarnessStatus.FAIL]
+    assert rows[1].message.endswith("the edit is EagleModelMixin's alone, proven on llama.LlamaForCausalLM")
+    assert _mixin_rows([unshown], mixin) == [unshown]  # nothing proved it: the error withholds the edit

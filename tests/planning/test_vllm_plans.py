@@ -23,7 +23,7 @@ def _tree(package: Path) -> VllmTree:
 
 
 @pytest.mark.parametrize("version", ["0.34.0", pytest.param("0.18.0", marks=pytest.mark.slow)])
-def test_deepseek_family_gets_one_site_and_the_mixin_models_are_not_planned(version: str) -> None:
+def test_deepseek_family_gets_its_forward_and_every_mixin_model_the_mixin(version: str) -> None:
     plans = {p.label: p for p in plan_vllm(_tree(vllm_release_package(version)))}
     deepseek = plans["deepseek_v2.DeepseekV3ForCausalLM"]
     assert [(s.kind, s.cls, s.method) for s in deepseek.sites] == [
@@ -31,9 +31,12 @@ def test_deepseek_family_gets_one_site_and_the_mixin_models_are_not_planned(vers
     ]
     kimi = plans["kimi_k25.KimiK25ForConditionalGeneration"]
     assert kimi.sites == deepseek.sites and "its language model deepseek_v2.DeepseekV2ForCausalLM" in kimi.notes[0]
-    llama = plans["llama.LlamaForCausalLM"]
-    assert llama.not_applicable and not llama.sites
-    assert "EagleModelMixin, which captures id 0 (hs[0]) itself" in (llama.unsupported or "")
+    mixin = (EditKind.VLLM_MIXIN, "interfaces.py", "EagleModelMixin", "_maybe_add_hidden_state")
+    for label in ("llama.LlamaForCausalLM", "qwen2.Qwen2ForCausalLM", "mistral.MistralForCausalLM"):
+        assert [(s.kind, s.path.name, s.cls, s.method) for s in plans[label].sites] == [mixin], label
+        assert not plans[label].unsupported
+    mimo = plans["mimo.MiMoForCausalLM"]  # the mixin in its MRO, but its forward captures nothing
+    assert mimo.not_applicable and "has no layer loop that captures" in (mimo.unsupported or "")
 
 
 def test_a_named_model_brings_the_models_sharing_its_forward() -> None:
@@ -56,3 +59,36 @@ def test_a_forward_without_the_top_of_layer_capture_is_not_planned(tmp_path: Pat
     path.write_text(text.replace("if idx in self.aux_hidden_state_layers:", "if self.aux_hidden_state_layers:", 1))
     plan = {p.label: p for p in plan_vllm(_tree(package))}["deepseek_v2.DeepseekV3ForCausalLM"]
     assert plan.not_applicable and not plan.sites and "has no layer loop that captures" in (plan.unsupported or "")
+
+
+@pytest.mark.parametrize("version", ["0.17.0", pytest.param("0.11.2", marks=pytest.mark.slow)])
+def test_pre_mixin_llama_and_qwen2_get_the_top_of_layer_edit(version: str) -> None:
+    plans = {p.label: p for p in plan_vllm(_tree(vllm_release_package(version)))}
+    for label, inner in (("llama.LlamaForCausalLM", "LlamaModel"), ("qwen2.Qwen2ForCausalLM", "Qwen2Model")):
+        assert [(s.kind, s.cls) for s in plans[label].sites] == [(EditKind.VLLM_FORWARD, inner)]
+
+
+def test_a_named_mixin_model_brings_every_mixin_model() -> None:
+    plans = plan_tree(_tree(vllm_release_package("0.34.0")), ["llama"])
+    brought = {p.label for p in plans if p.included_by}
+    assert {"qwen2.Qwen2ForCausalLM", "gpt_oss.GptOssForCausalLM"} <= brought
+    assert all(s.cls == "EagleModelMixin" for p in plans for s in p.sites)
+    assert "shares EagleModelMixin._maybe_add_hidden_state with llama.LlamaForCausalLM" in next(
+        p.included_by for p in plans if p.label == "qwen2.Qwen2ForCausalLM"
+    )
+
+
+def test_without_the_mixin_capture_the_rows_say_the_alias_and_that_there_is_no_edit(tmp_path: Path) -> None:
+    source = vllm_release_package("0.34.0")
+    package = tmp_path / "vllm"
+    shutil.copytree(source / "model_executor" / "models", package / "model_executor" / "models")
+    path = package / "model_executor" / "models" / "interfaces.py"
+    text = path.read_text()
+    assert text.count("    def _maybe_add_hidden_state(") == 1
+    path.write_text(text.replace("    def _maybe_add_hidden_state(", "    def _renamed_capture(", 1))
+    plan = {p.label: p for p in plan_vllm(_tree(package))}["llama.LlamaForCausalLM"]
+    assert not plan.sites and not plan.not_applicable
+    assert plan.unsupported is not None and plan.unsupported.endswith(
+        "id 0 is the embedding tensor itself, overwritten in place by layer 0's fused add-norm; "
+        "no edit for EagleModelMixin yet"
+    )

@@ -19,6 +19,7 @@ from . import (
     keep_captured_states_reduced,
     mark_captured_outputs,
     vllm_capture_embedding,
+    vllm_copy_mixin_embedding,
 )
 
 _ALL: tuple[TransformExamples, ...] = (
@@ -29,6 +30,7 @@ _ALL: tuple[TransformExamples, ...] = (
     configure_ids_before_graphs,
     keep_captured_states_reduced,
     vllm_capture_embedding,
+    vllm_copy_mixin_embedding,
 )
 
 #: Transform name -> its examples module.
