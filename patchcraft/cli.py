@@ -296,7 +296,9 @@ def fetch(version, dest, engine) -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--target", metavar="TARGET", help="The sglang the command imports (default: the installed one).")
+@click.option(
+    "--target", metavar="TARGET", help="The sglang (or vllm) the command imports (default: the installed one)."
+)
 @overlay_option("Use a prebuilt overlay (patchcraft overlay build --out DIR).")
 @click.option(
     "--no-preflight",
@@ -311,12 +313,17 @@ def fetch(version, dest, engine) -> None:
 )
 @click.option("--no-smoke", "no_smoke", is_flag=True, help="Build the overlay without running the CPU harness on it.")
 @click.option("--no-runner", "no_runner", is_flag=True, help="Leave srt/model_executor/ out of the overlay.")
+@engine_option(
+    "The engine the command serves (default: vllm for vllm serve / python -m vllm..., else from --target).", detect=True
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(target, overlay_dir, no_preflight, trained_on, no_smoke, no_runner, command) -> None:
-    """Run a server command with the patches active, the install untouched: patchcraft run -- python -m sglang.launch_server ..."""
+def run(target, overlay_dir, no_preflight, trained_on, no_smoke, no_runner, engine, command) -> None:
+    """Run a server command with the patches active, the install untouched: patchcraft run -- python -m sglang.launch_server ... (or vllm serve ...)"""
     from patchcraft.commands.run import RunOptions, run_command
 
-    options = RunOptions(tuple(command), target, overlay_dir, not no_preflight, trained_on, not no_smoke, not no_runner)
+    options = RunOptions(
+        tuple(command), target, overlay_dir, not no_preflight, trained_on, not no_smoke, not no_runner, engine
+    )
     sys.exit(run_command(options))
 
 

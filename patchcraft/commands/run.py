@@ -1,9 +1,14 @@
-"""``patchcraft run -- <server command>``: SGLang with the patches active, the install untouched.
+"""``patchcraft run -- <server command>``: SGLang (or vLLM) with the patches active, the install untouched.
 
 Preflight (the draft checked against what this SGLang will feed it), then
 the overlay (built, or reused when nothing changed), then ``exec`` of the
 command with the overlay first on ``PYTHONPATH``: no wrapper process stays
 in between, so exit codes and signals are the command's own.
+
+A command that serves vLLM (``vllm serve``, ``python -m vllm.entrypoints...``:
+:func:`patchcraft.reading.vllm_server_args.serves_vllm`), or ``--engine vllm``,
+gets the overlay of the installed ``vllm`` (or ``--target``'s) through the
+same pipeline, and the vLLM preflight (:mod:`patchcraft.commands._vllm_preflight`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchcraft.base.engines import ServingEngine
 from patchcraft.ui import console, documents
 from patchcraft.ui.choices import Color, OutputFormat
 from patchcraft.ui.messages import no_torch_line
@@ -42,15 +48,33 @@ class RunOptions:
     trained_on: str | None = None
     smoke: bool = True
     runner: bool = True
+    #: ``--engine``: None tells it from the command (a vLLM server is vLLM), then from ``--target``.
+    engine: ServingEngine | None = None
+
+
+def serving_engine(options: RunOptions) -> ServingEngine:
+    """Whose install the command imports: ``--engine``; else vLLM for a vLLM server command; else from ``--target``."""
+    from patchcraft.reading.vllm_server_args import serves_vllm
+
+    if options.engine is not None:
+        return options.engine
+    if serves_vllm(options.command):
+        return ServingEngine.VLLM
+    if options.target is not None:
+        from patchcraft.base.engines import detect_engine
+
+        return detect_engine(options.target, None)
+    return ServingEngine.SGLANG
 
 
 def run_command(options: RunOptions) -> int:
     """Preflight, overlay, exec. Returns only when the launch is refused (1) or for bad input (2)."""
     if not options.command:
         raise PatchcraftError("no command to run: patchcraft run [OPTIONS] -- COMMAND [ARGS...]")
-    from patchcraft.base.target import resolve_target
+    from patchcraft.base.engines import resolve_engine_target
 
-    tree = resolve_target(options.target)
+    engine = serving_engine(options)
+    tree = resolve_engine_target(options.target, engine)
     directory, said_static = _overlay_for_run(tree, options)
     from patchcraft.overlay.build import package_dir
 
@@ -58,7 +82,12 @@ def run_command(options: RunOptions) -> int:
     if options.preflight:
         # The "static, no torch" line is said once: by the overlay's proof when it was just said, else by the preflight.
         smoke = options.smoke and not options.overlay and not said_static
-        code = run_preflight(options.command, package, tree.package, options.trained_on, smoke=smoke)
+        if engine is ServingEngine.VLLM:
+            from patchcraft.commands._vllm_preflight import run_vllm_preflight
+
+            code = run_vllm_preflight(options.command, package, options.trained_on)
+        else:
+            code = run_preflight(options.command, package, tree.package, options.trained_on, smoke=smoke)
         if code != OK:
             return code
     env = dict(os.environ)
@@ -90,6 +119,9 @@ def _overlay_for_run(tree, options: RunOptions) -> tuple[Path, bool]:
             raise PatchcraftError(f"{directory}: no such overlay")
         hold(directory)  # before the checks, so that what was checked is what the server gets
         overlay_check.require_usable(directory)
+        built_for = overlay_check.engine_of(directory)
+        if built_for != tree.engine:
+            raise PatchcraftError(f"{directory}: an overlay of {built_for}, but the command serves {tree.engine}")
         return directory, False
     from patchcraft.pipeline.serve import build_overlay
 
@@ -115,9 +147,9 @@ def overlay_build_command(
 ) -> int:
     """``patchcraft overlay build [TARGET] --out DIR``: write the overlay; print the PYTHONPATH line."""
     from patchcraft.pipeline.serve import Refused, build_overlay
-    from patchcraft.base.target import resolve_target
+    from patchcraft.base.engines import detect_engine, resolve_engine_target
 
-    tree = resolve_target(target)
+    tree = resolve_engine_target(target, detect_engine(target, None))
     try:
         overlay = build_overlay(tree, Path(out) if out else None, runner=runner, smoke=smoke, require_proof=smoke)
     except Refused as refused:
@@ -156,11 +188,12 @@ def overlay_verify_command(
             f"{path}: {unreadable[0]}: a server running as {user or 'another user'} would import the unpatched files"
         )
     if target is not None:
-        from patchcraft.base.target import resolve_target
+        from patchcraft.base.engines import detect_engine, resolve_engine_target
 
         built_from = overlay_check.read_manifest(path)["package"]
-        if str(resolve_target(target).package.resolve()) != built_from:
-            raise PatchcraftError(f"{path}: built from {built_from}, not {resolve_target(target).package}")
+        tree = resolve_engine_target(target, detect_engine(target, None))
+        if str(tree.package.resolve()) != built_from:
+            raise PatchcraftError(f"{path}: built from {built_from}, not {tree.package}")
     from patchcraft.overlay.build import package_dir
 
     return run_pipeline(

@@ -7,7 +7,7 @@ then puts one meta-path finder first on ``sys.meta_path``. The finder claims
 only the module names in the overlay's table (:data:`TABLE`, a data file
 beside it) and steps aside for everything else.
 
-Stdlib only, and cheap: it runs in every SGLang process. Importing it as
+Stdlib only, and cheap: it runs in every SGLang (or vLLM) process. Importing it as
 ``patchcraft.overlay.bootstrap`` only defines names; it installs itself only
 when Python runs it as ``sitecustomize``.
 
@@ -24,7 +24,7 @@ Before serving a module the finder checks, each time:
 - that the overlay's own file still has the sha256 it was written with.
 
 Either failing raises ``ImportError`` naming the file and saying to rebuild.
-A table that cannot be read makes every ``sglang`` import raise the same way:
+A table that cannot be read makes every ``sglang`` (and ``vllm``) import raise the same way:
 never a silent fallback to the unpatched install.
 
 While a process runs, it holds a shared ``flock`` on the overlay's
@@ -45,9 +45,13 @@ LOCK = ".lock"
 #: The manifest patchcraft writes (the bootstrap only checks that it is there, to recognise an overlay).
 MANIFEST = "patchcraft_overlay.json"
 #: The overlay's layout, named here once (this module is the one every other overlay module may import):
-#: this file is copied in as BOOTSTRAP; the patched files sit under PACKAGE_DIR, as the install has them.
+#: this file is copied in as BOOTSTRAP; the patched files sit under PACKAGE_DIR (an SGLang overlay) or
+#: VLLM_PACKAGE_DIR (a vLLM overlay), as the install has them.
 BOOTSTRAP = "sitecustomize.py"
 PACKAGE_DIR = ("tree", "sglang")
+VLLM_PACKAGE_DIR = ("tree", "vllm")
+#: The packages an overlay serves modules of: a damaged table makes every import of them raise.
+SERVED_PACKAGES = ("sglang", "vllm")
 #: Module name, overlay file (relative), its sha256, installed file, its size, mtime_ns and sha256.
 FIELDS = 7
 #: The finder's marker attribute, and the version of what :meth:`OverlayFinder.add` accepts.
@@ -130,7 +134,7 @@ class OverlayFinder:
                 )
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> object:
-        if self.broken and (name == "sglang" or name.startswith("sglang.")):
+        if self.broken and name.partition(".")[0] in SERVED_PACKAGES:
             raise ImportError(self.broken[0], name=name)
         if name in self.conflicts:
             raise ImportError(self.conflicts[name], name=name)
@@ -152,7 +156,7 @@ class OverlayFinder:
         stat = os.stat(origin)
         if (str(stat.st_size), str(stat.st_mtime_ns)) != (size, mtime_ns) and _sha256(origin) != sha:
             raise ImportError(
-                f"patchcraft overlay: {origin} changed since the overlay in {directory} was built from it (SGLang upgraded?); {_REBUILD}",
+                f"patchcraft overlay: {origin} changed since the overlay in {directory} was built from it (the engine upgraded?); {_REBUILD}",
                 name=name,
             )
         served = os.path.join(directory, file)

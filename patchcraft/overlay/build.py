@@ -1,4 +1,4 @@
-"""An overlay: the patched files of an SGLang install, served at import time, the install untouched.
+"""An overlay: the patched files of an SGLang (or vLLM) install, served at import time, the install untouched.
 
 ``build`` writes what the pipeline judged ``apply`` would write (the
 harness proof included when torch is importable; :mod:`patchcraft.pipeline.serve`
@@ -13,8 +13,9 @@ runs the stages and refuses what they withhold) into a new version directory
   and the installed file it was built from (path, size, mtime, sha256);
   every file of the overlay with its sha256 (bootstrap included); the proof
   the patched code got (``harness-passed``, ``not-run (no torch)``, ...);
-- ``tree/sglang/``: a copy of the parts of the package patchcraft reads,
-  patched, so ``patchcraft verify``/``smoke``/``check-draft`` can run on it.
+- ``tree/sglang/`` (``tree/vllm/`` for a vLLM install): a copy of the parts
+  of the package patchcraft reads, patched, so ``patchcraft verify``/``smoke``/
+  ``check-draft`` can run on it.
 
 Directories are 755 and files 644, whatever the umask: a server running as
 another user must be able to read it (Python skips an unreadable
@@ -42,7 +43,7 @@ from patchcraft.overlay import store as overlay_store
 from patchcraft.base.cache_root import ensure_directory
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.fetch import copy_parts
-from patchcraft.overlay.bootstrap import BOOTSTRAP, MANIFEST, PACKAGE_DIR, TABLE
+from patchcraft.overlay.bootstrap import BOOTSTRAP, MANIFEST, PACKAGE_DIR, TABLE, VLLM_PACKAGE_DIR
 from patchcraft.engine.records import Mode, RunResult
 from patchcraft.base.status import ModelStatus, Proof
 from patchcraft.base.target import SglangTree
@@ -71,8 +72,19 @@ class Overlay:
 
 
 def package_dir(directory: Path) -> Path:
-    """Where the overlay in ``directory`` keeps the patched ``sglang`` package (``tree/sglang``)."""
-    return directory.joinpath(*PACKAGE_DIR)
+    """Where the overlay in ``directory`` keeps the patched package (``tree/sglang``, or ``tree/vllm``)."""
+    return overlay_check.tree_package(directory)
+
+
+def _layout(tree: SglangTree) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Where ``tree``'s patched package goes in an overlay, and the parts of it patchcraft reads (copied there)."""
+    if tree.engine == "vllm":
+        from patchcraft.base.vllm_fetch import PARTS
+
+        return VLLM_PACKAGE_DIR, PARTS
+    from patchcraft.base.fetch import PATCHED_PARTS
+
+    return PACKAGE_DIR, PATCHED_PARTS
 
 
 def default_directory(tree: SglangTree, names: Sequence[str], runner: bool) -> Path | None:
@@ -221,8 +233,9 @@ _LOCKS: list[int] = []
 
 def _write_files(tree: SglangTree, result: RunResult, version: Path) -> dict[str, dict]:
     """The tree, the patched files, the bootstrap, its ``.pyc`` and its table; returns the manifest's modules."""
-    package = package_dir(version)
-    copy_parts(tree.package, package)  # what patchcraft reads, so `smoke --overlay` can run on the tree
+    where, parts = _layout(tree)
+    package = version.joinpath(*where)
+    copy_parts(tree.package, package, parts)  # what patchcraft reads, so `smoke --overlay` can run on the tree
     modules: dict[str, dict] = {}
     for change in result.changes:
         original = change.source.path
@@ -233,7 +246,7 @@ def _write_files(tree: SglangTree, result: RunResult, version: Path) -> dict[str
         data = original.read_bytes()
         info = original.stat()
         modules[module_name(tree, original)] = {
-            "file": Path(*PACKAGE_DIR, rel).as_posix(),
+            "file": Path(*where, rel).as_posix(),
             "file_sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
             "original": str(original.resolve()),
             "size": info.st_size,
@@ -286,6 +299,7 @@ def _write_manifest(tree: SglangTree, version: Path, modules: dict[str, dict], p
             files[path.relative_to(version).as_posix()] = overlay_check.sha256(path)
     manifest = {
         "patchcraft": __version__,
+        "engine": tree.engine,
         "sglang_version": tree.version,
         "package": str(tree.package.resolve()),
         "modules": modules,

@@ -23,7 +23,7 @@ from typing import Iterable
 
 from patchcraft.base import digests
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.overlay.bootstrap import MANIFEST, PACKAGE_DIR
+from patchcraft.overlay.bootstrap import MANIFEST, PACKAGE_DIR, VLLM_PACKAGE_DIR
 
 #: What :func:`walk` returns: each path with its ``lstat``.
 Listing = list[tuple[Path, os.stat_result]]
@@ -172,8 +172,19 @@ def problems(directory: Path, owners: Iterable[int] | None = None) -> list[str]:
         digests.save()
 
 
+def tree_package(directory: Path) -> Path:
+    """The patched package of the overlay in ``directory``: ``tree/vllm`` for a vLLM overlay, else ``tree/sglang``."""
+    vllm = directory.joinpath(*VLLM_PACKAGE_DIR)
+    return vllm if vllm.is_dir() else directory.joinpath(*PACKAGE_DIR)
+
+
+def engine_of(directory: Path) -> str:
+    """Whose install the overlay in ``directory`` was built from: its manifest's ``engine`` (before it: sglang)."""
+    return str(read_manifest(directory).get("engine", "sglang"))
+
+
 def overlay_of(package: Path) -> Path | None:
-    """The overlay whose patched tree ``package`` is (``<overlay>/tree/sglang``), or None for any other tree."""
+    """The overlay whose patched tree ``package`` is (``<overlay>/tree/sglang`` or ``tree/vllm``), or None for any other tree."""
     root = package
     for _ in PACKAGE_DIR:
         root = root.parent
@@ -194,7 +205,7 @@ def overlay_target(directory: Path) -> Path:
             f"{directory}: not an overlay (no {MANIFEST}; build one with `patchcraft overlay build --out {directory}`)"
         )
     require_usable(directory)
-    return directory.joinpath(*PACKAGE_DIR)
+    return tree_package(directory)
 
 
 def require_usable_tree(package: Path) -> None:

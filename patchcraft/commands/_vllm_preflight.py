@@ -1,0 +1,91 @@
+"""``patchcraft run``'s preflight for a vLLM server: the draft of ``--speculative-config`` checked before exec.
+
+The command line is read without importing vLLM
+(:mod:`patchcraft.reading.vllm_server_args`); the draft is the speculative
+config's ``model``, the target the served model (a local directory, or a
+hub name's snapshot in the local Hugging Face cache, as for SGLang). The
+check itself is :func:`patchcraft.analysis.vllm_launch_check.check_launch`,
+on the overlay's patched vLLM tree. Whatever cannot be read or checked is
+one line naming it and ``--no-preflight``, exit 2, no launch: never an ok
+that was not checked. A vLLM verdict is not cached: each launch checks again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from collections.abc import Sequence
+
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.commands._preflight import PREFIX, WAY_OUT, _local_model
+from patchcraft.engine.preflight_cache import Dependency
+from patchcraft.reading.vllm_server_args import parse_vllm_args
+from patchcraft.ui import console
+from patchcraft.ui.machine_output import CHANGED, OK
+
+
+def run_vllm_preflight(argv: Sequence[str], package: Path, trained_on: str | None) -> int:
+    """The preflight of the vLLM command ``argv`` against the patched vLLM tree ``package``: 0 launches it."""
+    server = parse_vllm_args(argv)
+    if "speculative" in server.unchecked:
+        raise PatchcraftError(f"preflight not checked: {server.unchecked['speculative']}; {WAY_OUT}")
+    if not server.speculative:
+        return OK  # no speculative decoding: nothing is fed to a draft
+    method = (server.method or "").lower()
+    if method and method != "eagle3":
+        return OK  # not EAGLE-3: no aux hidden states are fed
+    for why in server.unchecked.values():
+        raise PatchcraftError(f"preflight not checked: {why}; {WAY_OUT}")
+    if not server.draft:
+        raise PatchcraftError(f"preflight not checked: --speculative-config names no draft (its 'model'); {WAY_OUT}")
+    if not method:
+        raise PatchcraftError(
+            "preflight not checked: --speculative-config names no method (vLLM would infer it from the draft); "
+            f'say "method": "eagle3", or {WAY_OUT}'
+        )
+    if server.pp > 1:
+        raise PatchcraftError(
+            f"preflight not checked: --pipeline-parallel-size {server.pp}: which stage captures which state is not read "
+            f"for vLLM; {WAY_OUT}"
+        )
+    inputs: list[Dependency] = []
+    notes: list[str] = []
+    revision = server.speculative.get("revision")
+    draft_dir = _local_model(
+        server.draft, str(revision) if revision else None, "--speculative-config's draft model", inputs, notes
+    )
+    from patchcraft.analysis.draft_check import convention_known
+    from patchcraft.reading.draft_config import read_draft, read_target
+
+    draft = read_draft(draft_dir)
+    if trained_on is None and not convention_known(draft):
+        console.print_line(
+            f"{PREFIX}refused: how the draft was trained is not known, so the states it will be fed cannot be checked "
+            "against the states it was trained on: pass --trained-on (hf:I,J,K, specforge, speculators, eagle: "
+            "docs/layer-ids.md), or --no-preflight to launch unchecked"
+        )
+        return CHANGED
+    if not server.model:
+        raise PatchcraftError(f"preflight not checked: the command names no model to serve; {WAY_OUT}")
+    config = server.hf_config_path or server.model
+    target = _local_model(config, server.revision, "the served model", inputs, notes)
+    return _check(package, draft, read_target(target), trained_on, server.tp, notes)
+
+
+def _check(package: Path, draft, target, trained_on: str | None, tp: int, notes: list[str]) -> int:
+    from patchcraft.analysis.training import parse_training
+    from patchcraft.analysis.vllm_launch_check import Verdict, check_launch
+
+    training = parse_training(trained_on) if trained_on else None
+    result = check_launch(package, draft, target, training, tp)
+    for line in notes + list(result.lines):
+        console.print_line(PREFIX + line)
+    if result.verdict is Verdict.UNCHECKED:
+        raise PatchcraftError(f"preflight not checked: {result.reason}; {WAY_OUT}")
+    if result.verdict is Verdict.MISMATCH:
+        console.print_line(f"{PREFIX}{result.reason}")
+        console.print_line(
+            f"{PREFIX}refused to launch: the draft would be fed other hidden states than it was trained on (above); {WAY_OUT}"
+        )
+        return CHANGED
+    console.print_line(PREFIX + result.reason)
+    return OK
