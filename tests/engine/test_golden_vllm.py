@@ -11,13 +11,14 @@ fast); ``llama`` on 0.18.0 and 0.34.0: ``EagleModelMixin``'s capture of id 0 mad
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import GOLDEN, vllm_release_package
+from conftest import GOLDEN, run_cli, vllm_release_package
 
 from patchcraft.base.engines import ServingEngine
+from patchcraft.base.fetch import copy_parts
+from patchcraft.base.vllm_fetch import PARTS
 from patchcraft.engine.diffs import unified_diffs
 from patchcraft.engine.records import Mode
 from patchcraft.pipeline.stages import Options, run_trees
@@ -28,13 +29,8 @@ VERSIONS = ["0.34.0", pytest.param("0.18.0", marks=pytest.mark.slow)]
 
 
 def _copy(version: str, dest: Path) -> Path:
-    source = vllm_release_package(version)
-    package = dest / "vllm"
-    shutil.copytree(source / "model_executor" / "models", package / "model_executor" / "models")
-    for name in ("_version.py", "version.py", "__init__.py"):
-        if (source / name).is_file():
-            shutil.copy2(source / name, package / name)
-    return package
+    """The parts of the release patchcraft reads (models, runners, config: explain runs on the copy too)."""
+    return copy_parts(vllm_release_package(version), dest / "vllm", PARTS)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -51,8 +47,14 @@ def test_apply_verify_check_revert(version: str, tmp_path: Path, update_golden: 
         pytest.param("0.34.0", marks=pytest.mark.slow),
     ],
 )
-def test_llama_before_and_with_the_mixin(version: str, tmp_path: Path, update_golden: bool) -> None:
-    rows = _check_golden(version, "llama", "llama.LlamaForCausalLM", tmp_path, update_golden)
+def test_llama_before_and_with_the_mixin(version: str, tmp_path: Path, update_golden: bool, capsys) -> None:
+    explain = ("explain", "--model", "LlamaForCausalLM", "--layer-ids", "0,2,3", "--num-layers", "6")
+
+    def explained(package: Path) -> None:  # on the patched tree: hs[0] a copy, no alias or crash warning
+        code, out, _ = run_cli(capsys, explain[0], str(package), *explain[1:])
+        assert code == 0 and "warning" not in out and "hs[0], hs[2], hs[3]" in out, out
+
+    rows = _check_golden(version, "llama", "llama.LlamaForCausalLM", tmp_path, update_golden, explained)
     mixin = version in ("0.18.0", "0.34.0")
     assert {e.kind.value for e in rows["llama.LlamaForCausalLM"].edits} == {"vllm-mixin" if mixin else "vllm-forward"}
     if mixin:  # one edit serves every mixin model: each row says so
@@ -60,7 +62,7 @@ def test_llama_before_and_with_the_mixin(version: str, tmp_path: Path, update_go
         assert qwen3.status.value == "patched" and "via interfaces.py EagleModelMixin" in qwen3.message
 
 
-def _check_golden(version: str, stem: str, proven: str, tmp_path: Path, update_golden: bool) -> dict:
+def _check_golden(version: str, stem: str, proven: str, tmp_path: Path, update_golden: bool, on_patched=None) -> dict:
     package = _copy(version, tmp_path)
     models = package / "model_executor" / "models"
     pristine = {path: path.read_bytes() for path in models.glob("*.py")}
@@ -79,6 +81,8 @@ def _check_golden(version: str, stem: str, proven: str, tmp_path: Path, update_g
     assert diff == golden.read_text()
     assert run_trees(options, Mode.VERIFY).code == 0
     assert run_trees(options, Mode.CHECK).code == 0
+    if on_patched is not None:
+        on_patched(package)
     assert run_trees(options, Mode.REVERT).code == 0
     assert {path: path.read_bytes() for path in models.glob("*.py")} == pristine
     return rows
