@@ -146,8 +146,6 @@ def _engines_command(options: CheckDraftOptions, engines: tuple[ServingEngine, .
     from patchcraft.analysis.vllm_draft_check import check_vllm_draft, one_config
 
     only_vllm = engines == (ServingEngine.VLLM,)
-    if only_vllm and options.overlay:
-        raise PatchcraftError("--overlay is SGLang's: vLLM overlays are not built yet (docs/vllm.md)")
     training = parse_training(options.trained_on) if options.trained_on else None
     if training is not None and training.deprecation:
         console.print_line(f"warning: {training.deprecation}")
@@ -204,17 +202,18 @@ def _engines_command(options: CheckDraftOptions, engines: tuple[ServingEngine, .
 
 def _vllm_tree(options: CheckDraftOptions, only_vllm: bool) -> tuple[VllmTree, str | None]:
     """vLLM's tree: --vllm-target or --vllm-release (with ``--engine vllm`` alone, TARGET or --release too)."""
-    from patchcraft.base.vllm_fetch import fetch_vllm
-    from patchcraft.base.vllm_tree import resolve_vllm_target
+    from patchcraft.commands.explain import resolve_vllm_tree
 
-    target, release = options.vllm_target, options.vllm_release
+    target, release, overlay = options.vllm_target, options.vllm_release, None
     if only_vllm:
-        if (target or release) and (options.target or options.release):
-            raise PatchcraftError("give vLLM's tree once: TARGET or --release, or --vllm-target or --vllm-release")
-        target, release = target or options.target, release or options.release
+        if (target or release) and (options.target or options.release or options.overlay):
+            raise PatchcraftError(
+                "give vLLM's tree once: TARGET, --release or --overlay, or --vllm-target or --vllm-release"
+            )
+        target, release, overlay = target or options.target, release or options.release, options.overlay
     if target and release:
         raise PatchcraftError("give either --vllm-target or --vllm-release, not both")
-    return resolve_vllm_target(str(fetch_vllm(release)) if release else target), release
+    return resolve_vllm_tree(target, release, overlay), release
 
 
 _MARKS = {True: "ok  ", False: "FAIL", None: "skip"}

@@ -16,6 +16,7 @@ from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.layer_ids import parse_layer_ids
 from patchcraft.ui.machine_output import verdict_code
 from patchcraft.base.target import SglangTree, resolve_target
+from patchcraft.base.vllm_tree import VllmTree
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,30 @@ def resolve_tree(target: str | None, release: str | None, overlay: str | None = 
     return tree
 
 
+def resolve_vllm_tree(target: str | None, release: str | None, overlay: str | None = None) -> VllmTree:
+    """vLLM's TARGET, ``--release X`` (fetched slim into the cache) or the installed vllm; or a vLLM overlay's tree.
+
+    An overlay is taken as :func:`resolve_tree` takes SGLang's: only once it is safe to serve, and only one
+    built from a vLLM install (its manifest's ``engine``).
+    """
+    from patchcraft.base.vllm_fetch import fetch_vllm
+    from patchcraft.base.vllm_tree import resolve_vllm_target
+    from patchcraft.overlay.check import engine_of, overlay_target, require_usable_tree
+
+    if overlay is not None:
+        if target or release:
+            raise PatchcraftError("--overlay is the target: give no TARGET or --release with it")
+        package = overlay_target(Path(overlay))
+        if engine_of(Path(overlay)) != ServingEngine.VLLM.value:
+            raise PatchcraftError(f"{overlay}: an SGLang overlay; --engine vllm needs one built from a vLLM install")
+        return resolve_vllm_target(str(package))
+    if target and release:
+        raise PatchcraftError("give either TARGET or --release, not both")
+    tree = resolve_vllm_target(str(fetch_vllm(release)) if release else target)
+    require_usable_tree(tree.package)
+    return tree
+
+
 def explain_command(options: ExplainOptions) -> int:
     """Print the explanation; exit 1 when any id will not capture what it says."""
     # --release and --overlay name SGLang's unless --engine says otherwise; else TARGET or the installs tell.
@@ -79,18 +104,11 @@ def explain_command(options: ExplainOptions) -> int:
 def _explain_vllm(options: ExplainOptions) -> int:
     """``--engine vllm``: the release's runners, gate, setter and forward run (docs/vllm.md)."""
     from patchcraft.analysis.vllm_explain import explain_vllm
-    from patchcraft.base.vllm_fetch import fetch_vllm
-    from patchcraft.base.vllm_tree import resolve_vllm_target
     from patchcraft.ui.vllm_explain_text import vllm_explanation_json, vllm_explanation_text
 
-    if options.overlay is not None:
-        raise PatchcraftError("--overlay: vLLM overlays are not built yet (docs/vllm.md); give the vLLM tree as TARGET")
-    if options.target and options.release:
-        raise PatchcraftError("give either TARGET or --release, not both")
     if not options.model:
         raise PatchcraftError("--engine vllm needs --model (a class such as DeepseekV3ForCausalLM, or a file stem)")
-    target = str(fetch_vllm(options.release)) if options.release else options.target
-    tree = resolve_vllm_target(target)
+    tree = resolve_vllm_tree(options.target, options.release, options.overlay)
     result = explain_vllm(tree, options.model, parse_layer_ids(options.layer_ids), options.num_layers, options.tp)
     code = verdict_code(not result.findings)
     return console.print_report(

@@ -269,3 +269,28 @@ def test_kimi_both_engines(capsys, tmp_path: Path) -> None:
         "ok": True,
         "why": None,
     }
+
+
+def test_engine_vllm_takes_a_vllm_overlay_once_it_is_safe_to_serve(capsys, tmp_path: Path) -> None:
+    """--engine vllm --overlay DIR: the overlay's patched tree feeds hs[0] (exit 0); a missing bootstrap: exit 2."""
+    draft = sglang_draft(tmp_path / "draft", [2, 30, 58])
+    (tmp_path / "draft" / "config.json").write_text(
+        json.dumps(
+            {
+                **json.loads((tmp_path / "draft" / "config.json").read_text()),
+                "eagle_aux_hidden_state_layer_ids": [0, 3, 31],
+            }
+        )
+    )
+    overlay = tmp_path / "overlay"
+    code, _, err = cli(
+        capsys, "overlay", "build", str(vllm_release_package("0.34.0")), "--out", str(overlay), "--no-smoke"
+    )
+    assert code == 0, err
+    target = kimi_target(tmp_path / "target")
+    args = ("check-draft", str(draft), "--target", str(target), "--trained-on", "hf:0,3,31", "--engine", "vllm")
+    code, out, err = cli(capsys, *args, "--overlay", str(overlay), "--format", "json")
+    assert code == 0 and json.loads(out)["vllm"]["exit_code"] == 0, (out, err)
+    (overlay / "sitecustomize.py").unlink()
+    code, out, err = cli(capsys, *args, "--overlay", str(overlay))
+    assert code == 2 and out == "" and "sitecustomize.py" in err and err.count("\n") == 1

@@ -35,7 +35,7 @@ def test_a_vllm_target_is_detected_and_json_is_one_document(capsys) -> None:
     "extra, words",
     [
         ((), "--engine vllm needs --model"),
-        (("--model", "llama", "--overlay", "x"), "vLLM overlays are not built yet"),
+        (("--model", "llama", "--overlay", "x"), "--overlay is the target: give no TARGET or --release with it"),
         (("--model", "NoSuchForCausalLM"), "NoSuchForCausalLM: no such model class"),
     ],
 )
@@ -45,3 +45,33 @@ def test_bad_input_is_one_line_exit_2(capsys, extra, words: str) -> None:
         capsys, "explain", "--engine", "vllm", str(package), "--layer-ids", "2,3", "--num-layers", "6", *extra
     )
     assert code == 2 and words in err and err.count("\n") == 1
+
+
+def _overlay(capsys, package, out) -> None:
+    code, _, err = run_cli(capsys, "overlay", "build", str(package), "--out", str(out), "--no-smoke")
+    assert code == 0, err
+
+
+def test_a_vllm_overlay_is_explained_once_it_is_safe_to_serve(capsys, tmp_path) -> None:
+    """--engine vllm --overlay DIR: the overlay's patched tree (id 0 a copy of hs[0]); a missing bootstrap is refused."""
+    overlay = tmp_path / "overlay"
+    _overlay(capsys, vllm_release_package("0.34.0"), overlay)
+    args = ("explain", "--engine", "vllm", "--overlay", str(overlay), "--model", "DeepseekV3ForCausalLM")
+    ids = ("--layer-ids", "0,3,31", "--num-layers", "61", "--format", "json")
+    code, out, err = run_cli(capsys, *args, *ids)
+    assert code == 0 and json.loads(out)["fed_states"] == [0, 3, 31], err
+    (overlay / "sitecustomize.py").unlink()
+    code, out, err = run_cli(capsys, *args, *ids)
+    assert code == 2 and "sitecustomize.py" in err and err.count("\n") == 1 and not out
+
+
+def test_an_sglang_overlay_is_not_read_as_vllm(capsys, tmp_path) -> None:
+    from conftest import copy_release
+
+    overlay = tmp_path / "overlay"
+    _overlay(capsys, copy_release("0.5.10", tmp_path / "sglang"), overlay)
+    code, _, err = run_cli(
+        capsys, "explain", "--engine", "vllm", "--overlay", str(overlay), "--model", "llama", "--layer-ids", "2,3",
+        "--num-layers", "6",
+    )  # fmt: skip
+    assert code == 2 and "an SGLang overlay; --engine vllm needs one built from a vLLM install" in err
