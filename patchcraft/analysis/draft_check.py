@@ -149,7 +149,7 @@ def _checks(
     """The whole check of ``draft`` on ``model``'s install, served as ``serving`` says."""
     checks = [
         _check_ids(draft, explanation),
-        _check_hidden(draft, target),
+        check_hidden(draft, target),
         _check_run(explanation),
         _check_fc(draft, explanation, hidden),
         _check_range(explanation),
@@ -284,12 +284,17 @@ def _check_ids(draft: DraftConfig, explanation: Explanation) -> Check:
     )
 
 
-def _check_hidden(draft: DraftConfig, target: TargetConfig | None) -> Check:
-    # Without target_hidden_size (every SpecForge config) SGLang's llama_eagle3.py
-    # sizes the fc for states of the draft's own hidden_size: compare that.
+def check_hidden(
+    draft: DraftConfig, target: TargetConfig | None, fallback: str = "SGLang takes the draft's own"
+) -> Check:
+    """The draft's width for the target's states against the target's ``hidden_size`` (both engines' check).
+
+    Without target_hidden_size (every SpecForge config) the engine's draft code sizes the fc for states of
+    the draft's own hidden_size (``fallback`` says so): compare that.
+    """
     name, width = ("target_hidden_size", draft.target_hidden_size)
     if width is None:
-        name, width = ("hidden_size (no target_hidden_size: SGLang takes the draft's own)", draft.hidden_size)
+        name, width = (f"hidden_size (no target_hidden_size: {fallback})", draft.hidden_size)
     if target is None or target.hidden_size is None or width is None:
         return Check(
             "hidden-size",

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from patchcraft.analysis.draft_check import Check, DraftReport
+from patchcraft.analysis.draft_check import Check, DraftReport, check_hidden
 from patchcraft.analysis.fixes import Blocked
 from patchcraft.analysis.target_model import Model, states_text
 from patchcraft.analysis.training import Expected, Training, expected_states
@@ -156,7 +156,7 @@ def _report(
     checks = [
         _check_ids(draft, explanation, ids, read_from),
         _check_gate(explanation),
-        _check_hidden(draft, target),
+        check_hidden(draft, target, "the draft's own"),
         _check_run(explanation),
         _check_fc(draft, explanation, hidden),
         _check_range(explanation),
@@ -249,26 +249,6 @@ def _check_gate(explanation: VllmExplanation) -> Check:
         return Check("gate", True, f"model_type {explanation.model_type!r} is admitted ({gate.where})")
     found = [f for f in explanation.findings if f.kind is FindingKind.GATE]
     return Check("gate", False, found[0].text if found else f"model_type {explanation.model_type!r} is refused")
-
-
-def _check_hidden(draft: DraftConfig, target: TargetConfig | None) -> Check:
-    name, width = ("target_hidden_size", draft.target_hidden_size)
-    if width is None:
-        name, width = ("hidden_size (no target_hidden_size: the draft's own)", draft.hidden_size)
-    if target is None or target.hidden_size is None or width is None:
-        return Check(
-            "hidden-size",
-            None,
-            "target hidden size not compared (needs --target, and target_hidden_size or hidden_size)",
-        )
-    if width == target.hidden_size:
-        return Check("hidden-size", True, f"{name} {width} matches the target")
-    return Check(
-        "hidden-size",
-        False,
-        f"the draft's {name} is {width} but the target's hidden_size is {target.hidden_size}: "
-        "this draft was trained for another target",
-    )
 
 
 def _crashed(explanation: VllmExplanation) -> bool:

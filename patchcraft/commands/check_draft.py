@@ -18,7 +18,7 @@ from patchcraft.ui.explain_text import fed_line, source_line
 from patchcraft.analysis.draft_check import DraftReport, check_draft, speculators_note
 from patchcraft.reading.draft_config import read_draft, read_target
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.analysis.target_model import load_model, states_text
+from patchcraft.analysis.target_model import Model, load_model, states_text
 from patchcraft.ui.machine_output import verdict_code
 from patchcraft.analysis.training import parse_training
 from patchcraft.base.engines import ServingEngine
@@ -72,18 +72,7 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     if num_layers is None:
         raise PatchcraftError("the target's layer count is unknown: pass --target TARGET_MODEL_DIR or --num-layers N")
     name = options.model or (target.architectures[0] if target and target.architectures else None)
-    tree = resolve_tree(options.target, options.release, options.overlay)
-    model = load_model(tree, name)
-    report = check_draft(
-        model,
-        draft,
-        target,
-        training,
-        num_layers,
-        cuda_graph=options.cuda_graph,
-        tp=options.tp,
-        allreduce_fusion=options.allreduce_fusion,
-    )
+    report, _ = _sglang_report(options, draft, target, training, num_layers, name)
     code = verdict_code(report.ok)
     return console.print_report(
         options.output_format, code, lambda: documents.check_draft_json(report, code), lambda: report_text(report)
@@ -161,18 +150,7 @@ def _engines_command(options: CheckDraftOptions, engines: tuple[ServingEngine, .
         raise PatchcraftError("vLLM needs the model's class: pass --target (its config.json) or --vllm-model NAME")
     sglang_report, model = None, None
     if ServingEngine.SGLANG in engines:
-        tree = resolve_tree(options.target, options.release, options.overlay)
-        model = load_model(tree, name)
-        sglang_report = check_draft(
-            model,
-            draft,
-            target,
-            training,
-            num_layers,
-            cuda_graph=options.cuda_graph,
-            tp=options.tp,
-            allreduce_fusion=options.allreduce_fusion,
-        )
+        sglang_report, model = _sglang_report(options, draft, target, training, num_layers, name)
     modules = setter_modules(sglang_report.explanation) if sglang_report is not None else None
     vllm_report = check_vllm_draft(vllm_tree, vllm_name, draft, target, training, num_layers, options.tp, modules)
     both = None
@@ -198,6 +176,29 @@ def _engines_command(options: CheckDraftOptions, engines: tuple[ServingEngine, .
         lambda: documents.check_draft_engines_json(sglang_report, vllm_report, both, codes, where, code),
         lambda: engines_text(sglang_report, vllm_report, both, where),
     )
+
+
+def _sglang_report(
+    options: CheckDraftOptions,
+    draft: DraftConfig,
+    target: TargetConfig | None,
+    training: Training | None,
+    num_layers: int,
+    name: str | None,
+) -> tuple[DraftReport, Model]:
+    """SGLang's check of the draft, on TARGET, ``--release`` or ``--overlay`` (and the model it read)."""
+    model = load_model(resolve_tree(options.target, options.release, options.overlay), name)
+    report = check_draft(
+        model,
+        draft,
+        target,
+        training,
+        num_layers,
+        cuda_graph=options.cuda_graph,
+        tp=options.tp,
+        allreduce_fusion=options.allreduce_fusion,
+    )
+    return report, model
 
 
 def _vllm_tree(options: CheckDraftOptions, only_vllm: bool) -> tuple[VllmTree, str | None]:
