@@ -86,6 +86,9 @@ class Proof(_Status):
     #: The harness could not run this model class (a harness ``error``: the original file does not run
     #: under the stand-ins, say): nothing proved the text, so it is withheld too; ``--no-smoke`` writes it unproven.
     ERROR = "harness-error"
+    #: The harness could not run this patched model itself (its row says why, e.g. a vLLM mixin model whose
+    #: shared edit other models proved): written, its own methods unproven.
+    HARNESS_SKIPPED = "harness-skipped"
     #: torch is not installed: nothing ran (the static reading stands).
     NO_TORCH = "not-run (no torch)"
     #: ``--no-smoke``: the harness was asked not to run.

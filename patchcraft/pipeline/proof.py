@@ -130,11 +130,15 @@ def record(result: RunResult, run: Any, only: Callable[[ModelResult], bool] | No
     """Each harness row of ``run`` as its model's proof (``only``: of the models it accepts); withhold failures."""
     wanted = {m.model for m in result.models if only is None or only(m)}
     verdicts: dict[str, ProofVerdict] = {}
+    patched = {m.model for m in result.models if m.status == ModelStatus.PATCHED}
     for row in run.results:
-        if row.model not in wanted or row.status not in PROOF_OF:
+        if row.model not in wanted:
             continue
         harness = verdict_of(row)
-        verdicts[row.model] = ProofVerdict(PROOF_OF[harness.status], _reason(harness.status, row.message), harness)
+        if row.status in PROOF_OF:
+            verdicts[row.model] = ProofVerdict(PROOF_OF[harness.status], _reason(harness.status, row.message), harness)
+        elif row.status == HarnessStatus.SKIPPED and row.model in patched:  # written unproven: the row says why
+            verdicts[row.model] = ProofVerdict(Proof.HARNESS_SKIPPED, row.message, harness)
     if any(v.proof in WITHHELD for v in verdicts.values()) and not _changes_compile(result):
         return result  # the write refuses the whole run, naming the file that does not compile (exit 2)
     from patchcraft.engine.tree_run import withhold  # late: a warm `patchcraft run` builds the gate but never calls it

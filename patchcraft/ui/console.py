@@ -363,6 +363,8 @@ def _kind_status(model, kind: str) -> str:
 
 def message_of(model) -> str:
     """A row's message, with the harness's verdict when it ran (or why not)."""
+    if model.proof == Proof.HARNESS_SKIPPED and model.harness is not None and model.harness.message:
+        return f"{model.message}; proof: {model.proof} ({model.harness.message})"
     return f"{model.message}; proof: {model.proof}" if model.proof else model.message
 
 

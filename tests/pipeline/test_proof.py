@@ -158,3 +158,39 @@ def test_withhold_takes_every_model_sharing_a_file_of_a_failed_one() -> None:
         and "b.py is withheld because the harness did not prove b.B" in rows["c.C"].message
     )
     assert rows["d.D"].status == ModelStatus.PATCHED and rows["d.D"].proof == "harness-passed"
+
+
+def test_a_patched_row_the_harness_skipped_says_so_and_why() -> None:
+    """A written model the harness could not run itself is ``harness-skipped`` with the harness's words, never bare.
+
+    (A vLLM mixin class whose one shared edit other classes proved; an unpatched row's skip records nothing.)
+    """
+    from patchcraft.base.status import HarnessStatus, ModelStatus, Proof
+    from patchcraft.base.target import SglangTree
+    from patchcraft.engine.records import Mode, ModelResult, RunResult
+    from patchcraft.harness.runner import SmokeResult, SmokeRun
+    from patchcraft.pipeline.proof import record
+    from patchcraft.ui.console import message_of
+
+    models = (
+        ModelResult("m.Skipped", "m.py", ModelStatus.PATCHED, message="added: vllm-mixin"),
+        ModelResult("m.Proven", "m.py", ModelStatus.PATCHED, message="added: vllm-mixin"),
+        ModelResult("n.Other", "n.py", ModelStatus.UNSUPPORTED, message="no capture"),
+    )
+    tree = SglangTree.__new__(SglangTree)
+    run = SmokeRun(
+        tree,
+        "0",
+        (
+            SmokeResult("m.Skipped", "m.py", HarnessStatus.SKIPPED, "cannot show the edit here; proven on m.Proven"),
+            SmokeResult("m.Proven", "m.py", HarnessStatus.PASS),
+            SmokeResult("n.Other", "n.py", HarnessStatus.SKIPPED, "unsupported: no capture"),
+        ),
+    )
+    rows = {m.model: m for m in record(RunResult(Mode.APPLY, tree, "0", models, ()), run).models}
+    assert rows["m.Skipped"].status == ModelStatus.PATCHED and rows["m.Skipped"].proof == Proof.HARNESS_SKIPPED
+    assert message_of(rows["m.Skipped"]) == (
+        "added: vllm-mixin; proof: harness-skipped (cannot show the edit here; proven on m.Proven)"
+    )
+    assert message_of(rows["m.Proven"]) == "added: vllm-mixin; proof: harness-passed"
+    assert rows["n.Other"].proof is None
