@@ -201,7 +201,9 @@ def proof_of(result: RunResult) -> str:
     proofs = [m.proof or "not run" for m in result.models if m.is_model_class and m.status == ModelStatus.PATCHED]
     if not proofs:
         return NOTHING_TO_PROVE
-    return next((p for p in proofs if p != PROVEN), PROVEN)
+    # A class the harness could not run itself (``harness-skipped``) shares its edit with classes that proved it.
+    shown = [p for p in proofs if p != Proof.HARNESS_SKIPPED] or proofs
+    return next((p for p in shown if p != PROVEN), PROVEN)
 
 
 def _write(tree: SglangTree, result: RunResult, directory: Path) -> Overlay:

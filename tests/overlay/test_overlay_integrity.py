@@ -586,3 +586,19 @@ def test_the_preflight_never_says_ok_about_a_damaged_overlay(world: dict, tmp_pa
     assert rebuilt.returncode == 0 and "LAUNCHED" in rebuilt.stdout and "rebuilt" in rebuilt.stderr, (
         rebuilt.stdout + rebuilt.stderr
     )
+
+
+def test_the_manifest_proof_counts_a_class_the_harness_skipped_only_when_nothing_else_ran() -> None:
+    """vLLM mixin classes the harness could not run share the one edit others proved: the overlay is proven."""
+    from patchcraft.base.status import ModelStatus, Proof
+    from patchcraft.base.target import SglangTree
+    from patchcraft.engine.records import Mode, ModelResult, RunResult
+    from patchcraft.overlay.build import proof_of
+
+    def result(*proofs: Proof) -> RunResult:
+        models = tuple(ModelResult(f"m.C{i}", "m.py", ModelStatus.PATCHED, proof=p) for i, p in enumerate(proofs))
+        return RunResult(Mode.APPLY, SglangTree.__new__(SglangTree), "0", models, ())
+
+    assert proof_of(result(Proof.PASSED, Proof.HARNESS_SKIPPED)) == Proof.PASSED
+    assert proof_of(result(Proof.HARNESS_SKIPPED)) == Proof.HARNESS_SKIPPED
+    assert proof_of(result(Proof.PASSED, Proof.NO_TORCH)) == Proof.NO_TORCH
