@@ -63,15 +63,7 @@ def check_draft_command(options: CheckDraftOptions) -> int:
         raise PatchcraftError("--vllm-target, --vllm-release and --vllm-model need --engine vllm or sglang,vllm")
     if engines != (ServingEngine.SGLANG,):
         return _engines_command(options, engines)
-    training = parse_training(options.trained_on) if options.trained_on else None
-    if training is not None and training.deprecation:
-        console.print_line(f"warning: {training.deprecation}")
-    draft = read_draft(Path(options.draft_dir))
-    target = read_target(Path(options.target_model)) if options.target_model else None
-    num_layers = options.num_layers or (target.num_layers if target else None)
-    if num_layers is None:
-        raise PatchcraftError("the target's layer count is unknown: pass --target TARGET_MODEL_DIR or --num-layers N")
-    name = options.model or (target.architectures[0] if target and target.architectures else None)
+    training, draft, target, num_layers, name = _inputs(options)
     report, _ = _sglang_report(options, draft, target, training, num_layers, name)
     code = verdict_code(report.ok)
     return console.print_report(
@@ -135,15 +127,7 @@ def _engines_command(options: CheckDraftOptions, engines: tuple[ServingEngine, .
     from patchcraft.analysis.vllm_draft_check import check_vllm_draft, one_config
 
     only_vllm = engines == (ServingEngine.VLLM,)
-    training = parse_training(options.trained_on) if options.trained_on else None
-    if training is not None and training.deprecation:
-        console.print_line(f"warning: {training.deprecation}")
-    draft = read_draft(Path(options.draft_dir))
-    target = read_target(Path(options.target_model)) if options.target_model else None
-    num_layers = options.num_layers or (target.num_layers if target else None)
-    if num_layers is None:
-        raise PatchcraftError("the target's layer count is unknown: pass --target TARGET_MODEL_DIR or --num-layers N")
-    name = options.model or (target.architectures[0] if target and target.architectures else None)
+    training, draft, target, num_layers, name = _inputs(options)
     vllm_tree, vllm_release = _vllm_tree(options, only_vllm)
     vllm_name = options.vllm_model or name
     if not vllm_name:
@@ -176,6 +160,22 @@ def _engines_command(options: CheckDraftOptions, engines: tuple[ServingEngine, .
         lambda: documents.check_draft_engines_json(sglang_report, vllm_report, both, codes, where, code),
         lambda: engines_text(sglang_report, vllm_report, both, where),
     )
+
+
+def _inputs(
+    options: CheckDraftOptions,
+) -> tuple[Training | None, DraftConfig, TargetConfig | None, int, str | None]:
+    """What both engines' checks read: the training states, the draft, the target, its layer count, the model."""
+    training = parse_training(options.trained_on) if options.trained_on else None
+    if training is not None and training.deprecation:
+        console.print_line(f"warning: {training.deprecation}")
+    draft = read_draft(Path(options.draft_dir))
+    target = read_target(Path(options.target_model)) if options.target_model else None
+    num_layers = options.num_layers or (target.num_layers if target else None)
+    if num_layers is None:
+        raise PatchcraftError("the target's layer count is unknown: pass --target TARGET_MODEL_DIR or --num-layers N")
+    name = options.model or (target.architectures[0] if target and target.architectures else None)
+    return training, draft, target, num_layers, name
 
 
 def _sglang_report(
