@@ -172,7 +172,7 @@ def verify(targets, models, output_format, color, release, no_runner, smoke_run,
     "--engine",
     Engine,
     Engine.SGLANG,
-    help="cuda: sglang runs the GPU smoke test; harness runs the CPU harness's scenarios, a CUDA graph replay and torch.compile on the GPU (torch only).",
+    help="cuda: sglang runs the GPU smoke test; harness runs the CPU harness's scenarios, a CUDA graph replay and torch.compile on the GPU (torch only). vllm: the tree is vLLM's (told from TARGET otherwise; cpu only): its patched setter and forward on the harness, as apply proves them.",
 )
 @click.option(
     "--compile",
@@ -234,7 +234,12 @@ def smoke(
         from patchcraft.commands.smoke import overlay_target
 
         targets = (overlay_target(overlay_dir),)
-    options = pipeline_options(targets, models, output_format, color, release=release, no_runner=no_runner)
+    from patchcraft.base.engines import ServingEngine
+
+    serving = ServingEngine.VLLM if engine == Engine.VLLM else None
+    options = pipeline_options(
+        targets, models, output_format, color, release=release, no_runner=no_runner, engine=serving
+    )
     cuda = dict(
         tp=tp,
         model_path=model_path,
@@ -275,11 +280,14 @@ def revert(targets, models, output_format, color, release, no_runner) -> None:
 @cli.command(name="list")
 @click.argument("targets", nargs=-1, type=click.Path())
 @format_option()
-def list_(targets, output_format) -> None:
+@click.option("--release", metavar="VERSION", help="Use the cached tree of VERSION (fetched on first use) as TARGET.")
+@engine_option("The engine whose transforms are listed (default: told from TARGET; sglang without one).", detect=True)
+def list_(targets, output_format, release, engine) -> None:
     """Show the transforms and which places they match in TARGET."""
+    from patchcraft.commands._targets import release_targets
     from patchcraft.commands.list_ import list_command
 
-    sys.exit(list_command(tuple(targets), output_format))
+    sys.exit(list_command(release_targets(targets, release, engine), output_format, engine))
 
 
 @cli.command()

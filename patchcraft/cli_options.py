@@ -183,15 +183,19 @@ def _remember_strict(ctx: click.Context, param: click.Parameter, value: bool) ->
     ctx.meta[_STRICT] = value
 
 
-def pipeline_options(targets, models, output_format, color, show_diff=False, release=None, no_runner=False):
-    """The pipeline's :class:`~patchcraft.pipeline.stages.Options` from :func:`patching_options`' values."""
+def pipeline_options(
+    targets, models, output_format, color, show_diff=False, release=None, no_runner=False, engine=None
+):
+    """The pipeline's :class:`~patchcraft.pipeline.stages.Options` from :func:`patching_options`' values
+    (``engine``: the serving engine when the command says it its own way, as ``smoke --engine vllm``)."""
     from patchcraft.pipeline.stages import Options
     from patchcraft.commands._targets import release_targets
 
     meta = click.get_current_context().meta
+    engine = engine if engine is not None else meta.get(_ENGINE)
     return Options(
-        targets=release_targets(targets, release, meta.get(_ENGINE)),
-        engine=meta.get(_ENGINE),
+        targets=release_targets(targets, release, engine),
+        engine=engine,
         models=tuple(models),
         output_format=output_format,
         color=color,

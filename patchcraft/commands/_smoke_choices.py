@@ -18,7 +18,9 @@ class Device(Choice):
 
 
 class Engine(Choice):
-    """``--engine`` (with ``--device cuda``): the real SGLang run, or the CPU harness's checks on the GPU."""
+    """``--engine``: with ``--device cuda``, the real SGLang run, or the CPU harness's checks on the GPU;
+    ``vllm``: the tree is vLLM's (told from TARGET otherwise), its patched code run on the CPU harness."""
 
     SGLANG = "sglang"
     HARNESS = "harness"
+    VLLM = "vllm"

@@ -29,11 +29,27 @@ def smoke_command(
     ``compiled``: the torch.compile check instead of the scenarios (patchcraft.harness.compiled).
     ``device=Device.CUDA, engine=Engine.HARNESS``: the harness on a CUDA device (patchcraft.harness.cuda).
     """
+    if engine == Engine.VLLM or _names_vllm(options):
+        if device != Device.CPU or compiled:
+            raise PatchcraftError(
+                "smoke on a vLLM tree runs its patched setter and forward on the CPU harness (--device cpu, "
+                "without --compile); the GPU smoke test and torch.compile check are SGLang's"
+            )
+        return _verify_and_smoke(options, show_verify=False)
     if device != Device.CPU and engine == Engine.HARNESS:
         return _device_harness(options, device, compiled)
     if device == Device.CUDA:
         return _cuda(options, **(cuda or {}))
     return _verify_and_smoke(options, show_verify=False, compiled=compiled)
+
+
+def _names_vllm(options: Options) -> bool:
+    """Whether a TARGET is a vLLM tree (told from the path, nothing imported)."""
+    from pathlib import Path
+
+    from patchcraft.base.vllm_tree import is_vllm_path
+
+    return any(is_vllm_path(Path(t)) for t in options.targets)
 
 
 def verify_smoke_command(options: Options) -> int:
@@ -88,7 +104,8 @@ def _smoke_runs(
     from patchcraft.harness.runner import smoke_model, smoke_tree
 
     results: list[RunResult] = [
-        run(tree, Mode.VERIFY, options.models, runner=options.runner) for tree in resolve_targets(options.targets)
+        run(tree, Mode.VERIFY, options.models, runner=options.runner)
+        for tree in resolve_targets(options.targets, options.engine)
     ]
     check: Callable[..., Any] = smoke_model
     if device != Device.CPU:
@@ -105,7 +122,9 @@ def _smoke_runs(
     # Hand-made models still missing edits run as apply would write them, and their verdicts are
     # their rows' proof, with what to do: verify --smoke, verify and apply say the same (pipeline/proof.py).
     runs = [
-        smoke_tree(
+        _vllm_run(r)
+        if r.tree.engine == "vllm"
+        else smoke_tree(
             r.tree,
             options.models,
             models=[_proof.as_written(m) for m in r.models],
@@ -116,6 +135,13 @@ def _smoke_runs(
         for r in results
     ]
     return results, runs, label
+
+
+def _vllm_run(result: RunResult) -> Any:
+    """vLLM's rows: the proof apply runs (patchcraft.harness.vllm_proof), on the tree as verify found it."""
+    from patchcraft.harness.vllm_proof import prove_tree
+
+    return prove_tree(result.tree, [_proof.as_written(m) for m in result.models], texts=_proof.texts_of(result))
 
 
 def _device_harness(options: Options, device: Device, compiled: bool) -> int:

@@ -19,7 +19,9 @@ def text_lines(runs: Sequence[SmokeRun], device: str = "cpu") -> list[str]:
     for run in runs:
         counts = {s: sum(r.status == s for r in run.results) for s in (PASS, FAIL, ERROR, SKIPPED)}
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        lines.append(f"smoke ({device}) sglang {run.version} at {run.tree.package}: {summary or 'no model classes'}")
+        lines.append(
+            f"smoke ({device}) {run.tree.engine} {run.version} at {run.tree.package}: {summary or 'no model classes'}"
+        )
         width = max((len(r.model) for r in run.results), default=0)
         for row in run.results:
             took = f"{row.seconds:5.2f}s" if row.status != SKIPPED else "      "

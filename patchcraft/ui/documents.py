@@ -250,7 +250,7 @@ def smoke_rows_json(runs: Sequence[SmokeRun], device: str = "cpu") -> dict[str, 
     rows = [row for run in runs for row in run.results]
     return {
         "device": device,
-        "targets": [{"package": str(r.tree.package), **version_json(r.version)} for r in runs],
+        "targets": [{"package": str(r.tree.package), "engine": r.tree.engine, **version_json(r.version)} for r in runs],
         "models": [smoke_row_json(row) for row in rows],
         "summary": {s: sum(r.status == s for r in rows) for s in (PASS, FAIL, ERROR, SKIPPED)},
     }
@@ -304,11 +304,14 @@ def cuda_smoke_json(summary: CudaSmokeSummary) -> dict[str, Any]:
 # -- list, cache prune, overlay build ---------------------------------------------------------
 
 
-def list_json(transforms: Sequence[Transform], matches: Mapping[str, Sequence[str]]) -> list[dict[str, Any]]:
-    """``list --format json``: each transform, and the sites it matches in the targets (``matches``, by name)."""
+def list_json(
+    transforms: Sequence[Transform], matches: Mapping[str, Sequence[str]], engines: Sequence[str]
+) -> list[dict[str, Any]]:
+    """``list --format json``: each transform, its engine (``engines``, in the same order), and the sites it
+    matches in the targets (``matches``, by name)."""
     return [
-        {"name": t.NAME, "kind": t.KIND, "description": t.DESCRIPTION, "matches": list(matches[t.NAME])}
-        for t in transforms
+        {"name": t.NAME, "kind": t.KIND, "engine": e, "description": t.DESCRIPTION, "matches": list(matches[t.NAME])}
+        for t, e in zip(transforms, engines)
     ]
 
 

@@ -11,7 +11,7 @@ from patchcraft.commands._smoke_choices import Device, Engine
 
 
 def test_the_words() -> None:
-    assert [d.value for d in Device] == ["cpu", "cuda"] and [e.value for e in Engine] == ["sglang", "harness"]
+    assert [d.value for d in Device] == ["cpu", "cuda"] and [e.value for e in Engine] == ["sglang", "harness", "vllm"]
     assert Device.CUDA == "cuda" and f"--device {Device.CUDA}" == "--device cuda"
 
 
@@ -20,7 +20,7 @@ def test_smoke_offers_them_and_hands_on_members(monkeypatch: pytest.MonkeyPatch)
 
     command = cli.commands["smoke"]
     choices = {p.name: list(p.type.choices) for p in command.params if isinstance(p.type, click.Choice)}
-    assert choices["device"] == ["cpu", "cuda"] and choices["engine"] == ["sglang", "harness"]
+    assert choices["device"] == ["cpu", "cuda"] and choices["engine"] == ["sglang", "harness", "vllm"]
     seen = []
     monkeypatch.setattr(smoke, "smoke_command", lambda options, **kw: seen.append(kw) or 0)
     assert CliRunner().invoke(cli, ["smoke"]).exit_code == 0
