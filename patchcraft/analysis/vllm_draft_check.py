@@ -7,7 +7,8 @@ default runner takes from the draft's whole ``config.json`` (its id function
 run on it, :func:`patchcraft.reading.vllm_runner.read_runners`), the
 model-type gate, and the model's setter and forward on the CPU harness.
 The checks: ``ids``, ``gate``, ``hidden-size``, ``run``, ``fc-width``,
-``range`` and ``convention`` (and a ``tp`` note above TP 1).
+``range`` and ``convention`` (and, above TP 1, ``tp``: the reduction reading of
+:mod:`patchcraft.reading.vllm_fusion_reading`).
 
 A fix is an id list for the **top-level** ``eagle_aux_hidden_state_layer_ids``
 (the key every vLLM runner that reads ids reads first; SGLang never reads
@@ -163,8 +164,10 @@ def _report(
         _check_convention(expected, explanation),
     ]
     if tp > 1:
+        partial = next((f.text for f in explanation.findings if f.kind is FindingKind.PARTIAL), "")
         note = next((f.text for f in explanation.notes if f.kind is FindingKind.TP), "")
-        checks.append(Check("tp", None, note))
+        reduced = note.startswith(f"TP {tp}: every captured state is reduced")
+        checks.append(Check("tp", False if partial else (True if reduced else None), partial or note))
     failed = [c for c in checks if c.ok is False]
     verdict = (
         failed[0].message

@@ -59,8 +59,10 @@ class FindingKind(str, enum.Enum):
     IGNORED = "ids-not-read"
     #: A place of the draft's config (SGLang's ``eagle_config``) a runner does not read: a note, not a warning.
     PLACE = "place-not-read"
-    #: ``--tp`` above 1: what tensor parallelism does to the captures is not read for vLLM yet (a note).
-    TP = "tp-not-read"
+    #: ``--tp`` above 1: every captured state is reduced, or the reduction could not be read (a note).
+    TP = "tp-reduction"
+    #: ``--tp`` above 1: a capture reads a per-rank partial sum (a layer leaves its output unreduced).
+    PARTIAL = "partial-sums"
     CRASH = "crash"
     DROPPED = "dropped"
     COLLAPSED = "collapsed"
@@ -130,7 +132,8 @@ def explain_vllm(
 ) -> VllmExplanation:
     """Read the runners and the gate, then run the model's getter, setter and forward (torch needed for the run).
 
-    The run is one rank: at ``tp`` > 1 a note says that the all-reduce reading is not built for vLLM yet.
+    The run is one rank: at ``tp`` > 1 the reduction reading (:func:`tp_finding`) says whether the captures
+    read reduced states (a note) or per-rank partial sums (a warning).
     """
     import importlib.util
 
@@ -141,13 +144,7 @@ def explain_vllm(
     set_ids = runner.ids_for(TOP_LEVEL) if runner is not None and ids is not None else None
     findings: list[Finding] = []
     if tp > 1:
-        findings.append(
-            Finding(
-                FindingKind.TP,
-                f"--tp {tp}: the states are those of one rank; whether a vLLM layer leaves its output unreduced "
-                "for the next layer's fused all-reduce (a per-rank partial sum captured) is not read for vLLM yet",
-            )
-        )
+        findings.append(tp_finding(tree, model_name, tp))
     if importlib.util.find_spec("torch") is None:
         label = model_name
         findings.append(Finding(FindingKind.NOT_RUN, "torch is not installed: the model's code was not run"))
@@ -219,6 +216,25 @@ def explain_vllm(
         model_name,
         model.via,
     )
+
+
+def tp_finding(tree: VllmTree, model_name: str, tp: int) -> Finding:
+    """At TP > 1: what :mod:`patchcraft.reading.vllm_fusion_reading` found for this target's captures."""
+    from patchcraft.reading.vllm_fusion_reading import PARTIAL, REDUCED, read_model
+
+    reading = read_model(tree.package, model_name)
+    if reading is None:
+        return Finding(FindingKind.TP, f"TP {tp}: the reduction is not read ({model_name} is no EAGLE-3 target here)")
+    if reading.verdict == PARTIAL:
+        return Finding(
+            FindingKind.PARTIAL,
+            f"TP {tp}: layer states are per-rank partial sums at TP > 1 (all-reduce fusion): {reading.evidence}; "
+            "no vLLM server flag forces that reduction (the layer's code defers it, not a compilation pass), "
+            "and patchcraft has no fix for it yet",
+        )
+    if reading.verdict == REDUCED:
+        return Finding(FindingKind.TP, f"TP {tp}: every captured state is reduced: {reading.evidence}")
+    return Finding(FindingKind.TP, f"TP {tp}: the reduction is not read: {reading.evidence}")
 
 
 def _model_type(asked: str, cls: str) -> str:
