@@ -139,7 +139,7 @@ def test_smoke_document() -> None:
         "exit_code": 1,
         "smoke": {
             "device": "cpu",
-            "targets": [{"package": "/nowhere/sglang", "sglang_version": "0.5.10"}],
+            "targets": [{"package": "/nowhere/sglang", "engine": "sglang", "sglang_version": "0.5.10"}],
             "models": [documents.smoke_row_json(row) for row in ROWS],
             "summary": {"pass": 1, "fail": 1, "error": 0, "skipped": 1},
         },
@@ -195,11 +195,12 @@ def test_list_document() -> None:
     matches = {t.NAME: [] for t in MODEL_TRANSFORMS}
     first = MODEL_TRANSFORMS[0]
     matches[first.NAME] = ["sglang/srt/models/llama.py:LlamaForCausalLM.set_eagle3_layers_to_capture"]
-    document = documents.list_json(MODEL_TRANSFORMS, matches)
+    document = documents.list_json(MODEL_TRANSFORMS, matches, ["sglang"] * len(MODEL_TRANSFORMS))
     assert [d["name"] for d in document] == [t.NAME for t in MODEL_TRANSFORMS]
     assert document[0] == {
         "name": first.NAME,
         "kind": first.KIND,
+        "engine": "sglang",
         "description": first.DESCRIPTION,
         "matches": matches[first.NAME],
     }
