@@ -14,6 +14,13 @@ the sum raises ``TypeError``. Two edits, found by structure:
   a trailing ``# patchcraft:`` comment on its line, so layer 0 is not
   captured twice (nor crashes). :func:`revert` gives the test back.
 
+The embedding output is found by structure, not by name: the stream the
+loop threads through its layer call (``hidden_states, residual =
+layer(positions, hidden_states, residual)``, or GPT-OSS's ``x, residual =
+layer(x, positions, residual)`` on 0.11-0.17, whose capture ``x if residual
+is None else x + residual`` feeds the embedding tensor itself at layer 0,
+which that layer's fused add-norm then overwrites in place).
+
 Ids without 0 capture exactly what they did: ``residual`` is None only
 before layer 0 of the first stage.
 """
@@ -60,9 +67,9 @@ GUARD = "residual is not None"
 GUARD_COMMENT = f"{MARKER} id 0 is captured before the loop"
 
 
-def block(collector: str, ids: str) -> str:
-    """The marked block inserted right before the layer loop."""
-    return f"{BLOCK_COMMENT}\nif residual is None and 0 in {ids}:\n    {collector}.append(hidden_states.clone())\n"
+def block(collector: str, ids: str, stream: str = "hidden_states") -> str:
+    """The marked block inserted right before the layer loop; ``stream``: the embedding output's name."""
+    return f"{BLOCK_COMMENT}\nif residual is None and 0 in {ids}:\n    {collector}.append({stream}.clone())\n"
 
 
 @dataclass
@@ -76,6 +83,7 @@ class Capture:
     collector: str
     statements: Sequence[cst.BaseStatement]  # the block holding the loop
     index: int  # the loop's position in it
+    stream: str = "hidden_states"  # the name the loop threads through its layer call: the embedding output
 
 
 def _guarded(test: cst.BaseExpression) -> bool:
@@ -130,6 +138,38 @@ def _collector_of(stmt: cst.BaseStatement) -> Optional[str]:
     return None
 
 
+def _names(node: cst.BaseExpression) -> list[str]:
+    """The names an assignment target binds: ``x`` or ``x, residual``."""
+    if isinstance(node, cst.Name):
+        return [node.value]
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return [e.value.value for e in node.elements if isinstance(e.value, cst.Name)]
+    return []
+
+
+def _threaded(loop: cst.For) -> list[str]:
+    """The streams the loop threads: a name its body passes to a call and binds from that call's result
+    (``hidden_states, residual = layer(positions, hidden_states, residual)``; ``x, residual = layer(x, ...)``),
+    ``residual`` aside."""
+    found: list[str] = []
+    for stmt in loop.body.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Call)):
+                continue
+            bound = {n for t in small.targets for n in _names(t.target)}
+            passed = [a.value.value for a in small.value.args if isinstance(a.value, cst.Name)]
+            found += [n for n in passed if n in bound and n != "residual" and n not in found]
+    return found
+
+
+def _stream(loop: cst.For, capture: cst.If) -> Optional[str]:
+    """The embedding output's name: the one stream the loop threads that its capture reads (else None)."""
+    read = [n for n in _threaded(loop) if _reads(capture.body, n)]
+    return read[0] if len(read) == 1 else None
+
+
 EXPECTED_LOOP = (
     "a layer loop (`for idx, layer in ...:`) whose capture `if idx in self.aux_hidden_state_layers:` "
     "reads `hidden_states + residual` (vLLM's top-of-layer capture)"
@@ -164,11 +204,20 @@ def analyse(func: cst.FunctionDef, site: EditSite) -> Capture:
     statements = list(block_node.body)
     if not any(_collector_of(s) == collector for s in statements[:index]):
         raise AnchorError(site, f"`{collector} = []` before the layer loop, in the same block")
+    stream = _stream(loop, capture)
+    if stream is None:
+        if not _reads(capture.body, "hidden_states"):
+            raise AnchorError(
+                site,
+                "the layer loop to thread one stream its capture reads "
+                "(`x, residual = layer(x, ..., residual)`, the capture reading `x`): the embedding output",
+            )
+        stream = "hidden_states"  # a layer call the loop does not rebind from directly (``layer_outputs[0]``)
     point = loop_chain
-    for name in ("hidden_states", "residual"):
+    for name in (stream, "residual"):
         if not bound_on_every_path(func, point, name):
             raise AnchorError(site, f"`{name}` bound on every path before the layer loop (the embedding output)")
-    return Capture(loop, capture, ids, _guarded(capture.test), collector, statements, index)
+    return Capture(loop, capture, ids, _guarded(capture.test), collector, statements, index, stream)
 
 
 def line_of_stmt(func: cst.FunctionDef, stmt: cst.CSTNode) -> str:
@@ -200,7 +249,7 @@ def _with_guard(module: cst.Module, capture: cst.If, site: EditSite) -> cst.If:
 
 def edit(module: cst.Module, func: cst.FunctionDef, site: EditSite) -> tuple[cst.FunctionDef, Outcome]:
     capture = analyse(func, site)
-    canonical = marked_statement(module, block(capture.collector, capture.ids))
+    canonical = marked_statement(module, block(capture.collector, capture.ids, capture.stream))
     before = capture.statements[capture.index - 1]
     marked = [s for s, _ in walk_statements(func) if is_marked(s)]
     if capture.guarded and not _guard_marked(capture.capture):

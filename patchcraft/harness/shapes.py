@@ -77,7 +77,7 @@ def _slot(call: ast.Call, name: str) -> Optional[Slot]:
 
 
 def _is_layer_call(node: ast.AST, layer_names: set[str]) -> bool:
-    if not isinstance(node, ast.Call) or _slot(node, "hidden_states") is None:
+    if not isinstance(node, ast.Call):
         return False
     func = node.func
     if isinstance(func, ast.Name):
@@ -85,15 +85,41 @@ def _is_layer_call(node: ast.AST, layer_names: set[str]) -> bool:
     return isinstance(func, ast.Subscript) and _mentions_layers(func)
 
 
-def _outputs(func: ast.AST, call: ast.Call, residual: bool) -> Optional[tuple[str, ...]]:
+def _assigned(func: ast.AST, call: ast.Call) -> Optional[ast.expr]:
+    """The one target of the assignment whose value is ``call`` (None if the call is not assigned)."""
     for node in ast.walk(func):
         if isinstance(node, ast.Assign) and node.value is call and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, (ast.Tuple, ast.List)):
-                return tuple(e.id if isinstance(e, ast.Name) else "_" for e in target.elts)
-            if isinstance(target, ast.Name) and target.id != "hidden_states":
-                # layer_outputs = layer(...); hidden_states = layer_outputs[0]
-                return ("hidden_states", "residual") if residual else ("hidden_states",)
+            return node.targets[0]
+    return None
+
+
+def _names(target: Optional[ast.expr]) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [e.id for e in target.elts if isinstance(e, ast.Name)]
+    return []
+
+
+def stream_name(func: ast.AST, call: ast.Call) -> Optional[str]:
+    """The hidden stream the layer call threads: ``hidden_states``, or by structure the first positional
+    argument the call is passed and rebinds (GPT-OSS's ``x, residual = layer(x, positions, residual)``)."""
+    if _slot(call, "hidden_states") is not None:
+        return "hidden_states"
+    rebound = set(_names(_assigned(func, call))) - {"residual"}
+    return next((a.id for a in call.args if isinstance(a, ast.Name) and a.id in rebound), None)
+
+
+def _outputs(func: ast.AST, call: ast.Call, residual: bool, hidden: str) -> Optional[tuple[str, ...]]:
+    """The names the result is unpacked into, the stream spelled ``hidden_states`` (the stand-in's word)."""
+    target = _assigned(func, call)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return tuple(
+            ("hidden_states" if e.id == hidden else e.id) if isinstance(e, ast.Name) else "_" for e in target.elts
+        )
+    if isinstance(target, ast.Name) and target.id != hidden:
+        # layer_outputs = layer(...); hidden_states = layer_outputs[0]
+        return ("hidden_states", "residual") if residual else ("hidden_states",)
     return None
 
 
@@ -101,20 +127,26 @@ def layer_call(forward: MethodCode) -> LayerCall:
     """The first decoder-layer call in ``forward`` and its convention."""
     func = forward.tree().body[0]
     names = _layer_names(func)
-    calls = [n for n in ast.walk(func) if isinstance(n, ast.Call) and _is_layer_call(n, names)]
+    layer_calls = [n for n in ast.walk(func) if isinstance(n, ast.Call) and _is_layer_call(n, names)]
+    # a call passing hidden_states first; else one threading a stream of another name (GPT-OSS's ``x``)
+    calls = [n for n in layer_calls if _slot(n, "hidden_states") is not None] or [
+        n for n in layer_calls if stream_name(func, n) is not None
+    ]
     if not calls:
         raise ShapeError(f"{forward.cls}.forward: no call of a decoder layer with hidden_states found")
     call = min(calls, key=lambda c: (c.lineno, c.col_offset))
+    hidden = stream_name(func, call)
+    assert hidden is not None
     residual = _slot(call, "residual")
     uses_stream = any(isinstance(n, ast.Name) and n.id == "residual_batch" for n in ast.walk(func))
     kind = "pair" if residual is not None else "stream" if uses_stream else "none"
     captures = tuple(k.arg for k in call.keywords if k.arg and "capture" in k.arg)
     return LayerCall(
-        hidden=_slot(call, "hidden_states"),  # type: ignore[arg-type]
+        hidden=_slot(call, hidden),  # type: ignore[arg-type]
         residual=residual,
         batch=_slot(call, "forward_batch"),
         residual_kind=kind,
-        outputs=_outputs(func, call, residual is not None),
+        outputs=_outputs(func, call, residual is not None, hidden),
         captures=captures,
         line=call.lineno,
     )

@@ -37,9 +37,9 @@ from torch import nn
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.harness.assemble import Program, Sources
-from patchcraft.harness.extract import PATCHED, ModelSource
+from patchcraft.harness.extract import PATCHED, MethodCode, ModelSource
 from patchcraft.harness.served import Fed, RunOutcome
-from patchcraft.harness.shapes import ShapeError, layer_call
+from patchcraft.harness.shapes import ShapeError, embedding_attributes, layer_call
 from patchcraft.harness.standins import (
     HarnessError,
     RecordingEmbedding,
@@ -252,7 +252,8 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
     call = layer_call(forward)
     inner: Any = program.stand_in(model.inner)()
     embedding = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
-    inner.equip("embed_tokens", embedding)
+    for name in {"embed_tokens"} | _embedders(model, forward):
+        inner.equip(name, embedding)
     inner.equip("layers", nn.ModuleList(StandInLayer(i, call) for i in range(num_layers)))
     inner.equip("start_layer", 0)
     inner.equip("end_layer", num_layers)
@@ -263,6 +264,18 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
     outer.equip("config", StandInConfig(num_layers, HIDDEN, VOCAB))
     setattr(outer, INNER, inner)
     return outer, inner, embedding
+
+
+def _embedders(model: VllmModel, forward: MethodCode) -> set[str]:
+    """The attributes the inner model embeds tokens with: ``self.A(input_ids)`` in its forward, or in a
+    method of its own the forward calls so (GPT-OSS's ``self.embed_input_ids(input_ids)``, which calls
+    ``self.embedding(input_ids)``). ``equip`` sets only those its ``__init__`` assigns."""
+    found = set()
+    for name in embedding_attributes(forward):
+        method = model.graph.find_method(model.inner, name)
+        code = model.program.method(method[0], name) if method is not None else None
+        found |= embedding_attributes(code) if code is not None else {name}
+    return found
 
 
 def _forward(model: VllmModel, inner: Any) -> Any:

@@ -5,8 +5,9 @@ byte for byte, ``verify`` and ``apply --check`` then exit 0, and ``revert`` give
 byte for byte. ``deepseek_v2``: the top-of-layer capture (0.34.0 in the fast tier, 0.18.0 in the full
 tier); ``llama`` on 0.11.2 and 0.17.0: the same edit in the pre-mixin ``LlamaModel.forward`` (0.17.0
 fast); ``llama`` on 0.18.0 and 0.34.0: ``EagleModelMixin``'s capture of id 0 made a copy, in
-``interfaces.py``, for every mixin model (full tier: the proof runs ~40 models). ``pytest
---update-golden`` rewrites the files for review.
+``interfaces.py``, for every mixin model (full tier: the proof runs ~40 models); ``gpt_oss`` on 0.11.2
+(0.17.0 full tier): the same edit where the loop threads ``x``. ``pytest --update-golden`` rewrites the
+files for review.
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ def test_llama_before_and_with_the_mixin(version: str, tmp_path: Path, update_go
     if mixin:  # one edit serves every mixin model: each row says so
         qwen3 = rows["qwen3.Qwen3ForCausalLM"]
         assert qwen3.status.value == "patched" and "via interfaces.py EagleModelMixin" in qwen3.message
+
+
+@pytest.mark.parametrize("version", ["0.11.2", pytest.param("0.17.0", marks=pytest.mark.slow)])
+def test_gpt_oss_threading_x(version: str, tmp_path: Path, update_golden: bool, capsys) -> None:
+    """GPT-OSS before the mixin: its loop threads ``x`` (the embedding output, found by structure), and its
+    capture fed the embedding tensor itself for id 0; patched, explain reads a copy of hs[0]."""
+    explain = ("explain", "--model", "GptOssForCausalLM", "--layer-ids", "0,2,4", "--num-layers", "8")
+
+    def explained(package: Path) -> None:
+        code, out, _ = run_cli(capsys, explain[0], str(package), *explain[1:])
+        assert code == 0 and "warning" not in out and "hs[0], hs[2], hs[4]" in out, out
+
+    rows = _check_golden(version, "gpt_oss", "gpt_oss.GptOssForCausalLM", tmp_path, update_golden, explained)
+    assert {e.kind.value for e in rows["gpt_oss.GptOssForCausalLM"].edits} == {"vllm-forward"}
 
 
 def _check_golden(version: str, stem: str, proven: str, tmp_path: Path, update_golden: bool, on_patched=None) -> dict:

@@ -72,3 +72,27 @@ def test_half_an_edit_is_completed() -> None:
     without_guard = patched.replace(" and residual is not None:  # patchcraft: id 0 is captured before the loop", ":")
     module, outcome = _apply(without_guard)
     assert outcome.status is EditStatus.APPLIED and module.code == patched
+
+
+GPT_OSS = next(e for e in examples.EXAMPLES if e.site.cls == "GptOssModel")
+
+
+@pytest.mark.parametrize(
+    "old, new, expected",
+    [
+        (
+            "x, residual = layer(x, positions, residual)",
+            "y, residual = layer(x, positions, residual)",
+            "the layer loop to thread one stream its capture reads",
+        ),
+        ("                x = inputs_embeds\n", "                pass\n", "`x` bound on every path"),
+    ],
+    ids=["stream not threaded", "stream unbound"],
+)
+def test_the_embedding_output_is_found_by_structure_or_refused(old: str, new: str, expected: str) -> None:
+    """GPT-OSS threads ``x``: the name comes from the loop's layer call, and a broken thread is refused."""
+    assert old in GPT_OSS.before
+    broken = GPT_OSS.before.replace(old, new, 1)
+    with pytest.raises(AnchorError, match=re.escape(expected)) as info:
+        examples.TRANSFORM.apply(cst.parse_module(broken), GPT_OSS.site)
+    assert str(info.value).startswith("gpt_oss.py: GptOssModel.forward: expected")

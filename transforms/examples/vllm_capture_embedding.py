@@ -22,6 +22,25 @@ class DeepseekV2Model(nn.Module):
             residual = intermediate_tensors["residual"]
 """
 
+_GPT_OSS_SITE = example_site(vllm_capture_embedding.KIND, "GptOssModel", "forward", path="gpt_oss.py")
+
+_GPT_OSS_HEAD = """\
+class GptOssModel(nn.Module):
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        if get_pp_group().is_first_rank:
+            if inputs_embeds is not None:
+                x = inputs_embeds
+            else:
+                x = self.embed_input_ids(input_ids)
+
+            residual = None
+        else:
+            assert intermediate_tensors is not None
+            x = intermediate_tensors["hidden_states"]
+            residual = intermediate_tensors["residual"]
+
+"""
+
 _PATCHED_0_18 = (
     _HEAD
     + """\
@@ -113,6 +132,42 @@ EXAMPLES = [
         if self.end_layer in self.aux_hidden_state_layers:
             aux_hidden_states.append(hidden_states + residual)
         return hidden_states, aux_hidden_states
+""",
+    ),
+    Example(
+        title=(
+            "0.11-0.17's GptOssModel.forward: the loop threads `x`, not `hidden_states` (found by structure); "
+            "its capture at layer 0 was the embedding tensor itself"
+        ),
+        site=_GPT_OSS_SITE,
+        before=_GPT_OSS_HEAD
+        + """\
+        aux_hidden_states = []
+        for i in range(self.start_layer, self.end_layer):
+            layer = self.layers[i]
+            if i in self.aux_hidden_state_layers:
+                aux_hidden_states.append(x if residual is None else x + residual)
+            x, residual = layer(x, positions, residual)
+        x, _ = self.norm(x, residual)
+        if len(aux_hidden_states) > 0:
+            return x, aux_hidden_states
+        return x
+""",
+        after=_GPT_OSS_HEAD
+        + """\
+        aux_hidden_states = []
+        # patchcraft: vLLM id 0 is hs[0], the embedding output: a copy (layer 0 adds into it in place), first pipeline stage only
+        if residual is None and 0 in self.aux_hidden_state_layers:
+            aux_hidden_states.append(x.clone())
+        for i in range(self.start_layer, self.end_layer):
+            layer = self.layers[i]
+            if i in self.aux_hidden_state_layers and residual is not None:  # patchcraft: id 0 is captured before the loop
+                aux_hidden_states.append(x if residual is None else x + residual)
+            x, residual = layer(x, positions, residual)
+        x, _ = self.norm(x, residual)
+        if len(aux_hidden_states) > 0:
+            return x, aux_hidden_states
+        return x
 """,
     ),
     Example.unchanged(title="already patched: recognised by its marks, not doubled", site=_SITE, text=_PATCHED_0_18),
