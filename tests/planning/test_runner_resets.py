@@ -57,3 +57,16 @@ def test_the_warm_up_resets_too_from_0_5_6() -> None:
     resets = runner_resets(resolve_target(str(release_package("0.5.10"))))
     assert {r.function for r in resets} == {"__init__", "_dummy_run"}
     assert [(r.file, r.line) for r in resets] == sorted((r.file, r.line) for r in resets)
+
+
+def test_a_runner_edited_after_a_reading_is_read_again(tmp_path: Path) -> None:
+    # The reading is remembered by the files' names, times and sizes: an edit (apply's, or a hand's) shows.
+    tree = tree_with(tmp_path, {"cuda_graph_runner.py": RUNNER})
+    assert len(runner_resets(tree)) == 1
+    path = tree.package / "srt" / "model_executor" / "cuda_graph_runner.py"
+    path.write_text(RUNNER.replace("set_eagle3_layers_to_capture()", "set_eagle3_layers_to_capture(ids)"))
+    assert runner_resets(tree) == ()
+    (path.parent / "model_runner.py").write_text(
+        "def _dummy_run(self):\n    self.model.set_eagle3_layers_to_capture()\n"
+    )
+    assert [r.function for r in runner_resets(tree)] == ["_dummy_run"]
