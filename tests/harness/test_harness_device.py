@@ -38,7 +38,6 @@ SCENARIOS = ["init", "capture", "same", "default", "pipeline", "graph"]
     "version, compiled",
     [
         pytest.param("0.5.10", False, id="0.5.10-graph"),
-        pytest.param("0.5.10", True, id="0.5.10-graph-compiled", marks=pytest.mark.slow),
         pytest.param("0.5.23", True, id="0.5.23-graph-compiled", marks=pytest.mark.slow),
     ],
 )
