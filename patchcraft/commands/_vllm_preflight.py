@@ -4,16 +4,23 @@ The command line is read without importing vLLM
 (:mod:`patchcraft.reading.vllm_server_args`); the draft is the speculative
 config's ``model``, the target the served model (a local directory, or a
 hub name's snapshot in the local Hugging Face cache, as for SGLang). The
-check itself is :func:`patchcraft.analysis.vllm_launch_check.check_launch`,
-on the overlay's patched vLLM tree. Whatever cannot be read or checked is
-one line naming it and ``--no-preflight``, exit 2, no launch: never an ok
-that was not checked. A vLLM verdict is not cached: each launch checks again.
+check itself is ``check-draft --engine vllm``'s,
+:func:`patchcraft.analysis.vllm_draft_check.check_vllm_draft`, on the
+overlay's patched vLLM tree, with the served model's architecture and layer
+count and the server's ``--tensor-parallel-size``: one judge for both
+commands. Its ok launches; its mismatch refuses the launch (exit 1) with
+its report as ``check-draft`` prints it, the failing checks and every fix
+proven by running the whole check again. Whatever cannot be read or checked
+(no architecture or layer count, torch missing, the harness could not run
+the model, the training not known) is one line naming it and
+``--no-preflight``, exit 2, no launch: never an ok that was not checked. A
+vLLM verdict is not cached: each launch checks again.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.commands._preflight import PREFIX, WAY_OUT, _local_model
@@ -72,20 +79,38 @@ def run_vllm_preflight(argv: Sequence[str], package: Path, trained_on: str | Non
 
 
 def _check(package: Path, draft, target, trained_on: str | None, tp: int, notes: list[str]) -> int:
+    """check-draft --engine vllm on the tree ``package``: ok launches (0), a mismatch refuses (1), else exit 2."""
+    from patchcraft.analysis.target_model import states_text
     from patchcraft.analysis.training import parse_training
-    from patchcraft.analysis.vllm_launch_check import Verdict, check_launch
+    from patchcraft.analysis.vllm_draft_check import check_vllm_draft
+    from patchcraft.base.vllm_tree import VllmTree
+    from patchcraft.ui.vllm_explain_text import vllm_report_head, vllm_report_text
 
-    training = parse_training(trained_on) if trained_on else None
-    result = check_launch(package, draft, target, training, tp)
-    for line in notes + list(result.lines):
+    for line in notes:
         console.print_line(PREFIX + line)
-    if result.verdict is Verdict.UNCHECKED:
-        raise PatchcraftError(f"preflight not checked: {result.reason}; {WAY_OUT}")
-    if result.verdict is Verdict.MISMATCH:
-        console.print_line(f"{PREFIX}{result.reason}")
+    if not target.architectures:
+        raise PatchcraftError(
+            f"preflight not checked: {target.path} names no architecture: the model class is not known; {WAY_OUT}"
+        )
+    if target.num_layers is None:
+        raise PatchcraftError(f"preflight not checked: {target.path} has no num_hidden_layers; {WAY_OUT}")
+    training = parse_training(trained_on) if trained_on else None
+    tree = VllmTree(package=package, root=package.parent)
+    report = check_vllm_draft(tree, target.architectures[0], draft, target, training, target.num_layers, tp)
+    if not report.ok:
+        console.print_report("text", CHANGED, dict, lambda: vllm_report_text(report, str(package)))  # as check-draft
         console.print_line(
             f"{PREFIX}refused to launch: the draft would be fed other hidden states than it was trained on (above); {WAY_OUT}"
         )
         return CHANGED
-    console.print_line(PREFIX + result.reason)
+    for line in vllm_report_head(report) + [f"note: {n.text}" for n in report.explanation.notes]:
+        console.print_line(PREFIX + line)
+    run = next(c for c in report.checks if c.name == "run")
+    if not report.explanation.ran:
+        raise PatchcraftError(f"preflight not checked: torch is not installed: vLLM's code was not run; {WAY_OUT}")
+    if run.ok is not True:
+        raise PatchcraftError(f"preflight not checked: vLLM's code could not run: {run.message}; {WAY_OUT}")
+    if report.expected is None:  # a known convention with a problem is a failed check (above)
+        raise PatchcraftError(f"preflight not checked: how the draft was trained is not known; {WAY_OUT}")
+    console.print_line(f"{PREFIX}ok: vLLM will feed the draft [{states_text(report.expected.states)}], as trained")
     return OK

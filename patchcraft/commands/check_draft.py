@@ -217,11 +217,10 @@ def _vllm_tree(options: CheckDraftOptions, only_vllm: bool) -> tuple[VllmTree, s
     return resolve_vllm_tree(target, release, overlay), release
 
 
-_MARKS = {True: "ok  ", False: "FAIL", None: "skip"}
-
-
 def engines_text(sglang: DraftReport | None, vllm: VllmDraftReport, both: OneConfig | None, vllm_where: str) -> str:
     """Each engine's report under its name, then the verdicts and the one config for both."""
+    from patchcraft.ui.vllm_explain_text import vllm_report_text
+
     parts = []
     if sglang is not None:
         parts.append(f"== SGLang {sglang.explanation.version} ==\n" + report_text(sglang))
@@ -237,54 +236,6 @@ def engines_text(sglang: DraftReport | None, vllm: VllmDraftReport, both: OneCon
         stuck = [n for n, r in (("SGLang", sglang), ("vLLM", vllm)) if not r.ok and not r.fixes]
         tail.append(f"one config for both: none ({' and '.join(stuck)}: no fix passes the check)")
     return "\n".join(parts) + "\n" + "\n".join(tail) + "\n"
-
-
-def vllm_report_text(report: VllmDraftReport, where: str) -> str:
-    from patchcraft.analysis.vllm_draft_check import fix_text
-    from patchcraft.analysis.vllm_explain import default_runner
-
-    result = report.explanation
-    draft = report.draft
-    runner = default_runner(result.runners)
-    via = (
-        f", the language model of {result.via.partition(' ')[2]} ({result.via.partition(' ')[0]})" if result.via else ""
-    )
-    top = list(draft.top_level_ids) if draft.top_level_ids is not None else "none"
-    lines = [f"draft    {draft.path}: top-level eagle_aux_hidden_state_layer_ids {top}"]
-    lines.append(
-        f"vllm     {result.version}: {result.model}{via}; {runner.name + ' [default]' if runner else 'no runner'}"
-    )
-    ids = f"ids {list(report.ids)} from {report.read_from}" if report.ids is not None else "the defaults"
-    lines.append(
-        f"serves   {result.fed} ({ids}; by running the code on the CPU harness)"
-        if result.ran
-        else f"serves   {result.fed}"
-    )
-    if report.expected is not None:
-        lines.append(f"trained  {states_text(report.expected.states)} ({report.expected.how})")
-    lines.append("")
-    lines += [f"  {_MARKS[c.ok]}  {c.name:<12} {c.message}" for c in report.checks]
-    lines.append("")
-    lines.append(("mismatch: " if not report.ok else "") + report.verdict)
-    for index, fix in enumerate(report.fixes):
-        lines.append(("suggested: " if index == 0 else "  or: ") + fix_text(fix, report.ids, result.version, where))
-        lines.append(
-            f"    {list(fix.ids)} is what vLLM {result.version}'s default runner reads and feeds; another release "
-            "may read other fields or feed other states for the same list (docs/vllm.md)"
-        )
-    if not report.ok and report.blocked:
-        lines.append(
-            ("no other way passes" if report.fixes else "no fix passes the whole check once applied")
-            + "; what fails with each way tried:"
-        )
-        for b in report.blocked:
-            more = (
-                f" ({b.others} more id list{'s' if b.others > 1 else ''} tried this way fail too)" if b.others else ""
-            )
-            lines.append(f"  {b.way}: {b.why}{more}")
-    if not report.ok and report.apply_note:
-        lines.append(f"no fix with the vLLM patch was tried: {report.apply_note}")
-    return "\n".join(lines) + "\n"
 
 
 def one_config_lines(both: OneConfig, sglang: DraftReport, vllm: VllmDraftReport, vllm_where: str) -> list[str]:

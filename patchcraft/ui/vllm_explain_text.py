@@ -1,13 +1,18 @@
-"""``explain --engine vllm``'s text and JSON, from the :class:`~patchcraft.analysis.vllm_explain.VllmExplanation` record."""
+"""``explain --engine vllm``'s text and JSON, from the :class:`~patchcraft.analysis.vllm_explain.VllmExplanation` record,
+and ``check-draft --engine vllm``'s report text (also what ``patchcraft run``'s vLLM preflight prints), from the
+:class:`~patchcraft.analysis.vllm_draft_check.VllmDraftReport`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patchcraft import __version__
 from patchcraft.analysis.vllm_explain import NO_TARGET, VllmExplanation, default_runner
 from patchcraft.reading.vllm_runner import PLACES
 from patchcraft.ui.machine_output import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from patchcraft.analysis.vllm_draft_check import VllmDraftReport
 
 
 def _ids(ids: Any) -> str:
@@ -102,3 +107,66 @@ def vllm_explanation_json(result: VllmExplanation, code: int) -> dict[str, Any]:
         "ran": result.ran,
         "exit_code": code,
     }
+
+
+# -- check-draft --engine vllm ----------------------------------------------------------------------
+
+_MARKS = {True: "ok  ", False: "FAIL", None: "skip"}
+
+
+def vllm_report_head(report: VllmDraftReport) -> list[str]:
+    """What was compared: the draft's ids, the release and its runner, what it serves, what the draft was trained on."""
+    from patchcraft.analysis.target_model import states_text
+
+    result = report.explanation
+    draft = report.draft
+    runner = default_runner(result.runners)
+    via = (
+        f", the language model of {result.via.partition(' ')[2]} ({result.via.partition(' ')[0]})" if result.via else ""
+    )
+    top = list(draft.top_level_ids) if draft.top_level_ids is not None else "none"
+    lines = [f"draft    {draft.path}: top-level eagle_aux_hidden_state_layer_ids {top}"]
+    lines.append(
+        f"vllm     {result.version}: {result.model}{via}; {runner.name + ' [default]' if runner else 'no runner'}"
+    )
+    ids = f"ids {list(report.ids)} from {report.read_from}" if report.ids is not None else "the defaults"
+    lines.append(
+        f"serves   {result.fed} ({ids}; by running the code on the CPU harness)"
+        if result.ran
+        else f"serves   {result.fed}"
+    )
+    if report.expected is not None:
+        lines.append(f"trained  {states_text(report.expected.states)} ({report.expected.how})")
+    return lines
+
+
+def vllm_report_text(report: VllmDraftReport, where: str) -> str:
+    """The whole report: what was compared, each check, the verdict, and every proven fix (``where``: the tree as
+    ``patchcraft apply`` names it)."""
+    from patchcraft.analysis.vllm_draft_check import fix_text
+
+    result = report.explanation
+    lines = vllm_report_head(report)
+    lines.append("")
+    lines += [f"  {_MARKS[c.ok]}  {c.name:<12} {c.message}" for c in report.checks]
+    lines.append("")
+    lines.append(("mismatch: " if not report.ok else "") + report.verdict)
+    for index, fix in enumerate(report.fixes):
+        lines.append(("suggested: " if index == 0 else "  or: ") + fix_text(fix, report.ids, result.version, where))
+        lines.append(
+            f"    {list(fix.ids)} is what vLLM {result.version}'s default runner reads and feeds; another release "
+            "may read other fields or feed other states for the same list (docs/vllm.md)"
+        )
+    if not report.ok and report.blocked:
+        lines.append(
+            ("no other way passes" if report.fixes else "no fix passes the whole check once applied")
+            + "; what fails with each way tried:"
+        )
+        for b in report.blocked:
+            more = (
+                f" ({b.others} more id list{'s' if b.others > 1 else ''} tried this way fail too)" if b.others else ""
+            )
+            lines.append(f"  {b.way}: {b.why}{more}")
+    if not report.ok and report.apply_note:
+        lines.append(f"no fix with the vLLM patch was tried: {report.apply_note}")
+    return "\n".join(lines) + "\n"

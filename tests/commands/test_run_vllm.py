@@ -166,7 +166,12 @@ def test_a_draft_fed_other_states_is_not_launched(world: dict, tmp_path: Path) -
     server = ["vllm", "serve", str(world["kimi"]), "--speculative-config", _speculative(draft)]
     proc = _run(world, tmp_path, "--no-smoke", "--trained-on", "hf:0,3,31", server=server)
     assert proc.returncode == 1 and "ARGV" not in proc.stdout, proc.stdout + proc.stderr
-    assert "vLLM will feed [hs[2], hs[30], hs[58]] but the draft was trained on [hs[0], hs[3], hs[31]]" in proc.stderr
+    # check-draft --engine vllm's report (stdout), its proven fix on the overlay's patched tree, then the refusal.
+    assert "vLLM will feed hs[2], hs[30], hs[58] but the draft was trained on hs[0], hs[3], hs[31]" in proc.stdout
+    assert (
+        "suggested: set top-level eagle_aux_hidden_state_layer_ids = [0, 3, 31] (this vLLM tree as it is: no patch "
+        "needed) [proven by running the code on the CPU harness: vLLM 0.34.0 feeds hs[0], hs[3], hs[31]]"
+    ) in proc.stdout, proc.stdout
     assert "refused to launch" in proc.stderr and "--no-preflight" in proc.stderr
     # Without --trained-on, a config that names no pipeline is refused before any check, in one line.
     proc = _run(world, tmp_path, "--no-smoke", server=server)
