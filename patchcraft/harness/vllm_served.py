@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.tree_version import VersionLabel, identify
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import PATCHED, MethodCode, ModelSource
 from patchcraft.harness.served import Fed, RunOutcome
@@ -53,6 +54,7 @@ from patchcraft.harness.standins import (
 )
 from patchcraft.harness.subject import HIDDEN, TOKENS, VOCAB, input_ids
 from patchcraft.harness.vllm_standins import HELPERS, method_builtins
+from patchcraft.planning.vllm_plans import served_outside
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
 from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
 from patchcraft.reading.vllm_runner import read_registry
@@ -173,16 +175,36 @@ def eagle3_classes(package: Path) -> list[str]:
 
 def _outer(graph: ModelGraph, package: Path, name: str) -> ClassNode:
     models = graph.models_dir
+    registered = read_registry(package)
     if "." in name:  # a label, file.Class: the class of that file (a name some files share)
         stem, _, cls = name.partition(".")
         found = _in_file(graph, stem, cls)
-    elif name in (registered := read_registry(package)):  # an architecture of a config.json
+        if found is None:  # a row of a vllm/models/<family>/ architecture (deepseek_v32.DeepseekV32ForCausalLM)
+            _refuse_family(package, registered, name, cls, stem)
+    elif name in registered:  # an architecture of a config.json
+        _refuse_family(package, registered, name, name)
         found = _in_file(graph, *registered[name])
     else:
         return _class_named(graph, models, name) if name[:1].isupper() else _class_of_stem(graph, models, name)
     if found is None:
         raise PatchcraftError(f"{name}: no such model class in {models}")
     return found
+
+
+def _refuse_family(
+    package: Path, registered: dict[str, tuple[str, str]], name: str, architecture: str, stem: str = ""
+) -> None:
+    """One line for an architecture vLLM serves from ``vllm/models/<family>/`` (0.22+), which the harness does
+    not read: the class of ``model_executor/models`` of that name (if any) is not what vLLM runs."""
+    where = served_outside(registered, architecture)
+    if where is None or (stem and not where.endswith("/" + stem)):
+        return
+    version = str(VersionLabel(identify(package)))
+    engine = "this vLLM tree" if version.startswith("unknown") else f"vLLM {version}"
+    raise PatchcraftError(
+        f"{name}: {engine} serves {architecture} from {where}/ (registry.py), "
+        "which patchcraft does not read yet: what id 0 feeds there is not shown"
+    )
 
 
 def _in_file(graph: ModelGraph, stem: str, cls: str) -> Optional[ClassNode]:

@@ -22,6 +22,11 @@ with id 0 decides the row:
   read, unsupported, said so;
 - it captures nothing in a layer loop: not applicable, said in the row.
 
+A class whose architecture vLLM's registry serves from ``vllm/models/<family>/``
+(0.24+; not read here yet) is unsupported, said so, and every architecture
+served from a family holding an EAGLE-3 target gets an unsupported row of
+its own, after the others (docs/vllm.md).
+
 The plans are :class:`~patchcraft.planning.records.ModelPlan`, as SGLang's,
 so selection, the closure over shared sites and the engine take them
 unchanged. ``ast`` only; the files read are those that can hold a target.
@@ -30,6 +35,7 @@ unchanged. ``ast`` only; the files read are those that can hold a target.
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -95,7 +101,83 @@ def _plan_all(tree: SglangTree, files: list[Path]) -> list[ModelPlan]:
                 graph.loaded[stem] = False
         words |= {f"{node.name}".encode() for node in _targets(graph)}
     registry = read_registry(tree.package)
-    return [_plan(graph, registry, outer) for outer in _targets(graph)]
+    version = str(tree.version)
+    engine = "this vLLM tree" if version.startswith("unknown") else f"vLLM {version}"
+    plans = [_served_elsewhere(_plan(graph, registry, outer), registry, engine) for outer in _targets(graph)]
+    labels = {plan.label for plan in plans}
+    return plans + [plan for plan in _family_plans(tree.package, registry) if plan.label not in labels]
+
+
+#: Bytes a file of a ``vllm/models/<family>/`` package holds when the family serves an EAGLE-3 target
+#: (0.34's ``deepseek_v32`` subclasses ``DeepseekV2ForCausalLM`` and captures ``aux_hidden_states`` itself).
+FAMILY_MARKERS = (b"SupportsEagle3", SETTER.encode(), b"aux_hidden_state")
+
+
+def served_outside(registry: dict[str, tuple[str, str]], name: str) -> Optional[str]:
+    """The folder (``vllm/models/deepseek_v32``) vLLM's registry serves architecture ``name`` from, when it
+    lies outside ``model_executor/models`` (``vllm/models/<family>/``, from 0.22); None otherwise."""
+    module = registry.get(name, ("", ""))[0]
+    return module.replace(".", "/") if module.startswith("vllm.") else None
+
+
+def _served_elsewhere(plan: ModelPlan, registry: dict[str, tuple[str, str]], engine: str) -> ModelPlan:
+    """A target class vLLM does not serve: its name is an architecture the registry maps into
+    ``vllm/models/<family>/`` and no architecture maps to this file's class (0.29+'s
+    ``deepseek_v2.GlmMoeDsaForCausalLM``, served from ``vllm/models/deepseek_v32``)."""
+    where = served_outside(registry, plan.cls)
+    if where is None or (plan.module, plan.cls) in registry.values():
+        return plan
+    return replace(
+        plan,
+        sites=(),
+        not_applicable=False,
+        unsupported=f"{engine} serves {plan.cls} from {where} (registry.py), not this class; "
+        "patchcraft does not read vllm/models/ yet",
+    )
+
+
+def _family_plans(package: Path, registry: dict[str, tuple[str, str]]) -> list[ModelPlan]:
+    """One unsupported row per architecture the registry serves from a ``vllm/models/<family>/`` package
+    holding an EAGLE-3 target: patchcraft does not read those packages yet."""
+    plans = []
+    for name, (module, cls) in sorted(registry.items(), key=lambda item: (item[1], item[0])):
+        where = served_outside(registry, name)
+        if where is None or DRAFTS.search(cls):
+            continue
+        folder = package.joinpath(*module.split(".")[1:])  # the package need not be named vllm
+        files = sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
+        texts = {path: _read(path) for path in files}
+        if not any(word in text for text in texts.values() for word in FAMILY_MARKERS):
+            continue
+        defined = [path for path, text in texts.items() if f"class {cls}(".encode() in text and _defines(text, cls)]
+        path = next((p for p in defined if "nvidia" in p.parts), defined[0] if defined else folder / "__init__.py")
+        if not folder.is_dir():
+            path = folder.with_suffix(".py")
+        plans.append(
+            ModelPlan(
+                module=module.rpartition(".")[2],
+                cls=cls,
+                path=path,
+                unsupported=f"served from {where}/ ({name} in registry.py), which patchcraft does not read yet: "
+                "what id 0 feeds there is not shown",
+            )
+        )
+    return plans
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _defines(text: bytes, cls: str) -> bool:
+    try:
+        body = ast.parse(text).body
+    except (SyntaxError, ValueError):
+        return False
+    return any(isinstance(node, ast.ClassDef) and node.name == cls for node in body)
 
 
 def _targets(graph: ModelGraph) -> list[ClassNode]:
