@@ -347,7 +347,9 @@ def _prove(
     if not wanted or list(wanted) != sorted(set(wanted)) or len(wanted) > MAX_STATES:
         return (), (), ""
     label = report.explanation.model
-    stem = label.partition(".")[0]
+    # The --model the printed command names is the label the proof applied: a file stem can also name a
+    # row patchcraft does not patch (0.29+'s deepseek_v2.GlmMoeDsaForCausalLM), which makes apply exit 1.
+    stem = label
     ways: list[tuple[bool, VllmTree | None, str]] = [(False, tree, "")]
     applied = applied_vllm_tree(tree, label) if "." in label else None
     note = applied.why if applied is not None else f"{label}: no model class to patch"

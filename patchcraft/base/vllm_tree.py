@@ -1,7 +1,7 @@
 """A vLLM package tree: what the user pointed at, or the installed ``vllm`` (found, never imported).
 
 vLLM's EAGLE-3 targets live in ``vllm/model_executor/models/`` (and, from
-0.34, some in ``vllm/models/<family>/``); the runner that sets the aux
+0.22, some in ``vllm/models/<family>/``); the runner that sets the aux
 layer ids is ``vllm/v1/worker/gpu_model_runner.py`` (the old runner) and
 ``vllm/v1/worker/gpu/`` (the V2 runner). A TARGET is a ``vllm`` package
 directory, a checkout or directory holding ``vllm/``, a model file inside

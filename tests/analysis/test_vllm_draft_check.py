@@ -9,6 +9,7 @@ check is shown failing on a draft that breaks it.
 from __future__ import annotations
 
 import json
+import shutil
 from functools import lru_cache
 from pathlib import Path
 
@@ -147,7 +148,9 @@ def test_ids_alone_fix_without_the_patch(tmp_path: Path) -> None:
 def test_kimi_id_0_fix_needs_the_vllm_patch(tmp_path: Path, version: str, line: int) -> None:
     """The issue's Kimi draft: hs[0] only through `patchcraft apply --engine vllm` (the tree as it is crashes)."""
     report = check(tmp_path, draft_dir(tmp_path / "d", None, [2, 30, 58]), "hf:0,3,31", version)
-    assert [(f.ids, f.after_apply, f.apply_model) for f in report.fixes] == [((0, 3, 31), True, "deepseek_v2")]
+    assert [(f.ids, f.after_apply, f.apply_model) for f in report.fixes] == [
+        ((0, 3, 31), True, "deepseek_v2.DeepseekV2ForCausalLM")
+    ]
     assert report.fixes[0].fed == "hs[0], hs[3], hs[31]"  # a copy: no "(not a copy" in it
     (native,) = report.blocked
     assert native.way == "[0, 3, 31] this vLLM tree as it is"
@@ -156,6 +159,23 @@ def test_kimi_id_0_fix_needs_the_vllm_patch(tmp_path: Path, version: str, line: 
         vllm_release_package(version).joinpath("model_executor/models/deepseek_v2.py").read_text().count("patchcraft")
         == 0
     )  # the tree itself is never written
+    # The printed command, run as printed on a copy, writes the patch and exits 0 (on 0.34.0 the file stem
+    # `--model deepseek_v2` also names the unsupported GlmMoeDsaForCausalLM row: exit 1).
+    copy = tmp_path / "copy" / "vllm"
+    shutil.copytree(vllm_release_package(version), copy)
+    model = report.fixes[0].apply_model
+    assert run_cli_code("apply", "--engine", "vllm", str(copy), "--model", model) == 0
+    assert run_cli_code("verify", "--engine", "vllm", str(copy), "--model", model) == 0
+
+
+def run_cli_code(*argv: str) -> int:
+    from patchcraft.cli import main
+
+    try:
+        main(list(argv))
+    except SystemExit as exit_info:
+        return int(exit_info.code or 0)
+    return 0
 
 
 # -- the command: --engine ---------------------------------------------------------------------
@@ -243,7 +263,7 @@ def test_kimi_both_engines(capsys, tmp_path: Path) -> None:
     assert "suggested: set eagle_config.eagle_aux_hidden_state_layer_ids = [0, 3, 31] (this install as it is" in out
     assert (
         "suggested: set top-level eagle_aux_hidden_state_layer_ids = [0, 3, 31] after `patchcraft apply --engine "
-        "vllm --release 0.34.0 --model deepseek_v2` [proven by running the code on the CPU harness: vLLM 0.34.0 "
+        "vllm --release 0.34.0 --model deepseek_v2.DeepseekV2ForCausalLM` [proven by running the code on the CPU harness: vLLM 0.34.0 "
         "feeds hs[0], hs[3], hs[31]]"
     ) in out
     assert "[0, 3, 31] this vLLM tree as it is: run: vLLM will crash in the forward: TypeError" in out
@@ -264,7 +284,7 @@ def test_kimi_both_engines(capsys, tmp_path: Path) -> None:
             "field": "eagle_aux_hidden_state_layer_ids",
             "ids": [0, 3, 31],
             "after_apply": True,
-            "apply_model": "deepseek_v2",
+            "apply_model": "deepseek_v2.DeepseekV2ForCausalLM",
         },
         "ok": True,
         "why": None,

@@ -18,7 +18,7 @@ from drafts import HIDDEN, LAYERS, kimi_target, sglang_draft, speculators_draft
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.commands._vllm_preflight import run_vllm_preflight
 
-APPLY = "`patchcraft apply --engine vllm {package} --model deepseek_v2`"
+APPLY = "`patchcraft apply --engine vllm {package} --model deepseek_v2.{cls}`"
 
 
 def _argv(tmp_path: Path, ids: list[int], **speculative) -> list[str]:
@@ -66,7 +66,7 @@ def test_the_unpatched_release_is_refused_for_id_0(tmp_path: Path, capsys) -> No
     assert "mismatch: vLLM will crash in the forward" in out
     assert (
         "suggested: keep top-level eagle_aux_hidden_state_layer_ids = [0, 3, 31] after "
-        + APPLY.format(package=package)
+        + APPLY.format(package=package, cls="DeepseekV2ForCausalLM")
         + " [proven by running the code on the CPU harness: vLLM 0.34.0 feeds hs[0], hs[3], hs[31]]"
     ) in out
 
@@ -128,7 +128,7 @@ def test_the_kimi_incident_draft_on_deepseek_v3_unpatched_and_patched(tmp_path: 
         in out
     )
     assert (
-        f"suggested: set top-level eagle_aux_hidden_state_layer_ids = [0, 3, 31] after {APPLY.format(package=unpatched)} {fed}"
+        f"suggested: set top-level eagle_aux_hidden_state_layer_ids = [0, 3, 31] after {APPLY.format(package=unpatched, cls='DeepseekV3ForCausalLM')} {fed}"
         in out
     ), out
     assert "[0, 3, 31] this vLLM tree as it is: run: vLLM will crash in the forward: TypeError" in out
