@@ -59,7 +59,7 @@ def test_the_cli_hands_on_members(monkeypatch: pytest.MonkeyPatch) -> None:
     from patchcraft.commands import list_
 
     seen = []
-    monkeypatch.setattr(list_, "list_command", lambda targets, output_format: seen.append(output_format) or 0)
+    monkeypatch.setattr(list_, "list_command", lambda targets, output_format, engine: seen.append(output_format) or 0)
     for argv, expected in ((["list"], OutputFormat.TEXT), (["list", "--format", "json"], OutputFormat.JSON)):
         assert CliRunner().invoke(cli, argv).exit_code == 0
         assert seen.pop() is expected
