@@ -103,6 +103,17 @@ def release_copy(tmp_path: Path):
     return make
 
 
+def cli_code(*argv: str) -> int:
+    """``patchcraft ARGV`` in process, its output left to pytest: the exit code alone."""
+    from patchcraft.cli import main
+
+    try:
+        main(list(argv))
+    except SystemExit as exit_info:
+        return int(exit_info.code or 0)
+    return 0
+
+
 def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
     """``patchcraft ARGV`` in process: (exit code, stdout, stderr) of that run alone."""
     from patchcraft.cli import main

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import release_package, run_cli as cli, vllm_release_package
+from conftest import cli_code, release_package, run_cli as cli, vllm_release_package
 from drafts import HIDDEN, LAYERS, kimi_target, sglang_draft
 from patchcraft.analysis.vllm_draft_check import VllmDraftReport, check_vllm_draft, with_top_level
 from patchcraft.analysis.training import parse_training
@@ -164,18 +164,8 @@ def test_kimi_id_0_fix_needs_the_vllm_patch(tmp_path: Path, version: str, line: 
     copy = tmp_path / "copy" / "vllm"
     shutil.copytree(vllm_release_package(version), copy)
     model = report.fixes[0].apply_model
-    assert run_cli_code("apply", "--engine", "vllm", str(copy), "--model", model) == 0
-    assert run_cli_code("verify", "--engine", "vllm", str(copy), "--model", model) == 0
-
-
-def run_cli_code(*argv: str) -> int:
-    from patchcraft.cli import main
-
-    try:
-        main(list(argv))
-    except SystemExit as exit_info:
-        return int(exit_info.code or 0)
-    return 0
+    assert cli_code("apply", "--engine", "vllm", str(copy), "--model", model) == 0
+    assert cli_code("verify", "--engine", "vllm", str(copy), "--model", model) == 0
 
 
 # -- the command: --engine ---------------------------------------------------------------------

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import release_package, run_cli, vllm_release_package
+from conftest import cli_code, release_package, run_cli, vllm_release_package
 
 DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py:DeepseekV2Model.forward"
 MIXIN = "vllm/model_executor/models/interfaces.py:EagleModelMixin._maybe_add_hidden_state"
@@ -57,19 +57,9 @@ def patched_0_34(tmp_path: Path) -> Path:
     pytest.importorskip("torch")
     package = tmp_path / "vllm"
     shutil.copytree(vllm_release_package("0.34.0"), package)
-    code = run_cli_quiet("apply", str(package), "--model", "DeepseekV3ForCausalLM")
+    code = cli_code("apply", str(package), "--model", "DeepseekV3ForCausalLM")
     assert code == 0
     return package
-
-
-def run_cli_quiet(*argv: str) -> int:
-    from patchcraft.cli import main
-
-    try:
-        main(list(argv))
-    except SystemExit as exit_info:
-        return int(exit_info.code or 0)
-    return 0
 
 
 def test_smoke_runs_vllms_patched_forward_and_passes(capsys, patched_0_34: Path) -> None:
