@@ -1,0 +1,216 @@
+"""Tiny random targets and EAGLE-3 drafts, and the target's own per-layer states (stdlib + torch + transformers).
+
+Runs inside an engine environment. A target is a Hugging Face model of its
+family built from a seeded config (random weights, ``save_pretrained``), so
+the engine loads it as it loads a real checkpoint and transformers computes
+the reference: ``hs[0]`` the embedding output, ``hs[k]`` the output of
+decoder layer ``k-1`` *before* the final norm (forward hooks on the layers:
+transformers' own ``hidden_states[-1]`` is after the norm). A draft is an
+EAGLE-3 head in the original layout (``fc``, ``midlayer.*``), random unless
+a trained one is given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: family -> (transformers config class, model class, config overrides). Sizes the CPU engines accept:
+#: head_dim 32 (CPU attention), MLA's kv_lora_rank 512 and rope dim 64 (CPU MLA).
+FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "decoder_sparse_step": 1},
+    ),
+    "deepseek_v3": (
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        {
+            "kv_lora_rank": 512,
+            "q_lora_rank": None,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 32,
+            "v_head_dim": 32,
+            "n_routed_experts": 4,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64,
+            "first_k_dense_replace": 1,
+            "n_group": 1,
+            "topk_group": 1,
+            "routed_scaling_factor": 1.0,
+            "topk_method": "noaux_tc",
+            "moe_layer_freq": 1,
+        },
+    ),
+}
+
+HIDDEN = 128
+HEADS = 4
+HEAD_DIM = 32
+VOCAB = 512
+
+
+def base_config(family: str, num_layers: int) -> dict[str, Any]:
+    _, model_class, overrides = FAMILIES[family]
+    config: dict[str, Any] = {
+        "hidden_size": HIDDEN,
+        "intermediate_size": 256,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": 2,
+        "head_dim": HEAD_DIM,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 1024,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "architectures": [model_class],
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    if family == "deepseek_v3":
+        config["num_key_value_heads"] = HEADS
+    config.update(overrides)
+    return config
+
+
+def build_target(family: str, num_layers: int, folder: Path, seed: int) -> Path:
+    """A random target of ``family`` saved as a Hugging Face checkpoint in ``folder``; returns the folder."""
+    import torch
+    import transformers
+
+    config_class, model_class, _ = FAMILIES[family]
+    config = getattr(transformers, config_class)(**base_config(family, num_layers))
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_class)(config).to(torch.float32).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():  # larger than the init's 0.02 std: distinct states per layer
+            parameter.normal_(0.0, 0.08) if parameter.dim() > 1 else parameter.uniform_(0.8, 1.2)
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def reference_states(family: str, folder: Path, token_ids: list[int]) -> list[Any]:
+    """``[hs[0], ..., hs[L]]`` of the target in ``folder`` for one sequence, each ``[len(token_ids), H]``."""
+    import torch
+    import transformers
+
+    _, model_class, _ = FAMILIES[family]
+    model = getattr(transformers, model_class).from_pretrained(folder, torch_dtype=torch.float32).eval()
+    states: list[Any] = []
+    inner = model.model
+    hooks = [inner.embed_tokens.register_forward_hook(lambda _m, _i, out: states.append(out[0].detach().clone()))]
+    for layer in inner.layers:
+        hooks.append(
+            layer.register_forward_hook(
+                lambda _m, _i, out: states.append((out[0] if isinstance(out, tuple) else out)[0].detach().clone())
+            )
+        )
+    with torch.no_grad():
+        model(torch.tensor([token_ids]))
+    for hook in hooks:
+        hook.remove()
+    return states
+
+
+def reference_greedy(family: str, folder: Path, token_ids: list[int], max_tokens: int) -> list[int]:
+    import torch
+    import transformers
+
+    _, model_class, _ = FAMILIES[family]
+    model = getattr(transformers, model_class).from_pretrained(folder, torch_dtype=torch.float32).eval()
+    ids = list(token_ids)
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            ids.append(int(torch.argmax(logits)))
+    return ids[len(token_ids) :]
+
+
+def build_draft(target: dict[str, Any], layer_ids: list[int], folder: Path, seed: int, arch: str) -> Path:
+    """A random EAGLE-3 draft for ``target``'s config, its ids at top level and in ``eagle_config``."""
+    import torch
+    from safetensors.torch import save_file
+
+    hidden, heads, kv, head_dim = HIDDEN, HEADS, 2, HEAD_DIM
+    inter, vocab = 256, target["vocab_size"]
+    config = {
+        "architectures": [arch],
+        "model_type": "deepseek_v2" if arch.startswith("Eagle3Deepseek") else "llama",
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head_dim,
+        "num_hidden_layers": 1,
+        "vocab_size": vocab,
+        "draft_vocab_size": vocab,
+        "max_position_embeddings": 1024,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "target_hidden_size": hidden,
+        "eagle_aux_hidden_state_layer_ids": layer_ids,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": layer_ids, "use_aux_hidden_state": True},
+    }
+    n = len(layer_ids)
+    generator = torch.Generator().manual_seed(seed + 1)
+
+    def rand(*shape: int) -> Any:
+        return torch.randn(*shape, generator=generator) * 0.05
+
+    tensors = {
+        "fc.weight": rand(hidden, n * hidden),
+        "midlayer.self_attn.q_proj.weight": rand(heads * head_dim, 2 * hidden),
+        "midlayer.self_attn.k_proj.weight": rand(kv * head_dim, 2 * hidden),
+        "midlayer.self_attn.v_proj.weight": rand(kv * head_dim, 2 * hidden),
+        "midlayer.self_attn.o_proj.weight": rand(hidden, heads * head_dim),
+        "midlayer.mlp.gate_proj.weight": rand(inter, hidden),
+        "midlayer.mlp.up_proj.weight": rand(inter, hidden),
+        "midlayer.mlp.down_proj.weight": rand(hidden, inter),
+        "midlayer.input_layernorm.weight": torch.ones(hidden),
+        "midlayer.hidden_norm.weight": torch.ones(hidden),
+        "midlayer.post_attention_layernorm.weight": torch.ones(hidden),
+        "norm.weight": torch.ones(hidden),
+        "lm_head.weight": rand(vocab, hidden),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    return folder
+
+
+def match_states(fed: Any, states: list[Any], rows: int) -> list[dict[str, Any]]:
+    """Each third of ``fed`` (its first ``rows`` rows: the prompt) against every ``hs[k]``: the state it equals."""
+    import torch
+
+    hidden = states[0].shape[-1]
+    count = fed.shape[-1] // hidden
+    slots = []
+    for slot in range(count):
+        chunk = fed[:rows, slot * hidden : (slot + 1) * hidden].float()
+        diffs = []
+        for k, state in enumerate(states):
+            scale = float(state[:rows].abs().max()) or 1.0
+            diffs.append((float((chunk - state[:rows].float()).abs().max()) / scale, k))
+        diffs.sort()
+        best, k = diffs[0]
+        other = diffs[1] if len(diffs) > 1 else (float("inf"), -1)
+        matched = best < 1e-3 and other[0] > 10 * best
+        slots.append(
+            {
+                "slot": slot,
+                "state": f"hs[{k}]" if matched else None,
+                "max_rel_diff": best,
+                "nearest": f"hs[{k}]",
+                "next_nearest": f"hs[{other[1]}]",
+                "next_rel_diff": other[0],
+            }
+        )
+    return slots

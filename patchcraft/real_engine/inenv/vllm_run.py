@@ -1,0 +1,186 @@
+"""One real vLLM engine run with EAGLE-3 on a tiny random target: what the draft received, and the tokens.
+
+``ENV/bin/python vllm_run.py SPEC.json RESULT.json``, inside an engine
+environment (patchcraft is not installed there: stdlib, torch, transformers,
+safetensors, vLLM and the files beside this one). It builds the target and
+the draft (tiny_models), installs the probe as a vLLM general plugin (so it
+runs in whichever process holds the draft), runs ``vllm.LLM`` greedy, and
+writes RESULT.json, always, also when the engine fails (the exception and
+the last frame inside the ``vllm`` package).
+
+SPEC keys: family, num_layers, layer_ids (or null: no speculation), workdir,
+prompt_token_ids, max_tokens, seed, norm ("default", or "inplace": the
+fused add-norm forced to an in-place implementation, the semantics of the
+``vllm_c`` kernel CUDA runs without compilation), enforce_eager, draft_dir,
+num_speculative_tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PLUGIN = "patchcraft_engine_probe"
+INPLACE = "patchcraft_inplace"
+
+
+def main(spec_path: str, result_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    result: dict[str, Any] = {"ok": False, "engine": "vllm", "platform": "cpu", "error": None, "notes": []}
+    started = time.monotonic()
+    try:
+        run(spec, result)
+        result["ok"] = result["error"] is None
+    except BaseException as exc:  # the result file says what stopped the run, whatever it was
+        result["error"] = describe(exc)
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    Path(result_path).write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+def describe(exc: BaseException) -> dict[str, Any]:
+    frames = traceback.extract_tb(exc.__traceback__)
+    inside = [f for f in frames if "/vllm/" in f.filename]
+    last = (inside or frames or [None])[-1]
+    error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)[:500]}
+    if last is not None:
+        filename = last.filename
+        error["file"] = "vllm/" + filename.split("/vllm/", 1)[1] if "/vllm/" in filename else filename
+        error["line"] = last.lineno
+    error["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+    return error
+
+
+def install_probe(workdir: Path) -> Path:
+    """A dist-info on sys.path (and PYTHONPATH, for the processes vLLM starts) naming the probe as a plugin."""
+    plugin_dir = workdir / "plugin"
+    dist = plugin_dir / f"{PLUGIN}-0.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PLUGIN}\nVersion: 0\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text(
+        f"[vllm.general_plugins]\n{PLUGIN} = engine_probe:register\n", encoding="utf-8"
+    )
+    probe_dir = workdir / "probe"
+    probe_dir.mkdir(parents=True, exist_ok=True)
+    for entry in (str(HERE), str(plugin_dir)):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(HERE), str(plugin_dir), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    )
+    os.environ["PATCHCRAFT_PROBE_DIR"] = str(probe_dir)
+    return probe_dir
+
+
+def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    import tiny_models
+
+    workdir = Path(spec["workdir"])
+    workdir.mkdir(parents=True, exist_ok=True)
+    family, num_layers, ids = spec["family"], int(spec["num_layers"]), spec.get("layer_ids")
+    seed = int(spec.get("seed", 0))
+    target_dir = tiny_models.build_target(family, num_layers, workdir / "target", seed)
+    target_config = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
+    prompts = [list(p) for p in spec["prompt_token_ids"]]
+    result["reference"] = "transformers greedy, the target alone (same weights, float32)"
+    result["reference_tokens"] = [
+        tiny_models.reference_greedy(family, target_dir, p, int(spec["max_tokens"])) for p in prompts
+    ]
+    states = tiny_models.reference_states(family, target_dir, prompts[0])
+
+    probe_dir = install_probe(workdir)
+    if spec.get("norm") == "inplace":
+        os.environ["PATCHCRAFT_INPLACE_NORM"] = "1"
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    import vllm
+    from vllm import LLM, SamplingParams
+
+    result["engine_version"] = vllm.__version__
+    result["engine_file"] = vllm.__file__
+    kwargs: dict[str, Any] = {
+        "model": str(target_dir),
+        "skip_tokenizer_init": True,
+        "dtype": "float32",
+        "max_model_len": 256,
+        "seed": seed,
+        "enforce_eager": bool(spec.get("enforce_eager", True)),
+        "disable_log_stats": False,
+        "max_num_seqs": 4,
+        # On the CPU backend this fraction of the host's memory is reserved (vLLM's own words): keep it small.
+        "gpu_memory_utilization": float(spec.get("memory_fraction", 0.1)),
+    }
+    if spec.get("norm") == "inplace":
+        kwargs["ir_op_priority"] = {"fused_add_rms_norm": [INPLACE, "native"]}
+    if ids is not None:
+        arch = "Eagle3DeepseekV2ForCausalLM" if family == "deepseek_v3" else "LlamaForCausalLMEagle3"
+        draft_dir = Path(spec["draft_dir"]) if spec.get("draft_dir") else None
+        if draft_dir is None:
+            draft_dir = tiny_models.build_draft(target_config, list(ids), workdir / "draft", seed, arch)
+        kwargs["speculative_config"] = {
+            "method": "eagle3",
+            "model": str(draft_dir),
+            "num_speculative_tokens": int(spec.get("num_speculative_tokens", 2)),
+        }
+    llm = LLM(**kwargs)
+    params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_tokens"]), ignore_eos=True)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+    result["tokens"] = [list(o.outputs[0].token_ids) for o in outputs]
+    result["greedy_equal"] = result["tokens"] == result["reference_tokens"]
+    result["spec_metrics"] = spec_metrics(llm)
+    result["kernels"] = kernels()
+    calls = sorted(probe_dir.glob("call-*.pt"))
+    result["probe_calls"] = len(calls)
+    if ids is not None:
+        result["fed"], result["num_fed"] = fed_states(calls, states, len(prompts[0]))
+
+
+def fed_states(calls: list[Path], states: list[Any], rows: int) -> tuple[list[dict[str, Any]], int]:
+    """The first probe call that holds the whole first prompt (its prefill), matched state by state."""
+    import tiny_models
+    import torch
+
+    for path in calls:
+        record = torch.load(path)
+        tensor = record["tensor"]
+        if tensor.shape[0] >= rows:
+            hidden = states[0].shape[-1]
+            return tiny_models.match_states(tensor, states, rows), tensor.shape[-1] // hidden
+    return [], 0
+
+
+def spec_metrics(llm: Any) -> dict[str, Any]:
+    metrics: dict[str, Any] = {}
+    try:
+        for metric in llm.get_metrics():
+            name = getattr(metric, "name", "")
+            if name.startswith("vllm:spec_decode"):
+                value = getattr(metric, "value", None)
+                if value is None:
+                    value = getattr(metric, "values", None)
+                metrics[name.split(":", 1)[1]] = value
+    except Exception as exc:  # metrics are a report, not the check
+        metrics["error"] = f"{type(exc).__name__}: {exc}"
+    drafts = metrics.get("spec_decode_num_drafts")
+    accepted = metrics.get("spec_decode_num_accepted_tokens")
+    if isinstance(drafts, (int, float)) and drafts and isinstance(accepted, (int, float)):
+        metrics["mean_accept_length"] = round(1 + accepted / drafts, 3)
+    return metrics
+
+
+def kernels() -> dict[str, Any]:
+    try:
+        from vllm import ir
+
+        return {name: getattr(ir.ops, name).get_priority() for name in ("rms_norm", "fused_add_rms_norm")}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
