@@ -98,7 +98,7 @@ class ModelGraph:
         """Parse ``<models_dir>/<module>.py`` with ``ast``; False if absent."""
         if module in self.loaded:
             return self.loaded[module]
-        path = self.models_dir / f"{module}.py"
+        path = self.path_of(module)
         if data is None:
             try:
                 data = path.read_bytes()
@@ -128,6 +128,10 @@ class ModelGraph:
                     methods={s.name: s for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))},
                 )
         return True
+
+    def path_of(self, module: str) -> Path:
+        """The file of ``module`` (a model file's stem; vLLM's graph adds its ``vllm/models/`` files)."""
+        return self.models_dir / f"{module}.py"
 
     # -- resolution --------------------------------------------------------
     def resolve(self, module: str, name: str) -> ClassNode | None:

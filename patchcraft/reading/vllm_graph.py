@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 from typing import Optional
 
 from patchcraft.base.sources import decode, read_source
@@ -26,22 +27,70 @@ DRAFTS = re.compile(r"^Eagle\d?[A-Z]|Eagle3|DFlash|DSpark|MTP")
 
 
 class VllmGraph(ModelGraph):
-    """The shared class graph, with vLLM's absolute sibling imports resolved too."""
+    """The shared class graph, with vLLM's absolute sibling imports resolved too.
+
+    A file of ``vllm/models/<family>/`` (0.22+) is a module of its own, named by its dotted path in the
+    package (``models.deepseek_v32.nvidia.model``: :func:`family_module`); its imports, relative or
+    absolute, resolve to other such files and to ``model_executor/models/`` stems.
+    """
+
+    def path_of(self, module: str) -> Path:
+        if module.startswith(FAMILY_ROOT):
+            base = self.models_dir.parent.parent.joinpath(*module.split("."))
+            return base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        return super().path_of(module)
 
     def load(self, module: str, data: bytes | None = None) -> bool:
         if module in self.loaded:
             return self.loaded[module]
         found = super().load(module, data)
         if found:
-            text = (
-                decode(self.models_dir / f"{module}.py", data).text
-                if data is not None
-                else read_source(self.models_dir / f"{module}.py").text
-            )
-            names, modules = absolute_imports(parse_python(text))
+            path = self.path_of(module)
+            text = decode(path, data).text if data is not None else read_source(path).text
+            tree = parse_python(text)
+            names, modules = absolute_imports(tree)
+            if module.startswith(FAMILY_ROOT):  # the shared reading took its relative imports for siblings
+                here = module if path.name == "__init__.py" else module.rpartition(".")[0]
+                self.imports[module] = {**names, **family_imports(tree, here)}
+                self.module_imports[module] = modules
+                return found
             self.imports[module] = {**names, **self.imports.get(module, {})}
             self.module_imports[module] = {**modules, **self.module_imports.get(module, {})}
         return found
+
+
+#: The graph's module names of ``vllm/models/`` files start with this (``models.kimi_k3.nvidia.model``).
+FAMILY_ROOT = "models."
+
+
+def family_module(dotted: str) -> str:
+    """vLLM's module name as the graph names it: ``vllm.models.kimi_k3.nvidia.model`` ->
+    ``models.kimi_k3.nvidia.model``; ``vllm.model_executor.models.deepseek_v2`` -> ``deepseek_v2``."""
+    if dotted.startswith(f"{PACKAGE}."):
+        return dotted[len(PACKAGE) + 1 :]
+    return dotted.partition(".")[2]
+
+
+def family_imports(tree: ast.Module, here: str) -> dict[str, tuple[str, str]]:
+    """In a file of package ``here`` (``models.kimi_k3.nvidia``): ``from .x import C`` and ``from
+    vllm.models.F.x import C`` -> ``{C: ("models.F.x", C)}`` (relative to ``here``)."""
+    found: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            parts = here.split(".")
+            base = parts[: len(parts) - (node.level - 1)]
+            if len(base) < 2:
+                continue
+            source = ".".join([*base, node.module]) if node.module else ".".join(base)
+        elif node.module and node.module.startswith(f"vllm.{FAMILY_ROOT}"):
+            source = node.module.partition(".")[2]
+        else:
+            continue
+        for alias in node.names:
+            found[alias.asname or alias.name] = (source, alias.name)
+    return found
 
 
 def absolute_imports(tree: ast.Module) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
