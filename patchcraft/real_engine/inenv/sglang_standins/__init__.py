@@ -56,9 +56,7 @@ class _StandinModule(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise AttributeError(
-            f"sgl_kernel.{name}: patchcraft's CPU stand-ins provide only {', '.join(sorted(ops.OPS))}"
-        )
+        raise AttributeError(f"sgl_kernel.{name}: patchcraft's CPU stand-ins provide only {', '.join(sorted(ops.OPS))}")
 
 
 def install(tree: str = "torch") -> dict[str, str]:

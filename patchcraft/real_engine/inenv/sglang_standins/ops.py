@@ -16,7 +16,7 @@ Pure torch and stdlib: this file is imported in the engine's environment
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -127,6 +127,14 @@ def fill_accept_out_cache_loc_cpu(accept_index: Tensor, out_cache_loc: Tensor, a
             dst += 1
 
 
+def _position_of(selected: list[int], n: int, token: int) -> int:
+    """The draft position (0-based, into ``selected``) of a token index, or -1."""
+    for p in range(n - 1):
+        if selected[p] == token:
+            return p
+    return -1
+
+
 def build_tree_kernel_efficient_cpu(
     parent_list: Tensor,
     selected_index: Tensor,
@@ -152,7 +160,9 @@ def build_tree_kernel_efficient_cpu(
     """
     mode = int(tree_mask_mode)
     if mode not in (0, 1):
-        raise NotImplementedError(f"build_tree_kernel_efficient_cpu: tree_mask_mode {mode} (bit-packed) is not stood in")
+        raise NotImplementedError(
+            f"build_tree_kernel_efficient_cpu: tree_mask_mode {mode} (bit-packed) is not stood in"
+        )
     n = int(draft_token_num)
     seq_lens = _ints(verified_seq_len)
     mask = tree_mask.reshape(-1)
@@ -167,13 +177,6 @@ def build_tree_kernel_efficient_cpu(
         sel = _ints(selected[b])
         par = _ints(parents[b] if parent_list.dim() > 1 else parents[0])
 
-        def position_of(token: int) -> int:
-            """The draft position (0-based, into sel) of a token index, or -1."""
-            for p in range(n - 1):
-                if sel[p] == token:
-                    return p
-            return -1
-
         flat_positions[b * n] = seq_len
         for i in range(n - 1, 0, -1):
             r_index[b * n + i] = b * n + i
@@ -181,7 +184,7 @@ def build_tree_kernel_efficient_cpu(
             if parent_tb == 0:
                 parent_position = 0
             else:
-                found = position_of(par[parent_tb])
+                found = _position_of(sel, n, par[parent_tb])
                 if found < 0:
                     continue
                 parent_position = found + 1
@@ -208,7 +211,7 @@ def build_tree_kernel_efficient_cpu(
                 parent_tb = sel[cur] // int(topk)
                 if parent_tb == 0:
                     break
-                found = position_of(par[parent_tb])
+                found = _position_of(sel, n, par[parent_tb])
                 if found < 0:
                     break
                 cur = found
@@ -266,7 +269,7 @@ def verify_tree_greedy_cpu(
 
 
 #: The ops, by the name ``sgl_kernel`` exports them under.
-OPS = {
+OPS: dict[str, Callable[..., None]] = {
     "copy_all_layer_kv_cache_cpu": copy_all_layer_kv_cache_cpu,
     "assign_req_to_token_pool_cpu": assign_req_to_token_pool_cpu,
     "assign_extend_cache_locs_cpu": assign_extend_cache_locs_cpu,
