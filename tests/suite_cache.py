@@ -35,6 +35,8 @@ SESSION_ENV = "PATCHCRAFT_SUITE_CACHE"
 STORE_ENV = "PATCHCRAFT_TEST_WHEELS"
 #: The user's cache parts the suite may add to: downloaded wheels, and pre-commit's hook environment (tests/test_precommit.py).
 SHARED_PARTS = ("wheels", "pre-commit")
+#: The forks on PyPI whose wheels the suite downloads (tests/fork_wheels.py), as wheel files spell their names.
+FORK_WHEELS = ("sglang_kt", "lsglang")
 #: Fewer selected tests than this (a contributor's inner loop): releases are fetched when first used, not up front.
 PREFETCH_FROM = 50
 
@@ -90,8 +92,10 @@ def _link_wheels(store: Path, wheels: Path) -> set[str]:
 
 
 def _shared_archives(folder: Path) -> list[Path]:
-    """The shared downloads in ``folder``: SGLang wheels and vLLM's slim archives (patchcraft.base.vllm_fetch)."""
-    return sorted(folder.glob("sglang-*.whl")) + sorted(folder.glob("vllm-*.slim*.zip"))
+    """The shared downloads in ``folder``: SGLang wheels, vLLM's slim archives (patchcraft.base.vllm_fetch)
+    and the wheels of the forks published under their own names (tests/fork_wheels.py)."""
+    forks = [wheel for name in FORK_WHEELS for wheel in sorted(folder.glob(f"{name}-*.whl"))]
+    return sorted(folder.glob("sglang-*.whl")) + sorted(folder.glob("vllm-*.slim*.zip")) + forks
 
 
 def finish(session: pytest.Session) -> None:

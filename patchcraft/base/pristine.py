@@ -3,10 +3,13 @@
 Three places know it, tried in this order for each file:
 
 - a git checkout or fork: the file at ``HEAD`` (``git show HEAD:path``);
-- an installed SGLang: the sha256 pip wrote into the dist-info ``RECORD``
+- an installed SGLang, or a fork installed by pip (``sglang-kt``'s
+  ``sglang_kt-0.7.2.dist-info``): the sha256 pip wrote into the ``RECORD``
+  of the distribution that lists the package's files, whatever its name
   (urlsafe base64, no padding); when the file no longer matches it, the
-  text comes from the release wheel, fetched on demand, whose member must
-  match the ``RECORD`` hash too;
+  text comes from that distribution's wheel (its name and version are the
+  dist-info folder's), fetched on demand, whose member must match the
+  ``RECORD`` hash too;
 - a release in patchcraft's cache (``patchcraft fetch``): the wheel it was
   unpacked from.
 
@@ -56,7 +59,7 @@ class PristineSource:
     def __init__(self, tree: SglangTree) -> None:
         self.tree = tree
         self._git_top = _git_toplevel(tree.package)
-        self._record = _find_record(tree.package)
+        self._record, self._records_seen = _find_record(tree.package)
         self._hashes = _read_record(self._record) if self._record else {}
         self._wheel: Path | None = None
 
@@ -71,7 +74,14 @@ class PristineSource:
             cache = f"in {cache_dir() / 'releases'}"
         except PatchcraftError:
             cache = "in patchcraft's cache (none can be placed: set PATCHCRAFT_CACHE)"
-        return f"{self.tree.package} is not a git checkout, has no dist-info RECORD beside it and is no release {cache}"
+        record = "has no dist-info RECORD listing its files beside it"
+        if len(self._records_seen) > 1:
+            names = ", ".join(r.parent.name for r in self._records_seen)
+            record = (
+                f"has {len(self._records_seen)} dist-info RECORDs listing its files beside it "
+                f"({names}: one was installed over the other, so neither says what the files were)"
+            )
+        return f"{self.tree.package} is not a git checkout, {record} and is no release {cache}"
 
     def pristine(self, path: Path, candidates: Sequence[bytes] = ()) -> Pristine:
         """The pristine text of ``path`` (a file of this tree), or why it cannot be had.
@@ -143,16 +153,44 @@ class PristineSource:
     def _wheel_path(self) -> Path:
         """The release wheel of this tree's version, from the cache or downloaded now (one line on failure)."""
         if self._wheel is None:
-            version = self.tree.version
+            distribution, version = "sglang", str(self.tree.version)
+            if self._record is not None:  # the installed distribution: sglang, or a fork's (sglang_kt-0.7.2.dist-info)
+                distribution, version = _distribution(self._record.parent)
             wheels = cache_dir() / "wheels"
-            self._wheel = find_wheel(wheels, version) or download_wheel(version, wheels)
+            self._wheel = find_wheel(wheels, version, distribution) or download_wheel(version, wheels, distribution)
         return self._wheel
 
 
-def _find_record(package: Path) -> Path | None:
-    """The RECORD of the ``sglang`` distribution installed beside ``package`` (site-packages), if any."""
-    records = sorted(package.parent.glob("sglang-*.dist-info/RECORD"))
-    return records[0] if len(records) == 1 else None
+def _find_record(package: Path) -> tuple[Path | None, tuple[Path, ...]]:
+    """The RECORD beside ``package`` (site-packages) that lists the package's files, and every one that does.
+
+    The distribution's name is not the package's: SGLang's is ``sglang``,
+    a fork's may be ``sglang_kt`` (KTransformers' ``sglang-kt``) or
+    ``lsglang``, each installing an ``sglang/`` package. A RECORD counts when
+    it lists a file under ``<package>/``; two that do (one distribution
+    installed over another) leave the files' origin unknown: no RECORD.
+    """
+    prefix = f"{package.name}/"
+    found = []
+    for record in sorted(package.parent.glob("*.dist-info/RECORD")):
+        if _lists(record, prefix):
+            found.append(record)
+    return (found[0] if len(found) == 1 else None), tuple(found)
+
+
+def _lists(record: Path, prefix: str) -> bool:
+    """Whether ``record`` has a line for a file under ``prefix`` (read line by line, stopping at the first)."""
+    try:
+        with record.open(encoding="utf-8", errors="replace") as handle:
+            return any(line.startswith(prefix) for line in handle)
+    except OSError:
+        return False  # an unreadable RECORD lists nothing we can use
+
+
+def _distribution(dist_info: Path) -> tuple[str, str]:
+    """``(name, version)`` of a ``<name>-<version>.dist-info`` folder, the name as wheel files spell it."""
+    name, _, version = dist_info.name.removesuffix(".dist-info").partition("-")
+    return name, version
 
 
 def _read_record(record: Path) -> dict[str, str]:

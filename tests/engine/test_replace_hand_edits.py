@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_release, release_package, run_cli
+from fork_wheels import SGLANG_KT, fork_wheel, install_fork
 from hand_fix import FULL, PARTIAL, sed_fix
 from patchcraft.base.fetch import cache_dir, download_wheel
 from patchcraft.base.pristine import _read_record, record_digest
@@ -419,3 +420,42 @@ def test_a_patchcraft_patched_install_is_judged_offline(installed: Path, tmp_pat
     files = {f["path"]: (f["state"], f["pristine_from"]) for f in json.loads(out)["files"]}
     assert code == 0 and files["sglang/" + MODEL] == ("patchcraft-patched", "RECORD"), files
     assert run_cli(capsys, "revert", *SCOPE, str(installed))[0] == 0 and _mismatches(installed) == []
+
+
+# -- a fork installed by pip under its own name: KTransformers' sglang-kt 0.7.2 (sglang_kt-0.7.2.dist-info) --
+
+
+@pytest.fixture(scope="module")
+def kt_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """site-packages holding ``pip install --no-deps sglang-kt==0.7.2``: ``sglang/`` beside ``sglang_kt-0.7.2.dist-info``."""
+    return install_fork(SGLANG_KT, tmp_path_factory.mktemp("sglang-kt")).parent
+
+
+def _differs_from_record(site: Path, dist_info: str) -> list[str]:
+    hashes = _read_record(site / dist_info / "RECORD")
+    return sorted(m for m, d in hashes.items() if m.endswith(".py") and record_digest((site / m).read_bytes()) != d)
+
+
+def test_an_installed_fork_is_judged_against_its_own_record(kt_site: Path, capsys, monkeypatch) -> None:
+    """Its RECORD lists every ``sglang/`` file: verify reads it, and the hand fix is replaced from its own wheel."""
+    dist_info = "sglang_kt-0.7.2.dist-info"
+    assert (kt_site / dist_info / "RECORD").is_file() and not list(kt_site.glob("sglang-*.dist-info"))
+    package = kt_site / "sglang"
+    _, out, _ = run_cli(capsys, "verify", "--no-smoke", "--format", "json", *SCOPE, str(package))
+    files = {f["path"]: (f["state"], f["pristine_from"]) for f in json.loads(out)["files"]}
+    assert files["sglang/" + MODEL] == ("pristine", "RECORD") and set(files.values()) == {("pristine", "RECORD")}, files
+    model = package / MODEL
+    try:
+        sed_fix(model)
+        monkeypatch.setenv("PIP_NO_INDEX", "1")  # the fixture's download is in the cache: nothing more is fetched
+        _, out, _ = run_cli(capsys, "verify", "--no-smoke", "--format", "json", *SCOPE, str(package))
+        found = {f["path"]: (f["state"], f["pristine_from"]) for f in json.loads(out)["files"]}["sglang/" + MODEL]
+        assert found[0] == "edited-by-hand" and found[1].startswith("RECORD + wheel sglang_kt-0.7.2-"), found
+        code, out, err = run_cli(capsys, "apply", "--no-smoke", "--replace-hand-edits", *SCOPE, str(package))
+        assert code == 0 and "Rewriting sglang/" + MODEL in out + err, out + err
+        assert run_cli(capsys, "revert", *SCOPE, str(package))[0] == 0
+        assert _differs_from_record(kt_site, dist_info) == []  # the shipped files, byte for byte
+    finally:
+        with zipfile.ZipFile(fork_wheel(SGLANG_KT)) as archive:
+            for member in _differs_from_record(kt_site, dist_info):
+                (kt_site / member).write_bytes(archive.read(member))
