@@ -37,15 +37,22 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.memo import Memo, Stamp, stamp
 from patchcraft.base.status import EditKind
 from patchcraft.base.target import SglangTree
 from patchcraft.planning.records import EditSite, ModelPlan
+from patchcraft.planning.vllm_family_plans import Dispatch, fallback_notes, family_rows, named_architecture
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
+from patchcraft.reading.vllm_captures import COPY, read_captures
+from patchcraft.reading.vllm_families import family_dispatch, read_tables
 from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
 from patchcraft.reading.vllm_runner import read_registry
+
+#: ``resolve(architecture)``: the class vLLM builds for an architecture its family dispatches (one platform's).
+Resolver = Callable[[str], Optional[ClassNode]]
 
 INNER = "model"
 MIXIN = "EagleModelMixin"
@@ -57,26 +64,21 @@ RELEVANT = (b"SupportsEagle3", SETTER.encode(), b"aux_hidden_state", b"language_
 def plan_vllm(tree: SglangTree) -> list[ModelPlan]:
     """One plan per EAGLE-3 target class of the vLLM tree, in file and class order.
 
-    Remembered for the process by the model files' names, sizes and times: a run plans, then judges
-    the hand edits, on the same files.
+    Remembered for the process while no file it reads changes (the model files and ``vllm/models/``):
+    a run plans, then judges the hand edits, on the same files.
     """
     files = sorted(tree.models_dir.glob("*.py"))
-    key = (str(tree.models_dir.resolve()), tuple((p.name, *_stat(p)) for p in files))
-    if key not in _PLANNED:
-        _PLANNED.clear()
-        _PLANNED[key] = _plan_all(tree, files)
-    return list(_PLANNED[key])
+
+    def read() -> Stamp:
+        """What planning reads: the model files (registry.py among them), vllm/models/ (0.24+), the version."""
+        versions = [tree.package / name for name in ("version.py", "_version.py", "__init__.py")]
+        return stamp(versions, folders=[(tree.models_dir, False), (tree.package / "models", True)])
+
+    return list(_PLANNED.get(str(tree.models_dir.resolve()), read, lambda: _plan_all(tree, files)))
 
 
-_PLANNED: dict[tuple, list[ModelPlan]] = {}
-
-
-def _stat(path: Path) -> tuple[int, int]:
-    try:
-        found = path.stat()
-    except OSError:
-        return (0, 0)
-    return (found.st_mtime_ns, found.st_size)
+#: The plans of a tree, kept while no file they read changes (:mod:`patchcraft.base.memo`).
+_PLANNED: Memo[list[ModelPlan]] = Memo(keep=1)
 
 
 def _plan_all(tree: SglangTree, files: list[Path]) -> list[ModelPlan]:
@@ -103,14 +105,27 @@ def _plan_all(tree: SglangTree, files: list[Path]) -> list[ModelPlan]:
     registry = read_registry(tree.package)
     version = str(tree.version)
     engine = "this vLLM tree" if version.startswith("unknown") else f"vLLM {version}"
-    plans = [_served_elsewhere(_plan(graph, registry, outer), registry, engine) for outer in _targets(graph)]
+    dispatch = Dispatch(tuple(family_dispatch(tree.package, read_tables(tree.package))))
+
+    def planner(graph: VllmGraph, outer: ClassNode, resolve: Resolver) -> ModelPlan:
+        return _plan(graph, registry, outer, resolve, family=True)
+
+    plans = []
+    for outer in _targets(graph):
+        plan = _plan(graph, registry, outer, lambda name: _fallback(graph, dispatch, name))
+        plans.append(named_architecture(dispatch, plan, engine) or fallback_notes(dispatch, plan, engine))
     labels = {plan.label for plan in plans}
-    return plans + [plan for plan in _family_plans(tree.package, registry) if plan.label not in labels]
+    return plans + family_rows(graph, dispatch, engine, planner, labels)
 
 
-#: Bytes a file of a ``vllm/models/<family>/`` package holds when the family serves an EAGLE-3 target
-#: (0.34's ``deepseek_v32`` subclasses ``DeepseekV2ForCausalLM`` and captures ``aux_hidden_states`` itself).
-FAMILY_MARKERS = (b"SupportsEagle3", SETTER.encode(), b"aux_hidden_state")
+def _fallback(graph: VllmGraph, dispatch: Dispatch, architecture: str) -> Optional[ClassNode]:
+    """A language model architecture a family serves with one ``model_executor/models`` class on every
+    platform it serves (0.32's ``DeepseekV32ForCausalLM`` on XPU and CPU is not that): that class."""
+    found = {(s.stem, s.cls) for s in dispatch.of(architecture) if s.module}
+    if len(found) != 1:
+        return None
+    stem, cls = found.pop()
+    return graph.classes.get((stem, cls)) if stem and graph.load(stem) else None
 
 
 def served_outside(registry: dict[str, tuple[str, str]], name: str) -> Optional[str]:
@@ -118,66 +133,6 @@ def served_outside(registry: dict[str, tuple[str, str]], name: str) -> Optional[
     lies outside ``model_executor/models`` (``vllm/models/<family>/``, from 0.22); None otherwise."""
     module = registry.get(name, ("", ""))[0]
     return module.replace(".", "/") if module.startswith("vllm.") else None
-
-
-def _served_elsewhere(plan: ModelPlan, registry: dict[str, tuple[str, str]], engine: str) -> ModelPlan:
-    """A target class vLLM does not serve: its name is an architecture the registry maps into
-    ``vllm/models/<family>/`` and no architecture maps to this file's class (0.29+'s
-    ``deepseek_v2.GlmMoeDsaForCausalLM``, served from ``vllm/models/deepseek_v32``)."""
-    where = served_outside(registry, plan.cls)
-    if where is None or (plan.module, plan.cls) in registry.values():
-        return plan
-    return replace(
-        plan,
-        sites=(),
-        not_applicable=False,
-        unsupported=f"{engine} serves {plan.cls} from {where} (registry.py), not this class; "
-        "patchcraft does not read vllm/models/ yet",
-    )
-
-
-def _family_plans(package: Path, registry: dict[str, tuple[str, str]]) -> list[ModelPlan]:
-    """One unsupported row per architecture the registry serves from a ``vllm/models/<family>/`` package
-    holding an EAGLE-3 target: patchcraft does not read those packages yet."""
-    plans = []
-    for name, (module, cls) in sorted(registry.items(), key=lambda item: (item[1], item[0])):
-        where = served_outside(registry, name)
-        if where is None or DRAFTS.search(cls):
-            continue
-        folder = package.joinpath(*module.split(".")[1:])  # the package need not be named vllm
-        files = sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
-        texts = {path: _read(path) for path in files}
-        if not any(word in text for text in texts.values() for word in FAMILY_MARKERS):
-            continue
-        defined = [path for path, text in texts.items() if f"class {cls}(".encode() in text and _defines(text, cls)]
-        path = next((p for p in defined if "nvidia" in p.parts), defined[0] if defined else folder / "__init__.py")
-        if not folder.is_dir():
-            path = folder.with_suffix(".py")
-        plans.append(
-            ModelPlan(
-                module=module.rpartition(".")[2],
-                cls=cls,
-                path=path,
-                unsupported=f"served from {where}/ ({name} in registry.py), which patchcraft does not read yet: "
-                "what id 0 feeds there is not shown",
-            )
-        )
-    return plans
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
-
-
-def _defines(text: bytes, cls: str) -> bool:
-    try:
-        body = ast.parse(text).body
-    except (SyntaxError, ValueError):
-        return False
-    return any(isinstance(node, ast.ClassDef) and node.name == cls for node in body)
 
 
 def _targets(graph: ModelGraph) -> list[ClassNode]:
@@ -190,8 +145,15 @@ def _targets(graph: ModelGraph) -> list[ClassNode]:
     ]
 
 
-def _plan(graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassNode) -> ModelPlan:
-    inner, via = _inner(graph, registry, outer)
+def _plan(
+    graph: ModelGraph,
+    registry: dict[str, tuple[str, str]],
+    outer: ClassNode,
+    resolve: Resolver,
+    family: bool = False,
+) -> ModelPlan:
+    """``family``: a class of ``vllm/models/`` (its own forward cannot be proven on the harness yet)."""
+    inner, via = _inner(graph, registry, outer, resolve)
     common: dict[str, Any] = dict(module=outer.module, cls=outer.name, path=outer.path)
     if inner is None:
         return ModelPlan(
@@ -206,12 +168,34 @@ def _plan(graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassN
     where = f"{owner.label}.forward ({owner.path.name}:{forward.lineno})"
     notes = (f"ids reach {inner.label} through {via}",) if via else ()
     if _reaches_mixin(graph, inner):
-        return _mixin_plan(graph, inner, where, common, notes)
-    if not _top_of_layer_capture(forward):
+        return _mixin_plan(graph, inner, where, common, notes, family)
+    reading = read_captures(forward)
+    if not reading.captures:
         return ModelPlan(
             **common,
             not_applicable=True,
             unsupported=f"not needed: {where} has no layer loop that captures aux hidden states",
+            notes=notes,
+        )
+    if reading.id0 == COPY:
+        return ModelPlan(
+            **common,
+            not_applicable=True,
+            unsupported=f"not needed: {where} {reading.said(owner.path.name)}",
+            notes=notes,
+        )
+    if family:
+        return ModelPlan(
+            **common,
+            unsupported=f"{where} {reading.said(owner.path.name)}; no edit is written in vllm/models/ until the "
+            "harness runs its modules (nothing unproven is written)",
+            notes=notes,
+        )
+    if not _top_of_layer_capture(forward):
+        return ModelPlan(
+            **common,
+            unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet",
+            notes=notes,
         )
     site = EditSite(kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward")
     return ModelPlan(**common, sites=(site,), notes=notes)
@@ -225,17 +209,45 @@ NO_MIXIN_EDIT = (
 
 
 def _mixin_plan(
-    graph: ModelGraph, inner: ClassNode, where: str, common: dict[str, Any], notes: tuple[str, ...]
+    graph: ModelGraph,
+    inner: ClassNode,
+    where: str,
+    common: dict[str, Any],
+    notes: tuple[str, ...],
+    family: bool = False,
 ) -> ModelPlan:
-    """The one site of every model capturing through the mixin: the method that captures, where it is defined."""
-    found = graph.find_method(inner, MIXIN_CAPTURE)
-    if found is None:
+    """The one site of every model capturing through the mixin: the method that captures, where it is defined
+    (past overrides that hand the capture to ``super()``, as 0.33's ROCm ``KimiLinearModel`` does)."""
+    owners = [c for c in graph.mro(inner) if MIXIN_CAPTURE in c.methods]
+    owner = next((c for c in owners if not _calls_super(c.methods[MIXIN_CAPTURE], MIXIN_CAPTURE)), None)
+    if owner is None:
         return ModelPlan(**common, unsupported=f"{where} captures through {MIXIN}: {NO_MIXIN_EDIT}")
-    owner = found[0]
+    if family and owner.name != MIXIN:
+        return ModelPlan(
+            **common,
+            unsupported=f"{where} captures through {owner.label}.{MIXIN_CAPTURE}, its own; no edit is written in "
+            "vllm/models/ until the harness runs its modules (nothing unproven is written)",
+            notes=notes,
+        )
+    if owner is not owners[0]:
+        notes = (*notes, f"{owners[0].label}.{MIXIN_CAPTURE} hands the capture to {owner.label}'s")
     site = EditSite(
         kind=EditKind.VLLM_MIXIN, path=owner.path, module=owner.module, cls=owner.name, method=MIXIN_CAPTURE
     )
     return ModelPlan(**common, sites=(site,), notes=notes)
+
+
+def _calls_super(function: ast.AST, name: str) -> bool:
+    """``super().NAME(...)`` in ``function``."""
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == name
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "super"
+        for node in ast.walk(function)
+    )
 
 
 def _reaches_mixin(graph: ModelGraph, cls: ClassNode, depth: int = 2) -> bool:
@@ -280,17 +292,20 @@ def _calls_super_forward(function: ast.AST) -> bool:
 
 
 def _inner(
-    graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassNode
+    graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassNode, resolve: Resolver
 ) -> tuple[Optional[ClassNode], str]:
     """``self.model``'s class, or that of the language model a wrapper names (and where it names it)."""
     inners = classes_assigned_to(graph, outer, INNER)
     if inners:
         return inners[0], ""
     named = language_model(graph, outer)
-    if named is None or named[0] not in registry:
+    if named is None:
         return None, ""
-    stem, cls = registry[named[0]]
-    target = graph.classes.get((stem, cls)) if graph.load(stem) else None
+    if named[0] in registry and not registry[named[0]][0].startswith("vllm."):
+        stem, cls = registry[named[0]]
+        target = graph.classes.get((stem, cls)) if graph.load(stem) else None
+    else:  # served from a family package: the class this platform's dispatch builds
+        target = resolve(named[0])
     if target is None or target is outer:
         return None, ""
     inners = classes_assigned_to(graph, target, INNER)

@@ -81,8 +81,8 @@ class CaptureReading:
 
 ID0_WORDS = {
     COPY: "is a copy of hs[0]",
-    ALIAS: "is the embedding tensor itself, which layer 0 takes as its residual and its fused add-norm "
-    "overwrites in place",
+    ALIAS: "is the embedding tensor itself, not a copy (layer 0 takes it as its residual; an in-place fused "
+    "add-norm overwrites it)",
     CRASH: "raises (residual is None at layer 0)",
     DROPPED: "captures nothing (no capture reads the embedding output)",
     OTHER: "is an expression patchcraft does not judge",

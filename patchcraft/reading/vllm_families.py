@@ -68,6 +68,8 @@ class Served:
     #: Why this platform serves nothing: the family refuses it ("NotImplementedError: ..."), or its
     #: dispatch could not be followed here (said as such).
     refused: str = ""
+    #: ``path`` relative to the package (``models/kimi_k3/nvidia/model.py``).
+    file: str = ""
 
     @property
     def in_models(self) -> bool:
@@ -127,7 +129,10 @@ def served(package: Path, architecture: str, module: str, cls: str) -> list[Serv
     init = package / relative / "__init__.py"
     if not init.is_file():  # a module, not a dispatching package: every platform takes it
         path = _defining(package, module, cls)
-        return [Served(architecture, p, module, cls, path, f"{relative.as_posix()}.py") for p in PLATFORMS]
+        return [
+            Served(architecture, p, module, cls, path, f"{relative.as_posix()}.py", file=_relative(package, path))
+            for p in PLATFORMS
+        ]
     return [_run_init(package, init, module, architecture, cls, platform) for platform in PLATFORMS]
 
 
@@ -236,7 +241,19 @@ def _run_init(package: Path, init: Path, module: str, architecture: str, cls: st
     if not isinstance(value, _Ref) or not value.name:
         return Served(architecture, platform, where=relative, refused=f"{relative} binds no {cls} on {platform}")
     path = _defining(package, value.module, value.name)
-    return Served(architecture, platform, value.module, value.name, path, f"{relative}:{value.line}")
+    return Served(
+        architecture,
+        platform,
+        value.module,
+        value.name,
+        path,
+        f"{relative}:{value.line}",
+        file=_relative(package, path),
+    )
+
+
+def _relative(package: Path, path: Optional[Path]) -> str:
+    return path.relative_to(package).as_posix() if path is not None else ""
 
 
 def _absolute(module: str, name: str, level: int) -> str:
