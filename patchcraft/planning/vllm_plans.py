@@ -156,11 +156,7 @@ def _plan(
     inner, via = _inner(graph, registry, outer, resolve)
     common: dict[str, Any] = dict(module=outer.module, cls=outer.name, path=outer.path)
     if inner is None:
-        return ModelPlan(
-            **common,
-            unsupported=f"cannot tell which class `self.{INNER}` of {outer.label} is "
-            "(a language model built from vLLM's registry from its config)",
-        )
+        return ModelPlan(**common, unsupported=_unknown_language_model(graph, outer))
     owner = next((c for c in graph.mro(inner) if "forward" in c.methods), None)
     if owner is None:
         return ModelPlan(**common, unsupported=f"{inner.label} has no forward", not_applicable=True)
@@ -294,22 +290,91 @@ def _calls_super_forward(function: ast.AST) -> bool:
 def _inner(
     graph: ModelGraph, registry: dict[str, tuple[str, str]], outer: ClassNode, resolve: Resolver
 ) -> tuple[Optional[ClassNode], str]:
-    """``self.model``'s class, or that of the language model a wrapper names (and where it names it)."""
+    """``self.model``'s class, or that of the language model a wrapper builds (and where it builds it): named by
+    its architecture (``init_vllm_registered_model(..., architectures=["X"])``, Kimi-K2.5), or constructed
+    (``self.language_model = Qwen3LLMForCausalLM(...)``, ``initialize_model(..., model_class=X)``)."""
     inners = classes_assigned_to(graph, outer, INNER)
     if inners:
         return inners[0], ""
     named = language_model(graph, outer)
-    if named is None:
-        return None, ""
-    if named[0] in registry and not registry[named[0]][0].startswith("vllm."):
-        stem, cls = registry[named[0]]
-        target = graph.classes.get((stem, cls)) if graph.load(stem) else None
-    else:  # served from a family package: the class this platform's dispatch builds
-        target = resolve(named[0])
+    target: Optional[ClassNode] = None
+    where = ""
+    if named is not None:
+        where = named[1]
+        if named[0] in registry and not registry[named[0]][0].startswith("vllm."):
+            stem, cls = registry[named[0]]
+            target = graph.classes.get((stem, cls)) if graph.load(stem) else None
+        else:  # served from a family package: the class this platform's dispatch builds
+            target = resolve(named[0])
+    else:
+        target, where = _built_language_model(graph, outer)
     if target is None or target is outer:
         return None, ""
     inners = classes_assigned_to(graph, target, INNER)
-    return (inners[0], f"its language model {target.label} ({named[1]})") if inners else (None, "")
+    return (
+        (inners[0], f"its language model {target.label} (`self.{LANGUAGE_MODEL}`, {where})") if inners else (None, "")
+    )
+
+
+LANGUAGE_MODEL = "language_model"
+#: vLLM's helper that builds a model class from the config's architectures (which this reading cannot know).
+REGISTERED = "init_vllm_registered_model"
+
+
+def _built_language_model(graph: ModelGraph, outer: ClassNode) -> tuple[Optional[ClassNode], str]:
+    """The class ``self.language_model`` is constructed from in an ``__init__`` of ``outer``'s MRO (the most derived
+    one assigning it), and ``file:line``: a class called, or ``initialize_model(..., model_class=X)``."""
+    for owner in graph.mro(outer):
+        init = owner.methods.get("__init__")
+        if init is None:
+            continue
+        assigns = _language_model_assigns(init)
+        for node, call in assigns:
+            named = next((k.value for k in call.keywords if k.arg == "model_class"), None)
+            expr = named if named is not None else call.func
+            name = ast.unparse(expr)
+            found = graph.resolve(owner.module, name) if name != REGISTERED else None
+            if found is not None:
+                return found, f"{owner.path.name}:{node.lineno}"
+        if assigns:
+            return None, ""
+    return None, ""
+
+
+def _language_model_assigns(init: ast.AST) -> list[tuple[ast.stmt, ast.Call]]:
+    """``self.language_model = CALL`` (or ``self.language_model: T = CALL``) in ``init``, in line order."""
+    found: list[tuple[ast.stmt, ast.Call]] = []
+    for node in ast.walk(init):
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        value = getattr(node, "value", None)
+        if isinstance(value, ast.Call) and any(
+            isinstance(t, ast.Attribute) and t.attr == LANGUAGE_MODEL for t in targets
+        ):
+            found.append((node, value))  # type: ignore[arg-type]
+    return sorted(found, key=lambda item: item[0].lineno)
+
+
+def _unknown_language_model(graph: ModelGraph, outer: ClassNode) -> str:
+    """Why the class of ``outer``'s language model cannot be told, in the words of the code that builds it."""
+    for owner in graph.mro(outer):
+        init = owner.methods.get("__init__")
+        for node, call in _language_model_assigns(init) if init is not None else ():
+            built = ast.unparse(call.func)
+            if built == REGISTERED:
+                return (
+                    f"cannot tell which class `self.{LANGUAGE_MODEL}` of {outer.label} is: {REGISTERED} builds it "
+                    f"from the config's architectures ({owner.path.name}:{node.lineno})"
+                )
+            return (
+                f"cannot tell which class `self.{LANGUAGE_MODEL}` of {outer.label} is: it is built by {built}(...) "
+                f"({owner.path.name}:{node.lineno}), which names no model class"
+            )
+    return (
+        f"cannot tell which class `self.{INNER}` of {outer.label} is: no __init__ of its MRO assigns "
+        f"`self.{INNER}` or `self.{LANGUAGE_MODEL}` a class this reading follows"
+    )
 
 
 def _calls(function: ast.AST, name: str) -> bool:
