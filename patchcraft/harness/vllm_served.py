@@ -56,6 +56,7 @@ from patchcraft.harness.subject import HIDDEN, TOKENS, VOCAB, input_ids
 from patchcraft.harness.vllm_standins import HELPERS, method_builtins
 from patchcraft.planning.vllm_plans import served_outside
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
+from patchcraft.reading.vllm_families import read_tables, served
 from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
 from patchcraft.reading.vllm_runner import read_registry
 
@@ -176,14 +177,22 @@ def eagle3_classes(package: Path) -> list[str]:
 def _outer(graph: ModelGraph, package: Path, name: str) -> ClassNode:
     models = graph.models_dir
     registered = read_registry(package)
+    if name.count(".") > 1:  # a row of a vllm/models/<family>/ class (kimi_k3.nvidia.KimiLinearForCausalLM)
+        raise PatchcraftError(f"{name}: {_engine(package)} {NOT_RUN}")
     if "." in name:  # a label, file.Class: the class of that file (a name some files share)
         stem, _, cls = name.partition(".")
         found = _in_file(graph, stem, cls)
-        if found is None:  # a row of a vllm/models/<family>/ architecture (deepseek_v32.DeepseekV32ForCausalLM)
-            _refuse_family(package, registered, name, cls, stem)
+        if found is None:  # a family architecture labelled by its family (deepseek_v32.DeepseekV32ForCausalLM)
+            fallback = _refuse_family(package, registered, name, cls, stem)
+            found = _in_file(graph, *fallback) if fallback else None
     elif name in registered:  # an architecture of a config.json
-        _refuse_family(package, registered, name, name)
-        found = _in_file(graph, *registered[name])
+        fallback = _refuse_family(package, registered, name, name)
+        found = _in_file(graph, *(fallback or registered[name]))
+    elif served_outside(
+        tables := read_tables(package), name
+    ):  # the multimodal table's (KimiK3ForConditionalGeneration)
+        fallback = _refuse_family(package, tables, name, name)
+        found = _in_file(graph, *fallback) if fallback else None
     else:
         return _class_named(graph, models, name) if name[:1].isupper() else _class_of_stem(graph, models, name)
     if found is None:
@@ -191,19 +200,37 @@ def _outer(graph: ModelGraph, package: Path, name: str) -> ClassNode:
     return found
 
 
+#: Why a class of ``vllm/models/<family>/`` is not run (its rows say what its forward captures).
+NOT_RUN_WHY = (
+    "whose modules the harness does not run yet: `patchcraft apply --engine vllm --check` names each platform's "
+    "class and says what its forward captures"
+)
+NOT_RUN = f"serves it from vllm/models/, {NOT_RUN_WHY}"
+
+
+def _engine(package: Path) -> str:
+    version = str(VersionLabel(identify(package)))
+    return "this vLLM tree" if version.startswith("unknown") else f"vLLM {version}"
+
+
 def _refuse_family(
     package: Path, registered: dict[str, tuple[str, str]], name: str, architecture: str, stem: str = ""
-) -> None:
-    """One line for an architecture vLLM serves from ``vllm/models/<family>/`` (0.22+), which the harness does
-    not read: the class of ``model_executor/models`` of that name (if any) is not what vLLM runs."""
+) -> Optional[tuple[str, str]]:
+    """An architecture vLLM serves from ``vllm/models/<family>/`` (0.22+): the ``model_executor/models`` class
+    the family falls back to on some platforms (0.32's ``GlmMoeDsaForCausalLM`` on XPU and CPU is
+    ``deepseek_v2.GlmMoeDsaForCausalLM``), run as what those platforms serve; with none, one line: the
+    platforms' own modules are not run here."""
     where = served_outside(registered, architecture)
     if where is None or (stem and not where.endswith("/" + stem)):
-        return
-    version = str(VersionLabel(identify(package)))
-    engine = "this vLLM tree" if version.startswith("unknown") else f"vLLM {version}"
+        return None
+    module, cls = registered[architecture]
+    found = served(package, architecture, module, cls)
+    fallback = sorted({(s.stem, s.cls) for s in found if s.in_models})
+    if len(fallback) == 1:
+        return fallback[0]
+    platforms = "; ".join(f"{s.platform}: {s.refused or s.file or s.module}" for s in found)
     raise PatchcraftError(
-        f"{name}: {engine} serves {architecture} from {where}/ (registry.py), "
-        "which patchcraft does not read yet: what id 0 feeds there is not shown"
+        f"{name}: {_engine(package)} serves {architecture} from {where}/ ({platforms}), {NOT_RUN_WHY}"
     )
 
 

@@ -46,10 +46,11 @@ def plan_tree(tree: SglangTree, names: Sequence[str] = (), whole_files: bool = F
 
 
 def is_named(label: str, names: Sequence[str]) -> bool:
-    """Whether ``--model`` names this row itself (a file stem, a class, ``module.Class`` or ``runner``)."""
+    """Whether ``--model`` names this row itself (a file stem, a class, ``module.Class`` or ``runner``; a vLLM
+    family row ``kimi_k3.nvidia.Class`` is named by its family ``kimi_k3`` too)."""
     wanted = {n.lower().removesuffix(".py") for n in names}
     module, _, cls = label.lower().rpartition(".")
-    return bool(wanted & {label.lower(), module, cls})
+    return bool(wanted & {label.lower(), module, module.partition(".")[0], cls})
 
 
 def no_match(models_dir: Path, names: Sequence[str], setter: str = "set_eagle3_layers_to_capture") -> str:
@@ -151,7 +152,7 @@ def named(plans: Iterable[ModelPlan], names: Sequence[str]) -> list[ModelPlan]:
 
 
 def _names(plan: ModelPlan) -> set[str]:
-    return {plan.module.lower(), plan.cls.lower(), plan.label.lower()}
+    return {plan.module.lower(), plan.module.lower().partition(".")[0], plan.cls.lower(), plan.label.lower()}
 
 
 def _closure(chosen: Sequence[ModelPlan], plans: Sequence[ModelPlan], whole_files: bool) -> list[ModelPlan]:
