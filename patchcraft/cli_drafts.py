@@ -13,7 +13,15 @@ import sys
 
 import click
 
-from patchcraft.cli_options import engine_option, format_option, no_allreduce_fusion_option, overlay_option, tp_option
+from patchcraft.cli_options import (
+    compilation_option,
+    engine_option,
+    format_option,
+    no_allreduce_fusion_option,
+    overlay_option,
+    platform_option,
+    tp_option,
+)
 
 
 @click.command()
@@ -29,6 +37,8 @@ from patchcraft.cli_options import engine_option, format_option, no_allreduce_fu
 @click.option("--release", metavar="VERSION", help="Use SGLang VERSION from the cache instead of TARGET.")
 @format_option()
 @tp_option
+@platform_option
+@compilation_option
 @no_allreduce_fusion_option
 @overlay_option("Explain the overlay in DIR: the files `patchcraft run` serves.")
 @engine_option(
@@ -36,7 +46,18 @@ from patchcraft.cli_options import engine_option, format_option, no_allreduce_fu
     detect=True,
 )
 def explain(
-    target, layer_ids, num_layers, model, release, output_format, tp, no_allreduce_fusion, overlay_dir, engine
+    target,
+    layer_ids,
+    num_layers,
+    model,
+    release,
+    output_format,
+    tp,
+    platform,
+    compilation,
+    no_allreduce_fusion,
+    overlay_dir,
+    engine,
 ) -> None:
     """Show which hidden states these aux layer ids capture on this install."""
     from patchcraft.commands.explain import ExplainOptions, explain_command
@@ -54,6 +75,8 @@ def explain(
                 overlay=overlay_dir,
                 engine=engine,
                 allreduce_fusion=not no_allreduce_fusion,
+                platform=platform,
+                compilation=compilation,
             )
         )
     )
@@ -76,6 +99,8 @@ def explain(
 @click.option("--no-cuda-graph", "no_cuda_graph", is_flag=True, help="The server runs with --disable-cuda-graph.")
 @format_option()
 @tp_option
+@platform_option
+@compilation_option
 @no_allreduce_fusion_option
 @overlay_option("Check against the overlay in DIR: the files `patchcraft run` serves.")
 @click.option(
@@ -100,6 +125,8 @@ def check_draft(
     no_cuda_graph,
     output_format,
     tp,
+    platform,
+    compilation,
     no_allreduce_fusion,
     overlay_dir,
     engines,
@@ -127,6 +154,8 @@ def check_draft(
         vllm_target=vllm_target,
         vllm_release=vllm_release,
         vllm_model=vllm_model,
+        platform=platform,
+        compilation=compilation,
     )
     sys.exit(check_draft_command(options))
 

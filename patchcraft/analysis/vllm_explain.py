@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from patchcraft.base.vllm_tree import VllmTree
+from patchcraft.reading.vllm_norm_dispatch import NormSetting, read_norm_dispatch, setting_for
 from patchcraft.reading.vllm_runner import PLACES, TOP_LEVEL, Gate, RunnerIds, read_gate, read_runners
 
 if TYPE_CHECKING:  # torch-free at import: the harness loads only when a run happens
@@ -67,6 +68,8 @@ class FindingKind(str, enum.Enum):
     DROPPED = "dropped"
     COLLAPSED = "collapsed"
     ALIAS = "alias"
+    #: An entry that is the embedding tensor itself, where every judged setting's add-norm is out of place (a note).
+    ALIAS_KEPT = "alias-kept"
     NOTHING = "captures-nothing"
     COUNT = "count"
     NOT_RUN = "not-run"
@@ -76,7 +79,7 @@ class FindingKind(str, enum.Enum):
 
 
 #: Kinds reported as notes: they change nothing for ids kept at top level on one rank (no effect on the exit code).
-_NOTES = (FindingKind.PLACE, FindingKind.TP)
+_NOTES = (FindingKind.PLACE, FindingKind.TP, FindingKind.ALIAS_KEPT)
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,10 @@ class VllmExplanation:
     notes: tuple[Finding, ...] = ()
     #: The multimodal wrapper whose setter hands the ids to ``model`` (``kimi_k25.py:394 KimiK25ForConditionalGeneration``).
     via: str = ""
+    #: The platform and compilation judged (None: every one), and each setting's add-norm as read from the release.
+    platform: Optional[str] = None
+    compilation: Optional[str] = None
+    norms: tuple[NormSetting, ...] = ()
 
 
 def default_runner(runners: Sequence[RunnerIds]) -> Optional[RunnerIds]:
@@ -128,16 +135,98 @@ def default_runner(runners: Sequence[RunnerIds]) -> Optional[RunnerIds]:
 
 
 def explain_vllm(
-    tree: VllmTree, model_name: str, layer_ids: Optional[Sequence[int]], num_layers: int, tp: int = 1
+    tree: VllmTree,
+    model_name: str,
+    layer_ids: Optional[Sequence[int]],
+    num_layers: int,
+    tp: int = 1,
+    platform: Optional[str] = None,
+    compilation: Optional[str] = None,
 ) -> VllmExplanation:
     """Read the runners and the gate, then run the model's getter, setter and forward (torch needed for the run).
 
     The run is one rank: at ``tp`` > 1 the reduction reading (:func:`tp_finding`) says whether the captures
-    read reduced states (a note) or per-rank partial sums (a warning).
+    read reduced states (a note) or per-rank partial sums (a warning). ``platform`` (cpu, cuda, rocm, xpu)
+    and ``compilation`` (eager, compiled) narrow what is judged where the platform decides (the add-norm
+    that may overwrite an embedding entry, the runner a platform without Triton uses); None judges every one.
     """
+    record = _explain(tree, model_name, layer_ids, num_layers, tp, platform)
+    norms = read_norm_dispatch(tree.package)
+    judged = setting_for(norms, platform, compilation)
+    findings, notes = _norm_findings(record.findings, judged)
+    alias = next((f.text.partition(" | ")[2].split(" ")[0] for f in record.findings if f.kind is FindingKind.ALIAS), "")
+    words = _alias_words(judged, alias)
+    return replace(
+        record,
+        fed=record.fed.replace(_HARNESS_ALIAS, words),
+        alone=tuple(replace(a, fed=a.fed.replace(_HARNESS_ALIAS, words)) for a in record.alone),
+        findings=findings,
+        notes=record.notes + notes,
+        platform=platform,
+        compilation=compilation,
+        norms=norms,
+    )
+
+
+def _norm_findings(
+    findings: Sequence[Finding], judged: Sequence[NormSetting]
+) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
+    """Each alias finding judged on the settings asked: a warning where one writes in place or is unread, else a note."""
+    kept: list[Finding] = []
+    notes: list[Finding] = []
+    for finding in findings:
+        if finding.kind is not FindingKind.ALIAS:
+            kept.append(finding)
+            continue
+        head, _, held = finding.text.partition(" | ")
+        overwrites = [s for s in judged if s.in_place]
+        unread = [s for s in judged if s.in_place is None]
+        safe = [s for s in judged if s.in_place is False]
+        parts = []
+        if overwrites:
+            parts.append(f"where the fused add-norm runs in place ({_labels(overwrites)}) the draft reads {held}")
+        if unread:
+            parts.append(f"on {_labels(unread)} the code does not settle which add-norm runs ({unread[0].why})")
+        if safe:
+            parts.append(f"on {_labels(safe)} it runs out of place and the draft reads hs[0]")
+        text = f"{head}: " + "; ".join(parts) + " (`patchcraft apply --engine vllm` makes it a copy everywhere)"
+        if overwrites or unread or not judged:
+            kept.append(Finding(FindingKind.ALIAS, text if judged else f"{head}: {held}"))
+        else:
+            notes.append(Finding(FindingKind.ALIAS_KEPT, text))
+    return tuple(kept), tuple(notes)
+
+
+#: How the harness (its add-norm stand-in writes in place) names an entry that is the embedding tensor itself.
+_HARNESS_ALIAS = "(not a copy: layer 0 overwrites it in place)"
+
+
+def _alias_words(judged: Sequence[NormSetting], held: str) -> str:
+    """The harness's words for an embedding entry, said for the settings judged."""
+    if not judged:
+        return _HARNESS_ALIAS
+    if all(s.in_place is False for s in judged):
+        return f"(not a copy; kept: the add-norm runs out of place on {', '.join(s.label for s in judged)})"
+    if all(s.in_place for s in judged):
+        return f"(not a copy: overwritten in place, the draft reads {held})"
+    return f"(not a copy: {held} where the add-norm runs in place: {', '.join(s.label for s in judged if s.in_place is not False)})"
+
+
+def _labels(settings: Sequence[NormSetting]) -> str:
+    return ", ".join(f"{s.label}: {s.kernel}" for s in settings)
+
+
+def _explain(
+    tree: VllmTree,
+    model_name: str,
+    layer_ids: Optional[Sequence[int]],
+    num_layers: int,
+    tp: int,
+    platform: Optional[str],
+) -> VllmExplanation:
     import importlib.util
 
-    runners = read_runners(tree.package, layer_ids)
+    runners = read_runners(tree.package, layer_ids, platform=platform)
     gate = read_gate(tree.package)
     runner = default_runner(runners)
     ids = tuple(layer_ids) if layer_ids is not None else None
@@ -330,8 +419,8 @@ def _findings(
         found.append(
             Finding(
                 FindingKind.ALIAS,
-                f"entry {position} is the embedding output itself, not a copy: layer 0 takes it as its residual and "
-                f"the in-place fused add-norm overwrites it, so the draft reads {held} instead of hs[0]",
+                f"entry {position} is the embedding output itself, not a copy (layer 0 takes it as its residual) | "
+                f"{held} instead of hs[0]",
             )
         )
     if not outcome.crash and not outcome.not_run and len(outcome.fed) != len(served):

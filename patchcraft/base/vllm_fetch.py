@@ -46,7 +46,15 @@ PARTS = (
     "config/vllm.py",
     "transformers_utils/configs/eagle.py",
     "transformers_utils/configs/speculators/",
-    "platforms/interface.py",
+    "platforms/",
+    # Which fused add-norm runs, and whether in place, per platform and compilation setting
+    # (reading.vllm_norm_dispatch): the custom-op switch, the IR ops and their kernels, the configs that pick them.
+    "model_executor/custom_op.py",
+    "ir/",
+    "kernels/",
+    "_custom_ops.py",
+    "config/kernel.py",
+    "config/compilation.py",
 )
 
 
@@ -60,7 +68,9 @@ def kept(member: str) -> bool:
 
 #: Bumped whenever :data:`PARTS` changes: an archive or an unpacked release of another revision is made again.
 #: 2: ``config/vllm.py`` (``VllmConfig.use_v2_model_runner``, which picks the default runner from 0.33).
-PARTS_REVISION = 2
+#: 3: ``platforms/``, ``ir/``, ``kernels/``, ``model_executor/custom_op.py``, ``_custom_ops.py``, ``config/kernel.py``,
+#: ``config/compilation.py`` (the norm's dispatch per platform and compilation setting).
+PARTS_REVISION = 3
 #: The file in an unpacked release that names its revision.
 MARKER = "PATCHCRAFT_PARTS"
 

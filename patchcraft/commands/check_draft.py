@@ -54,6 +54,9 @@ class CheckDraftOptions:
     vllm_release: str | None = None
     #: The class vLLM serves (default: ``--model``, else the target's architecture).
     vllm_model: str | None = None
+    #: vLLM: the platform and compilation judged (None: the tree's build platform, else every one; both modes).
+    platform: str | None = None
+    compilation: str | None = None
 
 
 def check_draft_command(options: CheckDraftOptions) -> int:
@@ -136,7 +139,18 @@ def _engines_command(options: CheckDraftOptions, engines: tuple[ServingEngine, .
     if ServingEngine.SGLANG in engines:
         sglang_report, model = _sglang_report(options, draft, target, training, num_layers, name)
     modules = setter_modules(sglang_report.explanation) if sglang_report is not None else None
-    vllm_report = check_vllm_draft(vllm_tree, vllm_name, draft, target, training, num_layers, options.tp, modules)
+    vllm_report = check_vllm_draft(
+        vllm_tree,
+        vllm_name,
+        draft,
+        target,
+        training,
+        num_layers,
+        options.tp,
+        modules,
+        platform=options.platform or vllm_tree.build_platform,
+        compilation=options.compilation,
+    )
     both = None
     if sglang_report is not None and model is not None and not (sglang_report.ok and vllm_report.ok):
         both = one_config(

@@ -35,6 +35,9 @@ class ExplainOptions:
     engine: ServingEngine | None = None
     #: False: the server runs with --enforce-disable-flashinfer-allreduce-fusion (``--no-allreduce-fusion``).
     allreduce_fusion: bool = True
+    #: vLLM: the platform and compilation judged (None: the tree's build platform, else every one; both modes).
+    platform: str | None = None
+    compilation: str | None = None
 
 
 def resolve_tree(target: str | None, release: str | None, overlay: str | None = None) -> SglangTree:
@@ -109,7 +112,15 @@ def _explain_vllm(options: ExplainOptions) -> int:
     if not options.model:
         raise PatchcraftError("--engine vllm needs --model (a class such as DeepseekV3ForCausalLM, or a file stem)")
     tree = resolve_vllm_tree(options.target, options.release, options.overlay)
-    result = explain_vllm(tree, options.model, parse_layer_ids(options.layer_ids), options.num_layers, options.tp)
+    result = explain_vllm(
+        tree,
+        options.model,
+        parse_layer_ids(options.layer_ids),
+        options.num_layers,
+        options.tp,
+        platform=options.platform or tree.build_platform,
+        compilation=options.compilation,
+    )
     code = verdict_code(not result.findings)
     return console.print_report(
         options.output_format, code, lambda: vllm_explanation_json(result, code), lambda: vllm_explanation_text(result)

@@ -94,13 +94,18 @@ class Gate:
 
 
 def read_runners(
-    package: Path, layer_ids: Optional[Sequence[int]], config: Optional[Mapping[str, Any]] = None
+    package: Path,
+    layer_ids: Optional[Sequence[int]],
+    config: Optional[Mapping[str, Any]] = None,
+    platform: Optional[str] = None,
 ) -> tuple[RunnerIds, ...]:
     """Each runner the release ships, with the ids its own code sets for ``layer_ids`` in each place.
 
     ``config``: a draft's whole ``config.json``: what the runner sets for it is the place :data:`DRAFT_CONFIG`.
+    ``platform``: on ``cpu`` (no Triton there) a release whose ``use_v2_model_runner`` falls back to the old
+    runner without Triton (``if not HAS_TRITON``) defaults to the old runner.
     """
-    v2_default = _v2_is_default(package)
+    v2_default = _v2_is_default(package) and not (platform == "cpu" and _v2_needs_triton(package))
     found = []
     if (package / V1_RUNNER).is_file():
         found.append(
@@ -124,6 +129,17 @@ def _v2_is_default(package: Path) -> bool:
     if default is None:
         return _config_prefers_v2(package / "config" / "vllm.py")
     return default
+
+
+def _v2_needs_triton(package: Path) -> bool:
+    """Whether ``VllmConfig.use_v2_model_runner`` falls back to the old runner without Triton (``not HAS_TRITON``)."""
+    path = package / "config" / "vllm.py"
+    if not path.is_file():
+        return False
+    for node in ast.walk(ast.parse(read_source(path).text)):
+        if isinstance(node, ast.FunctionDef) and node.name == "use_v2_model_runner":
+            return any(isinstance(n, ast.If) and ast.unparse(n.test) == "not HAS_TRITON" for n in ast.walk(node))
+    return False
 
 
 def _config_prefers_v2(path: Path) -> bool:

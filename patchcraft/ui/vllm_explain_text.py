@@ -51,6 +51,7 @@ def vllm_explanation_text(result: VllmExplanation) -> str:
         )
         lines.append(head + f"{runner.function}; {read}")
     lines.append(f"defaults {_ids(result.defaults) if result.defaults else 'unknown'}")
+    lines.append(f"platform {_judged(result)}")
     if result.alone:
         lines += ["", f"  {'id':>4}  set alone, the draft gets"]
         lines += [f"  {entry.layer_id:>4}  {entry.fed}" for entry in result.alone]
@@ -63,6 +64,22 @@ def vllm_explanation_text(result: VllmExplanation) -> str:
     lines += [f"warning: {finding.text}" for finding in result.findings]
     lines += [f"note: {finding.text}" for finding in result.notes]
     return "\n".join(lines) + "\n"
+
+
+def _judged(result: VllmExplanation) -> str:
+    """The settings judged, and each one's add-norm (in place or not) as read from the release."""
+    shown = [
+        n
+        for n in result.norms
+        if (result.platform is None or n.platform == result.platform)
+        and (result.compilation is None or n.compilation == result.compilation)
+    ]
+    which = result.platform or "every platform"
+    if result.compilation:
+        which += f", {result.compilation}"
+    marks = {True: "in place", False: "out of place", None: "not settled"}
+    norms = "; ".join(f"{n.label}: {n.kernel} ({marks[n.in_place]})" for n in shown)
+    return f"{which} (--platform, --compilation); fused add-norm: {norms or 'not read'}"
 
 
 def vllm_explanation_json(result: VllmExplanation, code: int) -> dict[str, Any]:
@@ -95,6 +112,18 @@ def vllm_explanation_json(result: VllmExplanation, code: int) -> dict[str, Any]:
             for r in result.runners
         ],
         "defaults": list(result.defaults),
+        "platform": result.platform,
+        "compilation": result.compilation,
+        "norms": [
+            {
+                "platform": n.platform,
+                "compilation": n.compilation,
+                "in_place": n.in_place,
+                "kernel": n.kernel,
+                "why": n.why,
+            }
+            for n in result.norms
+        ],
         "served_ids": list(result.served_ids),
         "fed": result.fed,
         "fed_states": list(result.fed_states),

@@ -52,7 +52,11 @@ def _wrapped(original, folder: str, where: str):
         if number < _MAX_CALLS:
             import torch
 
-            record = {"where": where, "shape": list(hidden_states.shape), "tensor": hidden_states.detach().float().cpu().clone()}
+            record = {
+                "where": where,
+                "shape": list(hidden_states.shape),
+                "tensor": hidden_states.detach().float().cpu().clone(),
+            }
             path = os.path.join(folder, f"call-{os.getpid()}-{number:03d}.pt")
             torch.save(record, path + ".tmp")
             os.replace(path + ".tmp", path)
@@ -87,4 +91,3 @@ def _register_inplace_norm() -> None:
         x.copy_(output)
         x_residual.copy_(residual)
         return x, x_residual
-
