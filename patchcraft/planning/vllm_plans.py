@@ -166,6 +166,13 @@ def _plan(
     if _reaches_mixin(graph, inner):
         return _mixin_plan(graph, inner, where, common, notes, family)
     reading = read_captures(forward)
+    if not reading.captures:  # a forward handing its layer loop to a method of its own (0.33's DeepSeek-V4.1)
+        for name in dict.fromkeys(_self_calls(forward)):
+            helper = graph.find_method(inner, name)
+            if helper is not None and name != "forward" and read_captures(helper[1]).captures:
+                reading = read_captures(helper[1])
+                where = f"{where} through {helper[0].label}.{name} ({helper[0].path.name}:{helper[1].lineno}), which"
+                break
     if not reading.captures:
         return ModelPlan(
             **common,

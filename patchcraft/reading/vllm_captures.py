@@ -38,6 +38,8 @@ MIXIN_CAPTURE = "_maybe_add_hidden_state"
 BEFORE = "before the layer loop"
 TOP = "at the top of each layer"
 AFTER = "after each layer"
+#: ``[states[i] for i in self.aux_hidden_state_layers]``: states kept elsewhere (a helper's loop), picked by id.
+PICKED = "by id from states kept elsewhere"
 #: What id 0 feeds, by the captured value.
 COPY, ALIAS, CRASH, DROPPED, OTHER = "copy", "alias", "crash", "dropped", "other"
 
@@ -62,7 +64,10 @@ class CaptureReading:
     @property
     def id0(self) -> str:
         """What id 0 feeds: the first capture that reads it (COPY, ALIAS, CRASH, OTHER), or DROPPED."""
-        return next((c.id0 for c in self.captures if c.id0 is not None), DROPPED)
+        found = next((c.id0 for c in self.captures if c.id0 is not None), None)
+        if found is None and any(c.place == PICKED for c in self.captures):
+            return OTHER  # what the kept states hold is not read here
+        return found or DROPPED
 
     @property
     def id0_capture(self) -> Optional[Capture]:
@@ -85,7 +90,7 @@ ID0_WORDS = {
     "add-norm overwrites it)",
     CRASH: "raises (residual is None at layer 0)",
     DROPPED: "captures nothing (no capture reads the embedding output)",
-    OTHER: "is an expression patchcraft does not judge",
+    OTHER: "is not judged by this reading (a value it does not follow)",
 }
 
 
@@ -117,14 +122,7 @@ def read_captures(function: ast.AST) -> CaptureReading:
             id0 = COPY
         found.append(Capture(place, call.lineno, ast.unparse(value) if value is not None else "?", id0))
     for comp in _comprehension_captures(function):
-        found.append(
-            Capture(
-                AFTER if first_loop is not None and comp.lineno > first_loop else BEFORE,
-                comp.lineno,
-                ast.unparse(comp.elt),
-                None,
-            )
-        )
+        found.append(Capture(PICKED, comp.lineno, ast.unparse(comp.elt), None))
     return CaptureReading(tuple(sorted(found, key=lambda c: c.line)))
 
 
