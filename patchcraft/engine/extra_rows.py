@@ -9,12 +9,14 @@ edits go together, like a model's: if one site fails, none is written.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 from patchcraft import MARKER
 from patchcraft.planning import runner_edits
+from patchcraft.reading.class_graph import SETTER
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.engine.file_patch import compiles, patch_text, revert_text
 from patchcraft.engine.records import EditResult, FileChange, Mode, ModelResult
@@ -160,7 +162,10 @@ def fusion_row(tree: SglangTree, mode: Mode) -> TreeRow:
         plan = fusion_transform.plan(tree.package, tree.models_dir)
     except PatchcraftError as exc:
         return row.result(ModelStatus.ERROR, str(exc)), ()
-    notes = tuple(f"{PARTIAL_SUMS}{c.model} ({tree.relative(c.forward_path)})" for c in plan.affected)
+    notes = tuple(
+        f"{PARTIAL_SUMS}{c.model} ({tree.relative(c.forward_path)}; {LAYER_MARK}{c.setter_cls}.{SETTER} in {tree.relative(c.setter_path)})"
+        for c in plan.affected
+    )
     row = replace(row, notes=notes + tuple(f"decision override: {o}" for o in plan.overrides))
     if plan.not_needed:
         return row.result(ModelStatus.NOT_NEEDED, plan.not_needed), ()
@@ -201,21 +206,37 @@ PARTIAL_SUMS = "captures partial sums: "
 KEEP_REDUCED = "the layers whose output a capture reads keep it reduced"
 
 
-def fusion_claim(row: ModelResult, written: Callable[[str], bool]) -> ModelResult:
+#: What a fusion note says of the setter that marks the model's layers (its class and file).
+LAYER_MARK = "layer mark: "
+_MARKED_BY = re.compile(rf"; {LAYER_MARK}(\w+)\.\w+ in ([^)]+)\)$")
+
+
+def fusion_claim(
+    row: ModelResult, written: Callable[[str], bool], marked: Callable[[str, str], bool] = lambda f, c: False
+) -> ModelResult:
     """A patched ``allreduce-fusion`` row names only the models whose layer marks this run writes.
 
     The guard in ``communicator.py`` keeps a layer reduced only where the
     model's own file marks it (the ``fusion-mark`` edit, in the model's row):
     a model withheld, or not in the run (``--model``), gets no mark, so the
-    row does not claim it.
+    row does not claim it. A model is marked when its row is written
+    (``written(label)``), or when the setter that marks its layers is
+    (``marked(file, class)``): a subclass that inherits its parent's setter
+    and has no row of its own (``DeepseekV3ForCausalLM`` in a whole-tree
+    run, folded into ``DeepseekV2ForCausalLM``'s row) is marked by it.
     """
-    affected = [n[len(PARTIAL_SUMS) :].split(" (", 1)[0] for n in row.notes if n.startswith(PARTIAL_SUMS)]
+    affected: list[tuple[str, bool]] = []
+    for note in row.notes:
+        if note.startswith(PARTIAL_SUMS):
+            label = note[len(PARTIAL_SUMS) :].split(" (", 1)[0]
+            by = _MARKED_BY.search(note)
+            affected.append((label, written(label) or (by is not None and marked(by.group(2), by.group(1)))))
     if row.status != ModelStatus.PATCHED or not affected:  # only the fusion row has these notes
         return row
-    kept = [label for label in affected if written(label)]
-    if kept == affected:
+    kept = [label for label, done in affected if done]
+    if len(kept) == len(affected):
         return row
-    left = _names(label for label in affected if label not in kept)
+    left = _names(label for label, done in affected if not done)
     if kept:
         message = (
             f"added: {KEEP_REDUCED} ({_names(kept)}); not for {left}: their layer marks are not written in this run"

@@ -395,8 +395,10 @@ def _held(result: RunResult, model: ModelResult) -> bool:
 
 def claim_written(result: RunResult) -> RunResult:
     """Each tree row claims only what this run writes: the fusion row names the models whose marks it writes."""
-    written = {m.model for m in result.models if m.status in (ModelStatus.PATCHED, ModelStatus.ALREADY)}
-    models = tuple(fusion_claim(m, written.__contains__) for m in result.models)
+    done = [m for m in result.models if m.status in (ModelStatus.PATCHED, ModelStatus.ALREADY)]
+    written = {m.model for m in done}
+    marks = {(e.file, e.cls) for m in done for e in m.edits if e.kind == EditKind.FUSION_MARK}
+    models = tuple(fusion_claim(m, written.__contains__, lambda f, c: (f, c) in marks) for m in result.models)
     return result if models == result.models else replace(result, models=models)
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from patchcraft.engine.diffs import unified_diff
+from patchcraft.engine.extra_rows import KEEP_REDUCED, PARTIAL_SUMS
 from patchcraft.engine.tree_run import run, write_changes
 from patchcraft.engine.file_patch import patch_text, revert_text
 from patchcraft.engine.records import Mode
@@ -519,3 +520,29 @@ def test_an_earlier_all_layer_guard_is_narrowed(tmp_path: Path) -> None:
     write_changes(result.changes)
     assert path.read_text() == new
     assert row(run(tree, Mode.CHECK, names=[fusion.ROW])).status == ModelStatus.ALREADY
+
+
+def test_a_whole_tree_apply_claims_the_subclasses_its_written_setters_mark(tmp_path: Path, capsys) -> None:
+    """0.5.10: ``DeepseekV3ForCausalLM`` and six more have no row of their own in a whole-tree apply (each is folded
+    into its parent's, whose setter it inherits, and which marks its layers): the fusion row claims them, and
+    ``verify --model`` finds each one's mark present. A run that writes none of those setters claims none of them."""
+    package = fusion_copy("0.5.10", tmp_path / "whole")
+    code, out, _ = run_cli(capsys, "apply", "--no-smoke", "--format", "json", str(package))
+    doc = json.loads(out)
+    rows = {m["model"]: m for m in doc["models"]}
+    fusion_row = rows[fusion.ROW]
+    affected = [n[len(PARTIAL_SUMS) :].split(" (", 1)[0] for n in fusion_row["notes"] if n.startswith(PARTIAL_SUMS)]
+    folded = [label for label in affected if label not in rows]
+    assert code == 0 and "deepseek_v2.DeepseekV3ForCausalLM" in folded and len(folded) == 7, (code, folded)
+    assert fusion_row["status"] == "patched" and "not written" not in fusion_row["message"], fusion_row["message"]
+    assert fusion_row["message"].startswith(f"added: {KEEP_REDUCED} (") and "and 10 more)" in fusion_row["message"]
+    for label in folded:
+        code, out, _ = run_cli(capsys, "verify", "--no-smoke", "--format", "json", "--model", label, str(package))
+        # --model matches without case: bailing_moe.BailingMoeForCausalLM is answered by BailingMoEForCausalLM's row
+        [own] = [m for m in json.loads(out)["models"] if m["model"].lower() == label.lower()]
+        marks = [e["status"] for e in own["edits"] if e["kind"] == "fusion-mark"]
+        assert code == 0 and marks == ["present"], (label, own)
+    package = fusion_copy("0.5.10", tmp_path / "glm")
+    code, out, _ = run_cli(capsys, "apply", "--no-smoke", "--format", "json", "--model", "glm4_moe", str(package))
+    message = next(m for m in json.loads(out)["models"] if m["model"] == fusion.ROW)["message"]
+    assert code == 0 and message.startswith(f"added: {KEEP_REDUCED} (Glm4MoeForCausalLM); not for "), message
