@@ -25,6 +25,7 @@ from patchcraft.harness.subject import Subject, subjects
 from patchcraft.planning.model_plans import plan_models, scan
 from patchcraft.engine.records import ModelResult
 from patchcraft.planning.selection import select
+from patchcraft.base.memo import Memo, stamp
 from patchcraft.base.status import HarnessStatus, ModelStatus
 from patchcraft.base.target import SglangTree
 
@@ -123,22 +124,18 @@ def subject_row(
     return SmokeResult(plan.label, path, status, message, tuple(checks), time.perf_counter() - start, shape, notes)
 
 
-_PLANNED: dict[tuple, tuple[ModelGraph, list[ModelPlan]]] = {}
+#: The model graph and plans of a models folder, kept while none of its files changes.
+_PLANNED: Memo[tuple[ModelGraph, list[ModelPlan]]] = Memo(keep=8)
 
 
 def _planned(models_dir: Path) -> tuple[ModelGraph, list[ModelPlan]]:
-    """The model graph and plans of ``models_dir``, kept while no file there changes (stat)."""
-    stats = []
-    for path in sorted(models_dir.glob("*.py")):
-        info = path.stat()
-        stats.append((path.name, info.st_mtime_ns, info.st_size))
-    key = (str(models_dir.resolve()), tuple(stats))
-    if key not in _PLANNED:
-        if len(_PLANNED) >= 8:
-            _PLANNED.pop(next(iter(_PLANNED)))
+    """The model graph and plans of ``models_dir``, kept while no file there changes (:mod:`patchcraft.base.memo`)."""
+
+    def compute() -> tuple[ModelGraph, list[ModelPlan]]:
         graph = scan(models_dir)
-        _PLANNED[key] = (graph, plan_models(graph))
-    return _PLANNED[key]
+        return graph, plan_models(graph)
+
+    return _PLANNED.get(str(models_dir.resolve()), lambda: stamp(folders=[(models_dir, False)]), compute)
 
 
 def smoke_tree(

@@ -31,6 +31,7 @@ import types
 
 import torch
 
+from patchcraft.base.memo import Memo, stamp
 from patchcraft.reading.class_graph import ModelGraph
 from patchcraft.planning.records import ModelPlan
 from patchcraft.harness.assemble import Program, Sources
@@ -121,38 +122,23 @@ def run_ids(
         return _run(subject, layer_ids, num_layers)
 
 
-#: Subjects kept between runs (one model tried with several id lists): compiled once.
-_SUBJECTS: dict[tuple, tuple[Subject | None, tuple, ModelGraph]] = {}
+#: Subjects kept between runs (one model tried with several id lists): compiled once, kept while their files are unchanged.
+_SUBJECTS: Memo[tuple[Subject | None, ModelGraph]] = Memo(keep=32)
 
 
 def _subject(package: Path, graph: ModelGraph, plan: ModelPlan, texts: Optional[Mapping[Path, str]]) -> Subject | None:
-    """The first subject of ``plan``, reused while its files are unchanged (size and mtime)."""
-    digest = tuple(sorted((str(p), hash(t)) for p, t in (texts or {}).items()))
-    key = (str(package), id(graph), plan.label, digest)
-    cached = _SUBJECTS.get(key)
-    if cached is not None and cached[2] is graph and cached[1] == _stats(cached[0]):
-        return cached[0]
+    """The first subject of ``plan``, reused while the files it was built from are unchanged (:mod:`patchcraft.base.memo`)."""
+    key = (str(package), id(graph), plan.label, tuple(sorted((str(p), t) for p, t in (texts or {}).items())))
+    kept = _SUBJECTS.recall(key)
+    if kept is not None and kept[0][1] is graph:
+        return kept[0][0]
     sources = Sources(package, texts)
     programs = {variant: Program(graph, sources, variant) for variant in (PATCHED, ORIGINAL)}
     found = subjects(graph, plan, programs)
     subject = found[0] if found else None
-    if len(_SUBJECTS) >= 32:
-        _SUBJECTS.pop(next(iter(_SUBJECTS)))
-    _SUBJECTS[key] = (subject, _stats(subject), graph)
+    # Its files are known once it is built: stamped now (a file written meanwhile is read again next time).
+    _SUBJECTS.remember(key, (subject, graph), stamp(sorted(subject.files) if subject is not None else ()))
     return subject
-
-
-def _stats(subject: Subject | None) -> tuple:
-    if subject is None:
-        return ()
-    found = []
-    for name in sorted(subject.files):
-        try:
-            info = Path(name).stat()
-        except OSError:
-            return ("gone", name)
-        found.append((name, info.st_mtime_ns, info.st_size))
-    return tuple(found)
 
 
 def _run(subject: Subject, layer_ids: Optional[Sequence[int]], num_layers: int) -> RunOutcome:

@@ -12,8 +12,8 @@ begin with. The calls are the runner planner's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
+from patchcraft.base.memo import Memo, stamp
 from patchcraft.base.target import SglangTree
 from patchcraft.planning.runner_edits import setter_calls
 
@@ -35,38 +35,24 @@ def runner_resets(tree: SglangTree) -> tuple[RunnerReset, ...]:
     """Calls in ``srt/model_executor/`` that reset the ids to the defaults, in file and line order.
 
     A file that does not parse is passed over (``explain`` reports what it can read). Remembered for
-    the process by the runner files' names, times and sizes: check-draft proves each fix by explaining
+    the process while no runner file changes (:mod:`patchcraft.base.memo`): check-draft proves each fix by explaining
     again, and parsing the runner was most of a warm explain's time.
     """
     directory = tree.executor_dir
     if not directory.is_dir():
         return ()
-    key = (str(directory.resolve()), str(tree.package.resolve()), _stats(directory))
-    found = _READ.get(key)
-    if found is None:
-        calls = [
-            RunnerReset(tree.relative(call.path), call.node.lineno, call.function)
-            for call in setter_calls(directory, strict=False)
-            if not call.has_ids and call.function is not None
-        ]
-        found = tuple(sorted(calls, key=lambda r: (r.file, r.line)))
-        if len(_READ) >= _KEEP:
-            _READ.pop(next(iter(_READ)))
-        _READ[key] = found
-    return found
+    key = (str(directory.resolve()), str(tree.package.resolve()), str(tree.root))  # rows name files from the root
+    return _READ.get(key, lambda: stamp(folders=[(directory, True)]), lambda: _read(tree))
 
 
-#: Runner readings remembered, by directory and the stat of every file under it (oldest dropped first).
-_READ: dict[tuple, tuple[RunnerReset, ...]] = {}
-_KEEP = 16
+def _read(tree: SglangTree) -> tuple[RunnerReset, ...]:
+    calls = [
+        RunnerReset(tree.relative(call.path), call.node.lineno, call.function)
+        for call in setter_calls(tree.executor_dir, strict=False)
+        if not call.has_ids and call.function is not None
+    ]
+    return tuple(sorted(calls, key=lambda r: (r.file, r.line)))
 
 
-def _stats(directory: Path) -> tuple[tuple[str, int, int], ...]:
-    found = []
-    for path in sorted(directory.rglob("*.py")):
-        try:
-            stat = path.stat()
-        except OSError:
-            continue
-        found.append((str(path), stat.st_mtime_ns, stat.st_size))
-    return tuple(found)
+#: Runner readings remembered, by directory, while no file under it changes (oldest dropped first).
+_READ: Memo[tuple[RunnerReset, ...]] = Memo(keep=16)

@@ -92,3 +92,21 @@ def test_without_the_mixin_capture_the_rows_say_the_alias_and_that_there_is_no_e
         "id 0 is the embedding tensor itself, overwritten in place by layer 0's fused add-norm; "
         "no edit for EagleModelMixin yet"
     )
+
+
+def test_an_edit_under_vllm_models_is_planned_again(tmp_path: Path) -> None:
+    """The plans are remembered per process while what they read is unchanged, ``vllm/models/`` included (0.24+)."""
+    source = vllm_release_package("0.34.0")
+    package = tmp_path / "vllm"
+    for part in ("model_executor/models", "models"):
+        shutil.copytree(source / part, package / part)
+    family = package / "models" / "deepseek_v32"
+
+    def rows() -> list[str]:
+        return [p.label for p in plan_vllm(_tree(package)) if p.label.startswith("deepseek_v32.")]
+
+    assert rows()
+    # A file of the family renamed away (model_executor/models unchanged): planned again, its rows gone.
+    for path in sorted(family.rglob("*.py")):
+        path.rename(path.with_suffix(".txt"))
+    assert not rows()
