@@ -24,6 +24,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -157,7 +158,7 @@ def _rows(
             found.append(Row(version, cls, *served, patch, after))
         # a target apply reports that the harness does not list is a row too
         found += [
-            Row(version, cls, "—", "not listed by the harness", "—", "—", "—", status, "—")
+            Row(version, cls, "—", _unlisted(cls), "—", "—", "—", status, "—")
             for cls, status in applied.items()
             if only is None or cls in only
         ]
@@ -220,7 +221,31 @@ def _apply(copy: Path) -> tuple[dict[str, str], str]:
     return {m["model"]: _status(m).replace(where, "") for m in document.get("models", [])}, ""
 
 
+def _unlisted(cls: str) -> str:
+    """The defaults cell of a row apply reports and the harness does not list."""
+    if cls.count(".") > 1:  # family.subpackage.Class: a vllm/models/<family>/ class (docs/vllm.md)
+        return "not run: a vllm/models/ module (the harness does not run these yet)"
+    return "not listed by the harness"
+
+
+#: ``serves X with this class on cuda, cpu (...)``: the platforms a row's notes name.
+_SERVES = re.compile(r"serves (\S+) with this class on ([a-z, ]+) \(")
+
+
+def _platforms(model: dict) -> str:
+    found: dict[str, None] = {}
+    for note in model.get("notes") or ():
+        match = _SERVES.search(note)
+        if match:
+            found.update({f"{match.group(1)} on {match.group(2)}": None})
+    return f" [{'; '.join(found)}]" if found else ""
+
+
 def _status(model: dict) -> str:
+    return _status_only(model) + _platforms(model)
+
+
+def _status_only(model: dict) -> str:
     status, message = model["status"], _one_line(model.get("message") or "")
     if status == "patched":
         return "patched" + (f" ({message.removeprefix('added: ')})" if message else "")

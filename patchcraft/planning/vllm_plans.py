@@ -165,6 +165,11 @@ def _plan(
     notes = (f"ids reach {inner.label} through {via}",) if via else ()
     if _reaches_mixin(graph, inner):
         return _mixin_plan(graph, inner, where, common, notes, family)
+    if not family and _top_of_layer_capture(forward):  # patched or not: the edit's site (revert finds it there)
+        site = EditSite(
+            kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward"
+        )
+        return ModelPlan(**common, sites=(site,), notes=notes)
     reading = read_captures(forward)
     if not reading.captures:  # a forward handing its layer loop to a method of its own (0.33's DeepSeek-V4.1)
         for name in dict.fromkeys(_self_calls(forward)):
@@ -194,14 +199,11 @@ def _plan(
             "harness runs its modules (nothing unproven is written)",
             notes=notes,
         )
-    if not _top_of_layer_capture(forward):
-        return ModelPlan(
-            **common,
-            unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet",
-            notes=notes,
-        )
-    site = EditSite(kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward")
-    return ModelPlan(**common, sites=(site,), notes=notes)
+    return ModelPlan(
+        **common,
+        unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet",
+        notes=notes,
+    )
 
 
 #: Why a mixin model gets no edit when the mixin's capture cannot be found (said in its row).

@@ -1,9 +1,10 @@
-"""vLLM's ``vllm/models/<family>/`` packages (0.22+): the rows patchcraft cannot make true there are unsupported.
+"""vLLM's ``vllm/models/<family>/`` packages (0.22+), read per platform (issues 45.1, 45.2, 45.3, 46.1).
 
-On 0.34.0 the registry serves GlmMoeDsaForCausalLM from ``vllm/models/deepseek_v32``, not from
-``model_executor/models/deepseek_v2.py``: that class's row is unsupported, and every architecture the
-registry maps into a family holding an EAGLE-3 target gets an unsupported row of its own. A copied
-release whose registry maps GlmMoeDsa back to deepseek_v2 shows the rule failing: the row is patched again.
+Each family's ``__init__.py`` picks a platform subpackage by ``current_platform``, or falls back to a class
+of ``model_executor/models`` (0.32.0's ``deepseek_v32`` on CPU and XPU serves ``DeepseekV32ForCausalLM`` as
+``deepseek_v2.DeepseekV3ForCausalLM`` and ``GlmMoeDsaForCausalLM`` as ``deepseek_v2.GlmMoeDsaForCausalLM``).
+The rows say which platform serves which class, and what is served somewhere is patched; every test here
+runs on the real release files and fails on the planner that read ``model_executor/models`` only.
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, vllm_release_package
 
-from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.status import EditKind
 from patchcraft.base.vllm_tree import VllmTree
 from patchcraft.planning.selection import plan_tree
 from patchcraft.planning.vllm_plans import plan_vllm
+from patchcraft.reading.vllm_families import family_dispatch
 
 GLM = "deepseek_v2.GlmMoeDsaForCausalLM"
-REGISTRY = Path("model_executor") / "models" / "registry.py"
 
 
 def _tree(package: Path) -> VllmTree:
@@ -32,121 +32,145 @@ def _plans(package: Path) -> dict[str, object]:
     return {p.label: p for p in plan_vllm(_tree(package))}
 
 
-def test_a_class_the_registry_serves_from_vllm_models_is_unsupported() -> None:
-    plans = _plans(vllm_release_package("0.34.0"))
+def test_the_dispatch_is_read_per_platform_from_the_familys_own_code() -> None:
+    package = vllm_release_package("0.32.0")
+    served = {(s.architecture, s.platform): s for s in family_dispatch(package)}
+    v32 = {p: (served["DeepseekV32ForCausalLM", p].file, served["DeepseekV32ForCausalLM", p].cls) for p in
+           ("cuda", "rocm", "xpu", "cpu")}  # fmt: skip
+    assert v32 == {
+        "cuda": ("models/deepseek_v32/nvidia/model.py", "DeepseekV32ForCausalLM"),
+        "rocm": ("models/deepseek_v32/amd/model.py", "DeepseekV32ForCausalLM"),
+        "xpu": ("model_executor/models/deepseek_v2.py", "DeepseekV3ForCausalLM"),
+        "cpu": ("model_executor/models/deepseek_v2.py", "DeepseekV3ForCausalLM"),
+    }
+    assert served["GlmMoeDsaForCausalLM", "cpu"].where == "models/deepseek_v32/__init__.py:33"
+    assert served["GlmMoeDsaForCausalLM", "cuda"].cls == "DeepseekV32ForCausalLM"  # imported under another name
+    xpu = served["Glm5NextForCausalLM", "xpu"]
+    assert not xpu.module and xpu.refused.startswith("NotImplementedError: GLM-5.3-Flash")
+    # the multimodal table is read too: Kimi-K3 itself
+    assert served["KimiK3ForConditionalGeneration", "cuda"].file == "models/kimi_k3/nvidia/model.py"
+    assert served["KimiK3ForConditionalGeneration", "rocm"].file == "models/kimi_k3/amd/model.py"
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.34.0"])
+def test_a_class_a_family_falls_back_to_is_patched_and_says_where_it_serves(version: str) -> None:
+    plans = _plans(vllm_release_package(version))
     glm = plans[GLM]
-    assert not glm.sites and not glm.not_applicable
-    assert glm.unsupported == (
-        "vLLM 0.34.0 serves GlmMoeDsaForCausalLM from vllm/models/deepseek_v32 (registry.py), not this class; "
-        "patchcraft does not read vllm/models/ yet"
+    assert not glm.unsupported and [s.kind for s in glm.sites] == [EditKind.VLLM_FORWARD]
+    assert glm.notes == (
+        f"vLLM {version} serves GlmMoeDsaForCausalLM with this class on xpu, cpu (models/deepseek_v32/__init__.py:33)",
     )
-    # the class the registry does serve from deepseek_v2.py keeps its edit
-    assert [s.kind for s in plans["deepseek_v2.DeepseekV3ForCausalLM"].sites] == [EditKind.VLLM_FORWARD]
-    for label in ("qwen3_5.Qwen3_5ForCausalLM", "qwen3_5.Qwen3_5MoeForCausalLM"):  # vllm/models/qwen3_5 on 0.34
-        assert not plans[label].sites and "from vllm/models/qwen3_5 (registry.py)" in plans[label].unsupported
+    assert plans["deepseek_v2.DeepseekV3ForCausalLM"].notes == (
+        f"vLLM {version} serves DeepseekV32ForCausalLM with this class on xpu, cpu (models/deepseek_v32/__init__.py:30)",
+    )
 
 
-def test_each_family_architecture_with_an_eagle3_target_gets_an_unsupported_row() -> None:
-    package = vllm_release_package("0.34.0")
+def test_each_served_family_class_is_a_row_naming_its_platforms() -> None:
+    package = vllm_release_package("0.33.0")
     plans = _plans(package)
-    families = {label: p for label, p in plans.items() if "which patchcraft does not read yet" in (p.unsupported or "")}
-    assert sorted(families) == [
-        "beam.BeamForCausalLM",
-        "deepseek_v32.DeepseekV32ForCausalLM",
-        "deepseek_v32.GlmMoeDsaForCausalLM",
-        "deepseek_v4.DeepseekV4ForCausalLM",
-        "glm5next.Glm5NextForCausalLM",
-        "kimi_k3.KimiLinearForCausalLM",
-        "minimax_m3.MiniMaxM3SparseForCausalLM",
-        "mistral_large4.MistralLarge4ForCausalLM",
+    assert not any("does not read yet" in (p.unsupported or "") for p in plans.values())
+    nvidia = plans["deepseek_v32.nvidia.DeepseekV32ForCausalLM"]
+    assert nvidia.path == package / "models" / "deepseek_v32" / "nvidia" / "model.py" and not nvidia.sites
+    assert "captures at the top of each layer (model.py:290): id 0 is the embedding tensor itself" in nvidia.unsupported
+    assert "vLLM 0.33.0 serves DeepseekV32ForCausalLM with this class on cuda (models/deepseek_v32/__init__.py:20)" in (
+        nvidia.notes
+    )
+    assert "id 0 raises" in plans["deepseek_v32.amd.DeepseekV32ForCausalLM"].unsupported  # ROCm's own forward
+    for platform in ("nvidia", "amd", "xpu", "cpu"):  # DeepSeek-V4: one module per platform, none reads id 0
+        assert "captures after each layer" in plans[f"deepseek_v4.{platform}.DeepseekV4ForCausalLM"].unsupported
+    glm5 = plans["glm5next.common.Glm5NextForCausalLM"]
+    assert any(n.startswith("not served on xpu: NotImplementedError") for n in glm5.notes)
+
+
+def test_kimi_k3_builds_another_language_model_on_each_platform() -> None:
+    """Kimi-K3 names ``KimiLinearForCausalLM``, which the family serves from ``amd/linear.py`` on ROCm and XPU: the
+    mixin's capture (the ``vllm-mixin`` edit) there, its own capture before the loop on CUDA and CPU."""
+    plans = _plans(vllm_release_package("0.33.0"))
+    for label in ("kimi_k3.amd.KimiK3ForConditionalGeneration", "kimi_k3.nvidia.xpu.KimiK3ForConditionalGeneration"):
+        assert [s.kind for s in plans[label].sites] == [EditKind.VLLM_MIXIN]
+        assert plans[label].sites[0].cls == "EagleModelMixin"  # past amd/linear.py's override calling super()
+    cuda = plans["kimi_k3.nvidia.cuda-cpu.KimiK3ForConditionalGeneration"]
+    assert not cuda.sites and "captures before the layer loop (model.py:1151, :1153)" in cuda.unsupported
+    rocm_linear = plans["kimi_k3.amd.KimiLinearForCausalLM"]
+    assert rocm_linear.not_applicable and "has no set_aux_hidden_state_layers" in rocm_linear.unsupported
+
+
+def test_naming_a_family_selects_its_rows() -> None:
+    plans = plan_tree(_tree(vllm_release_package("0.33.0")), ["kimi_k3"])
+    assert {p.label for p in plans} >= {
+        "kimi_k3.nvidia.KimiLinearForCausalLM",
+        "kimi_k3.amd.KimiK3ForConditionalGeneration",
+        "kimi_k3.nvidia.cuda-cpu.KimiK3ForConditionalGeneration",
+    }
+
+
+def test_a_capture_before_the_loop_is_read_by_what_it_does() -> None:
+    """0.32.0's Cohere2MoeModel.forward captures before its loop and after each layer: not 'not needed'."""
+    plan = _plans(vllm_release_package("0.32.0"))["cohere2_moe.Cohere2MoeForCausalLM"]
+    assert not plan.not_applicable and not plan.sites
+    assert plan.unsupported == (
+        "cohere2_moe.Cohere2MoeModel.forward (cohere2_moe.py:422) captures before the layer loop (cohere2_moe.py:442) "
+        "and after each layer (cohere2_moe.py:449): id 0 is the embedding tensor itself, not a copy (layer 0 takes it "
+        "as its residual; an in-place fused add-norm overwrites it); no edit for this capture yet"
+    )
+
+
+def test_vl_wrappers_follow_the_language_model_their_code_builds() -> None:
+    plans = _plans(vllm_release_package("0.32.0"))
+    qwen3_vl = plans["qwen3_vl.Qwen3VLForConditionalGeneration"]
+    assert [s.kind for s in qwen3_vl.sites] == [EditKind.VLLM_MIXIN]
+    assert qwen3_vl.notes == (
+        "ids reach qwen3_vl.Qwen3LLMModel through its language model qwen3_vl.Qwen3LLMForCausalLM "
+        "(`self.language_model`, qwen3_vl.py:2043)",
+    )
+    mllama4 = plans["mllama4.Llama4ForConditionalGeneration"]  # initialize_model(..., model_class=Llama4ForCausalLM)
+    assert mllama4.sites and "llama4.Llama4ForCausalLM (`self.language_model`, mllama4.py:780)" in mllama4.notes[0]
+    unknown = sorted(label for label, p in plans.items() if "cannot tell" in (p.unsupported or ""))
+    assert unknown == [
+        "gemma4_mm.Gemma4ForConditionalGeneration",
+        "gemma4_unified.Gemma4UnifiedForConditionalGeneration",
+        "lightonocr.LightOnOCRForConditionalGeneration",
+        "llava.LlavaForConditionalGeneration",
+        "mistral3.Mistral3ForConditionalGeneration",
+        "pixtral.PixtralForConditionalGeneration",
     ]
-    v32 = families["deepseek_v32.DeepseekV32ForCausalLM"]
-    assert not v32.sites and not v32.not_applicable
-    assert v32.path == package / "models" / "deepseek_v32" / "nvidia" / "model.py"
-    assert v32.unsupported == (
-        "served from vllm/models/deepseek_v32/ (DeepseekV32ForCausalLM in registry.py), which patchcraft does not "
-        "read yet: what id 0 feeds there is not shown"
-    )
-    # an alias (imported as GlmMoeDsaForCausalLM) has no class of its own: the family's __init__.py
-    assert families["deepseek_v32.GlmMoeDsaForCausalLM"].path == package / "models" / "deepseek_v32" / "__init__.py"
-    # no family without a target (flint, hy_v4, step5, ...) and none before the first family with one
-    assert not any(
-        "which patchcraft does not read yet" in (p.unsupported or "")
-        for p in plan_vllm(_tree(vllm_release_package("0.18.0")))
-    )
+    assert all("init_vllm_registered_model builds it" in plans[label].unsupported for label in unknown)
+    assert all("`self.language_model`" in plans[label].unsupported for label in unknown)
 
 
-def test_naming_a_family_architecture_selects_its_unsupported_row() -> None:
-    plans = plan_tree(_tree(vllm_release_package("0.34.0")), ["DeepseekV32ForCausalLM"])
-    assert [(p.label, bool(p.unsupported)) for p in plans] == [("deepseek_v32.DeepseekV32ForCausalLM", True)]
-
-
-@pytest.mark.parametrize("name", ["DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"])
-def test_explain_on_a_family_architecture_is_one_line_exit_2(capsys, name: str) -> None:
+def test_explain_on_an_architecture_served_by_a_fallback_runs_that_class(capsys) -> None:
+    """One answer for GlmMoeDsaForCausalLM on 0.32.0: the class XPU and CPU serve, as the label's explain runs it."""
     pytest.importorskip("torch")
-    package = str(vllm_release_package("0.34.0"))
-    args = ("explain", package, "--engine", "vllm", "--model", name, "--layer-ids", "0,3,31", "--num-layers", "61")
-    code, out, err = run_cli(capsys, *args)
+    package = str(vllm_release_package("0.32.0"))
+    answers = []
+    for name in ("GlmMoeDsaForCausalLM", GLM):
+        args = ("explain", package, "--engine", "vllm", "--model", name, "--layer-ids", "0,2,4", "--num-layers", "8")
+        code, out, err = run_cli(capsys, *args)
+        answers.append((code, out.replace(GLM, "X").replace("GlmMoeDsaForCausalLM", "X")))
+    assert answers[0] == answers[1] and answers[0][0] == 1 and "deepseek_v2.py" in answers[0][1]
+
+
+def test_explain_on_a_family_only_architecture_is_one_line_exit_2(capsys) -> None:
+    package = str(vllm_release_package("0.33.0"))
+    args = ("explain", package, "--engine", "vllm", "--model", "KimiK3ForConditionalGeneration", "--layer-ids", "0,2")
+    code, out, err = run_cli(capsys, *args, "--num-layers", "8")
     assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
-    assert (
-        f"{name}: vLLM 0.34.0 serves {name} from vllm/models/deepseek_v32/ (registry.py), which patchcraft "
-        "does not read yet" in err
-    )
-    assert "no such model class" not in err
+    assert "cuda: models/kimi_k3/nvidia/model.py; rocm: models/kimi_k3/amd/model.py" in err
+    assert "does not read yet" not in err and "no such model class" not in err
 
 
-def test_apply_naming_a_family_architecture_fails_and_writes_nothing(capsys, tmp_path: Path) -> None:
-    source = vllm_release_package("0.34.0")
+def test_apply_patches_what_a_fallback_platform_serves(capsys, tmp_path: Path) -> None:
+    """``--model GlmMoeDsaForCausalLM`` on 0.32.0: the XPU/CPU class is patched, proven, exit 0; revert gives the bytes
+    back (before: unsupported, exit 1)."""
+    pytest.importorskip("torch")
+    source = vllm_release_package("0.32.0")
     package = tmp_path / "vllm"
-    for part in (Path("model_executor") / "models", Path("models") / "deepseek_v32"):
+    for part in (Path("model_executor") / "models", Path("models")):
         shutil.copytree(source / part, package / part)
     before = {p: p.read_bytes() for p in package.rglob("*.py")}
-    code, out, err = run_cli(capsys, "apply", str(package), "--engine", "vllm", "--model", "DeepseekV32ForCausalLM")
+    code, out, err = run_cli(capsys, "apply", str(package), "--engine", "vllm", "--model", "GlmMoeDsaForCausalLM")
     said = " ".join((out + err).split())
-    assert code == 1 and "unsupported deepseek_v32.DeepseekV32ForCausalLM served from vllm/models/deepseek_v32/" in said
+    assert code == 0, said
+    assert f"patched {GLM}" in said
+    assert run_cli(capsys, "revert", str(package), "--engine", "vllm", "--model", "GlmMoeDsaForCausalLM")[0] == 0
     assert {p: p.read_bytes() for p in package.rglob("*.py")} == before
-
-
-def test_a_registry_serving_the_class_from_model_executor_patches_it_again(tmp_path: Path) -> None:
-    source = vllm_release_package("0.34.0")
-    package = tmp_path / "vllm"
-    shutil.copytree(source / "model_executor" / "models", package / "model_executor" / "models")
-    registry = package / REGISTRY
-    text = registry.read_text()
-    entry = '"GlmMoeDsaForCausalLM": ("vllm.models.deepseek_v32", "GlmMoeDsaForCausalLM"),'
-    assert text.count(entry) == 1
-    registry.write_text(text.replace(entry, '"GlmMoeDsaForCausalLM": ("deepseek_v2", "GlmMoeDsaForCausalLM"),'))
-    glm = _plans(package)[GLM]
-    assert not glm.unsupported and [s.kind for s in glm.sites] == [EditKind.VLLM_FORWARD]
-
-
-def test_only_a_key_naming_the_class_counts(tmp_path: Path) -> None:
-    """Another key mapping to deepseek_v2's class means vLLM serves it from there: the row stays patched."""
-    source = vllm_release_package("0.34.0")
-    package = tmp_path / "vllm"
-    shutil.copytree(source / "model_executor" / "models", package / "model_executor" / "models")
-    registry = package / REGISTRY
-    text = registry.read_text()
-    entry = '"GlmMoeDsaForCausalLM": ("vllm.models.deepseek_v32", "GlmMoeDsaForCausalLM"),'
-    registry.write_text(
-        text.replace(entry, entry + '\n    "GlmOldForCausalLM": ("deepseek_v2", "GlmMoeDsaForCausalLM"),')
-    )
-    assert _plans(package)[GLM].sites
-    with pytest.raises(PatchcraftError, match="no model matches"):
-        plan_tree(_tree(package), ["NoSuchForCausalLM"])
-
-
-def test_naming_deepseek_v2_names_its_unsupported_glm_row(capsys, tmp_path: Path) -> None:
-    """From 0.29 ``--model deepseek_v2`` names GlmMoeDsaForCausalLM too: the others' edit is written, exit 1."""
-    pytest.importorskip("torch")
-    source = vllm_release_package("0.34.0")
-    package = tmp_path / "vllm"
-    shutil.copytree(source / "model_executor" / "models", package / "model_executor" / "models")
-    code, out, err = run_cli(capsys, "apply", str(package), "--engine", "vllm", "--model", "deepseek_v2")
-    assert code == 1, (code, out + err)
-    said = " ".join((out + err).split())
-    assert f"unsupported {GLM} this vLLM tree serves GlmMoeDsaForCausalLM from vllm/models/deepseek_v32" in said
-    assert "patched deepseek_v2.DeepseekV3ForCausalLM" in said
-    assert (package / "model_executor" / "models" / "deepseek_v2.py").read_bytes() != (
-        source / "model_executor" / "models" / "deepseek_v2.py"
-    ).read_bytes()
