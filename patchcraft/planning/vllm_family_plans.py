@@ -23,6 +23,7 @@ a stand-in ``current_platform``). That gives:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -113,7 +114,7 @@ def family_rows(
         groups: dict[tuple, list[str]] = {}
         plans: dict[tuple, ModelPlan] = {}
         for platform in [p for p in PLATFORMS if any(s.platform == p for s in served)]:
-            plan = planner(graph, outer, lambda name, p=platform: language_model_class(graph, dispatch, name, p))
+            plan = planner(graph, outer, functools.partial(_resolve_on, graph, dispatch, platform))
             key = (plan.sites, plan.unsupported, plan.not_applicable, plan.notes)
             groups.setdefault(key, []).append(platform)
             plans[key] = plan
@@ -174,6 +175,10 @@ def _is_target(graph: VllmGraph, s: Served) -> bool:
     module = family_module(s.module)
     node = graph.classes.get((module, s.cls)) if graph.load(module) else None
     return node is not None and graph.find_method(node, SETTER) is not None
+
+
+def _resolve_on(graph: VllmGraph, dispatch: Dispatch, platform: str, architecture: str) -> Optional[ClassNode]:
+    return language_model_class(graph, dispatch, architecture, platform)
 
 
 def language_model_class(graph: VllmGraph, dispatch: Dispatch, architecture: str, platform: str) -> Optional[ClassNode]:

@@ -144,8 +144,8 @@ def _guarded_captures(function: ast.AST) -> list[tuple[Optional[ast.expr], ast.C
                 found.append((node.args[1], node, None))
             elif node.func.attr == "append" and guard is not None and node.args:
                 found.append((guard, node, where))
-        for child in ast.iter_child_nodes(node):
-            visit(child, guard, where)
+        for inner in ast.iter_child_nodes(node):
+            visit(inner, guard, where)
 
     visit(function, None, None)
     return found
