@@ -389,6 +389,57 @@ def cache_prune(output_format) -> None:
     sys.exit(prune_command(output_format))
 
 
+@cli.group(name="engine")
+def engine_group() -> None:
+    """The real engines on this machine's CPU: their environments, and the check that runs them (docs/real-engine.md)."""
+
+
+@engine_group.command(name="env")
+@click.option("--engine", type=click.Choice(["vllm"]), default="vllm", show_default=True, help="The engine.")
+@click.option("--release", metavar="VERSION", default="0.32.0", show_default=True, help="The engine release.")
+@click.option("--remove", is_flag=True, help="Remove the environment instead.")
+def engine_env(engine, release, remove) -> None:
+    """Build (or reuse) the engine release's environment in the cache; print its interpreter."""
+    from patchcraft.commands.engine import engine_env_command
+
+    sys.exit(engine_env_command(engine, release, remove))
+
+
+@engine_group.command(name="check")
+@click.option("--engine", type=click.Choice(["vllm"]), default="vllm", show_default=True, help="The engine.")
+@click.option(
+    "--release", metavar="VERSION", default="0.32.0", show_default=True, help="The engine release (its CPU build)."
+)
+@click.option("--model", default="LlamaForCausalLM", show_default=True, help="The target's architecture.")
+@click.option("--layer-ids", default="0,2,3", show_default=True, help="The draft's ids (vLLM: id X is hs[X]).")
+@click.option(
+    "--num-layers", type=click.IntRange(min=2), default=6, show_default=True, help="The tiny target's layers."
+)
+@click.option(
+    "--patched", is_flag=True, help="Run through `patchcraft run`: the overlay of the install, the install untouched."
+)
+@click.option(
+    "--norm",
+    type=click.Choice(["default", "inplace"]),
+    default="default",
+    show_default=True,
+    help="inplace: force the in-place fused add-norm (what CUDA runs without compilation) on the CPU.",
+)
+@click.option("--compilation", type=click.Choice(["eager", "compiled"]), default="eager", show_default=True)
+@click.option("--draft", metavar="DIR", type=click.Path(), help="Serve this (trained) draft instead of a random one.")
+@format_option()
+def engine_check(
+    engine, release, model, layer_ids, num_layers, patched, norm, compilation, draft, output_format
+) -> None:
+    """Run the real engine on a tiny target: what its draft received, against explain's prediction."""
+    from patchcraft.commands.engine import EngineCheckOptions, engine_check_command
+
+    options = EngineCheckOptions(
+        engine, release, model, layer_ids, num_layers, patched, norm, compilation, output_format, draft
+    )
+    sys.exit(engine_check_command(options))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point with the error policy."""
     if argv is None:

@@ -128,6 +128,8 @@ class VllmExplanation:
     platform: Optional[str] = None
     compilation: Optional[str] = None
     norms: tuple[NormSetting, ...] = ()
+    #: Entries that are the embedding tensor itself: (position, the state the harness's in-place add-norm left there).
+    aliases: tuple[tuple[int, str], ...] = ()
 
 
 def default_runner(runners: Sequence[RunnerIds]) -> Optional[RunnerIds]:
@@ -276,6 +278,7 @@ def _explain(
     run = run_ids(model, served, num_layers)
     alone = tuple(_alone(run_ids(model, (i,), num_layers), i, fed_text) for i in dict.fromkeys(served))
     holds = dict(run.aliased_holds)
+    aliases = tuple(sorted(holds.items()))
     findings += _findings(
         gate,
         _model_type(model_name, model.outer.name),
@@ -304,6 +307,7 @@ def _explain(
         True,
         model_name,
         model.via,
+        aliases,
     )
 
 
@@ -348,6 +352,7 @@ def _record(
     ran: bool,
     asked: str = "",
     via: str = "",
+    aliases: tuple[tuple[int, str], ...] = (),
 ) -> VllmExplanation:
     notes = tuple(f for f in findings if f.kind in _NOTES)
     return VllmExplanation(
@@ -368,6 +373,7 @@ def _record(
         ran=ran,
         notes=notes,
         via=via,
+        aliases=aliases,
     )
 
 

@@ -58,7 +58,11 @@ def read_spec(path: str) -> dict[str, Any]:
         raise SpecError(f"num_layers {num_layers!r}: expected an int from 2 to 16")
     ids = spec.get("layer_ids")
     if ids is not None:
-        if not isinstance(ids, list) or len(ids) != 3 or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        if (
+            not isinstance(ids, list)
+            or len(ids) != 3
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+        ):
             raise SpecError(f"layer_ids {ids!r}: expected three ints or null")
         if not all(-1 <= i < num_layers for i in ids):
             raise SpecError(f"layer_ids {ids}: each must be from -1 to {num_layers - 1}")
@@ -105,15 +109,22 @@ def sglang_identity() -> tuple[Optional[str], Optional[str]]:
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.origin:
         return None, None
-    version = None
-    version_file = Path(spec.origin).parent / "version.py"
+    for name in ("_version.py", "version.py"):
+        try:
+            lines = (Path(spec.origin).parent / name).read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if line.startswith(("__version__ =", "version =", "__version__: str =")):
+                value = line.split("=", 1)[1].strip().strip("\"'")
+                if value and value[0].isdigit():
+                    return value, spec.origin
     try:
-        for line in version_file.read_text(encoding="utf-8").splitlines():
-            if line.startswith("__version__"):
-                version = line.split("=", 1)[1].strip().strip("\"'")
-    except OSError:
-        pass
-    return version, spec.origin
+        import importlib.metadata
+
+        return importlib.metadata.version("sglang"), spec.origin
+    except Exception:
+        return None, spec.origin
 
 
 # ---- the driver: the engine itself ---------------------------------------------------------
@@ -159,6 +170,7 @@ def drive(job_path: str) -> int:
         import sglang
 
         out["engine_version"], out["engine_file"] = getattr(sglang, "__version__", None), sglang.__file__
+        Path(job["out"]).write_text(json.dumps(out), encoding="utf-8")  # what ran, should SGLang end this process
         kwargs = engine_kwargs(job)
         out["engine_kwargs"] = kwargs
         started = time.monotonic()
@@ -178,8 +190,10 @@ def drive(job_path: str) -> int:
             out["tokens"], out["meta_info"] = tokens, metas
             try:
                 info = engine.get_server_info()
-                states = info.get("internal_states") or [{}]
-                out["server_spec"] = {k: v for k, v in states[0].items() if "spec" in k and _jsonable(v)}
+                found = [info] + [s for s in info.get("internal_states") or [] if isinstance(s, dict)]
+                out["server_spec"] = {
+                    k: v for state in found for k, v in state.items() if k.startswith("avg_spec") and _jsonable(v)
+                }
             except Exception as exc:  # the metrics are a report, never the run
                 out["server_spec"] = {"error": repr(exc)}
         finally:

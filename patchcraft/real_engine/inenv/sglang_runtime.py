@@ -63,25 +63,29 @@ def where(obj: Any) -> str:
     return f"{rel}:{line}"
 
 
-def last_sglang_frame(tb: Any) -> tuple[Optional[str], Optional[int]]:
-    """(``sglang/...py``, line) of the last traceback frame inside the sglang package."""
-    found: tuple[Optional[str], Optional[int]] = (None, None)
+def sglang_frames(tb: Any) -> list[tuple[str, int]]:
+    """(``sglang/...py``, line) of each traceback frame inside the sglang package, outermost first."""
+    found: list[tuple[str, int]] = []
     for frame in traceback.extract_tb(tb):
         parts = Path(frame.filename).parts
-        if "sglang" in parts and "site-packages" in parts or "sglang" in parts[-4:-1]:
+        if "sglang" in parts:
             index = len(parts) - 1 - parts[::-1].index("sglang")
-            found = ("/".join(parts[index:]), frame.lineno)
+            found.append(("/".join(parts[index:]), int(frame.lineno or 0)))
     return found
 
 
 def error_record(exc: BaseException) -> dict[str, Any]:
-    file, line = last_sglang_frame(exc.__traceback__)
+    frames = sglang_frames(exc.__traceback__)
+    file, line = frames[-1] if frames else (None, None)
+    models = [f"{f}:{n}" for f, n in frames if f.startswith("sglang/srt/models/")]
     return {
         "type": type(exc).__name__,
         "message": str(exc)[:2000],
         "file": file,
         "line": line,
         "where": "last frame inside the sglang package" if file else "no frame inside the sglang package",
+        "model_frame": models[-1] if models else None,
+        "sglang_frames": [f"{f}:{n}" for f, n in frames[-6:]],
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-6000:],
     }
 
@@ -121,7 +125,10 @@ def install() -> dict[str, Any]:
     from sglang_standins import absent
 
     for root in absent.install(("torchvision",)):
-        _note(notes, f"{root}: a placeholder package (the registry's build does not load against torch +cpu); any call raises")
+        _note(
+            notes,
+            f"{root}: a placeholder package (the registry's build does not load against torch +cpu); any call raises",
+        )
     kernels = sglang_standins.install(os.environ.get(ENV_TREE, "torch"))
     _hook_errors(notes)
     _fix_draft_extend_map(notes)

@@ -134,6 +134,11 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["greedy_equal"] = result["tokens"] == result["reference_tokens"]
     result["spec_metrics"] = spec_metrics(llm)
     result["kernels"] = kernels()
+    result["model_files"] = {
+        name: getattr(module, "__file__", None)
+        for name, module in sorted(sys.modules.items())
+        if name.startswith("vllm.model_executor.models.") and module is not None
+    }
     calls = sorted(probe_dir.glob("call-*.pt"))
     result["probe_calls"] = len(calls)
     if ids is not None:

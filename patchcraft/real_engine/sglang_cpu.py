@@ -1,0 +1,120 @@
+"""SGLang on this machine's CPU: a release's environment, its run script and what is known of each release.
+
+No CPU ``sgl_kernel`` is installable (``sglang-kernel`` holds CUDA builds;
+SGLang's CPU backend targets Xeon AMX and is built from source), and the
+release pins a CUDA torch (0.5.23: ``torch==2.14.1``). So the environment
+holds the CPU torch the test extra pins, the release ``--no-deps``, and its
+non-CUDA dependencies installed beside that torch (the torch pin in the
+same pip command keeps it); the 8 CPU ops the engine imports from
+``sgl_kernel`` are patchcraft's own stand-ins (``inenv/sglang_standins/``),
+installed by the run script before sglang is imported, with the
+torch-native fixes EAGLE-3 needs (``inenv/sglang_runtime.py``). torchvision
+is not installed: the registry's builds do not load against the CPU torch
+(``operator torchvision::nms does not exist``), and the run script serves a
+placeholder for the import ``srt/multimodal/internvl_utils.py`` makes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from patchcraft.real_engine.environments import EngineEnv, EnvSpec
+
+ENGINE = "sglang"
+DEFAULT_RELEASE = "0.5.23"
+TORCH = "torch==2.13.0"
+INENV = Path(__file__).resolve().parent / "inenv"
+
+#: The release's dependencies that a CPU run of a text model imports, without the CUDA ones
+#: (cuda-python, flashinfer, flash-attn-4, sglang-kernel, sgl-deep-*, nvidia-*, quack, tilelang,
+#: torch_memory_saver, torchaudio, torchcodec, torchvision, timm). Pins are 0.5.23's where it pins.
+DEPENDENCIES = (
+    "triton",  # SGLang imports triton at module level; TRITON_INTERPRET=1 runs its kernels on CPU
+    "aiohttp",
+    "anthropic>=0.20.0",
+    "blobfile==3.0.0",
+    "build",
+    "compressed-tensors==0.18.0",
+    "datasets",
+    "distro",
+    "easydict",
+    "einops",
+    "fastapi",
+    "gguf",
+    "interegular",
+    "IPython",
+    "llguidance>=1.7.6,<2.0.0",
+    "mistral_common>=1.11.5",
+    "modelscope",
+    "msgspec",
+    "ninja",
+    "numba==0.65.1",
+    "numpy",
+    "openai==2.8.0",
+    "openai-harmony==0.0.4",
+    "orjson",
+    "outlines==0.1.11",
+    "packaging",
+    "partial_json_parser",
+    "pillow",
+    "prometheus-client>=0.20.0",
+    "psutil",
+    "pybase64",
+    "pydantic",
+    "python-dateutil<3",
+    "python-multipart",
+    "pyzmq>=25.1.2",
+    "regex",
+    "requests",
+    "safetensors",
+    "scipy",
+    "sentencepiece==0.2.1",
+    "setproctitle",
+    "tiktoken",
+    "tokenizers==0.23.2",
+    "uvicorn>=0.51",
+    "uvloop",
+    "watchfiles",
+    "xgrammar==0.2.7",
+    "xxhash",
+    "zstandard",
+)
+#: The transformers each release pins (the engine's config classes follow it).
+TRANSFORMERS = {"0.5.23": "transformers==5.19.0"}
+
+#: Every release tried on this CPU: "runs" (the DeepSeek-V3 and Llama cases, EAGLE-3 included) or
+#: "stops" with the first thing that stops it (file:line), as measured (docs/real-engine.md).
+RELEASES: dict[str, tuple[str, str]] = {
+    "0.5.23": (
+        "runs",
+        "offline Engine, EAGLE-3 steps 1 / topk 1 / 2 draft tokens, with the 8 stand-ins and the 3 torch-native fixes",
+    ),
+}
+
+
+def env_spec(release: str) -> EnvSpec:
+    transformers = TRANSFORMERS.get(release, "transformers")
+    return EnvSpec(
+        name=f"sglang-cpu-{release}",
+        engine=ENGINE,
+        release=release,
+        installs=((TORCH,), (f"sglang=={release}", "--no-deps"), (*DEPENDENCIES, transformers, TORCH)),
+        remove=(),
+        check=(
+            "import os, sys; os.environ['SGLANG_USE_CPU_ENGINE'] = '1'; "
+            f"sys.path.insert(0, {str(INENV)!r}); "
+            "import torch, transformers, safetensors, triton; "
+            "assert torch.__version__.endswith('+cpu'), torch.__version__; "
+            "import sglang_runtime; sglang_runtime.install(); "
+            "import sglang; from sglang.srt.entrypoints.engine import Engine"
+        ),
+    )
+
+
+def package(env: EngineEnv) -> Path:
+    """The ``sglang`` package the environment imports: the tree patchcraft reads and patches."""
+    return env.site_packages() / "sglang"
+
+
+def script() -> Path:
+    return INENV / "sglang_run.py"
