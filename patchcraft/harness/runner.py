@@ -160,6 +160,9 @@ def smoke_tree(
     """
     graph, planned = _planned(tree.models_dir)
     plans = {p.label: p for p in select(planned, tree, names)}
+    if models is not None and any(m.model not in plans for m in models):
+        # an entry class that inherits another's setter and sites has a row when named (ModelPlan.inherits): run it too
+        plans.update((p.label, p) for p in plan_models(graph, inheriting=True) if p.inherits and p.label not in plans)
     sources = Sources(tree.package, texts)
     programs = {variant: Program(graph, sources, variant) for variant in (PATCHED, ORIGINAL)}
     if models is None:

@@ -170,6 +170,17 @@ class Locator:
         return self._lines[rel]
 
 
+#: The note a ``harness-skipped`` row carries in JSON: why the harness did not run this class itself.
+HARNESS_SKIPPED_NOTE = "harness-skipped: "
+
+
+def _proof_notes(model: ModelResult) -> list[str]:
+    """Why a written row is ``harness-skipped`` (the harness's words, as the text's ``proof:`` says them)."""
+    if model.proof == Proof.HARNESS_SKIPPED and model.harness is not None and model.harness.message:
+        return [f"{HARNESS_SKIPPED_NOTE}{model.harness.message}"]
+    return []
+
+
 def model_json(model: ModelResult) -> dict[str, Any]:
     return {
         "path": model.path,
@@ -190,7 +201,7 @@ def model_json(model: ModelResult) -> dict[str, Any]:
         "files": list(model.files),
         "compiles": model.compiles,
         "idempotent": model.idempotent,
-        "notes": list(model.notes),
+        "notes": list(model.notes) + _proof_notes(model),
         "message": model.message,
         "included_by": model.included_by,
         "proof": model.proof,

@@ -194,3 +194,14 @@ def test_a_patched_row_the_harness_skipped_says_so_and_why() -> None:
     )
     assert message_of(rows["m.Proven"]) == "added: vllm-mixin; proof: harness-passed"
     assert rows["n.Other"].proof is None
+
+
+def test_a_named_class_that_inherits_its_parents_edits_is_proven_itself(release_copy, capsys) -> None:
+    """0.5.10: ``DeepseekV3ForCausalLM`` inherits DeepseekV2ForCausalLM's setter and edit sites; named with
+    ``--model`` it has a row of its own, and the harness runs that class too, as it runs the rows brought along."""
+    package = release_copy("0.5.10")
+    code, doc = _apply_json(capsys, "--no-fusion-fix", "--model", "DeepseekV3ForCausalLM", str(package))
+    rows = {m["model"]: m for m in doc["models"]}
+    named = rows["deepseek_v2.DeepseekV3ForCausalLM"]
+    assert code == 0 and named["status"] == "patched" and named["included_by"] is None, named
+    assert {label: m["proof"] for label, m in rows.items()} == {label: "harness-passed" for label in rows}, rows

@@ -422,3 +422,20 @@ def test_ci_single_step_snippet_is_the_job_s_step() -> None:
     single = next(b for b in ci_blocks() if isinstance(b, list) and len(b) == 1)
     job = next(b for b in ci_blocks() if isinstance(b, dict) and "jobs" in b)
     assert patchcraft_commands(single)[-1] == patchcraft_commands(job["jobs"]["verify-sglang"]["steps"])[1]
+
+
+def test_a_harness_skipped_row_says_why_in_json(tmp_path: Path, capsys) -> None:
+    """vLLM 0.34.0: a mixin class the harness cannot run itself is written ``harness-skipped``; its JSON row
+    carries the harness's reason as a note (docs/json.md), the same words the text's ``proof:`` gives."""
+    pytest.importorskip("torch")
+    from conftest import vllm_release_package
+    from patchcraft.base.fetch import copy_parts
+    from patchcraft.base.vllm_fetch import PARTS
+
+    package = copy_parts(vllm_release_package("0.34.0"), tmp_path / "vllm", PARTS)
+    code, out, _ = cli(capsys, "apply", "--format", "json", "--engine", "vllm", "--model", "gemma4", str(package))
+    skipped = [m for m in json.loads(out)["models"] if m["proof"] == "harness-skipped"]
+    assert code == 0 and any(m["model"] == "gemma4.Gemma4ForCausalLM" for m in skipped), skipped
+    for row in skipped:
+        why = [n for n in row["notes"] if n.startswith(machine_output.HARNESS_SKIPPED_NOTE)]
+        assert len(why) == 1 and "the edit is EagleModelMixin's alone, proven on " in why[0], row
