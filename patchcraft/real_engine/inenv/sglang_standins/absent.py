@@ -71,7 +71,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module = _PlaceholderModule(spec.name, "patchcraft placeholder")
         module.__path__ = []
         if "." not in spec.name:
-            module.__version__ = VERSION
+            setattr(module, "__version__", VERSION)
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
