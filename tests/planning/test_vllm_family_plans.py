@@ -19,7 +19,6 @@ from patchcraft.base.status import EditKind
 from patchcraft.base.vllm_tree import VllmTree
 from patchcraft.planning.selection import plan_tree
 from patchcraft.planning.vllm_plans import plan_vllm
-from patchcraft.reading.vllm_families import family_dispatch
 
 GLM = "deepseek_v2.GlmMoeDsaForCausalLM"
 
@@ -30,26 +29,6 @@ def _tree(package: Path) -> VllmTree:
 
 def _plans(package: Path) -> dict[str, object]:
     return {p.label: p for p in plan_vllm(_tree(package))}
-
-
-def test_the_dispatch_is_read_per_platform_from_the_familys_own_code() -> None:
-    package = vllm_release_package("0.32.0")
-    served = {(s.architecture, s.platform): s for s in family_dispatch(package)}
-    v32 = {p: (served["DeepseekV32ForCausalLM", p].file, served["DeepseekV32ForCausalLM", p].cls) for p in
-           ("cuda", "rocm", "xpu", "cpu")}  # fmt: skip
-    assert v32 == {
-        "cuda": ("models/deepseek_v32/nvidia/model.py", "DeepseekV32ForCausalLM"),
-        "rocm": ("models/deepseek_v32/amd/model.py", "DeepseekV32ForCausalLM"),
-        "xpu": ("model_executor/models/deepseek_v2.py", "DeepseekV3ForCausalLM"),
-        "cpu": ("model_executor/models/deepseek_v2.py", "DeepseekV3ForCausalLM"),
-    }
-    assert served["GlmMoeDsaForCausalLM", "cpu"].where == "models/deepseek_v32/__init__.py:33"
-    assert served["GlmMoeDsaForCausalLM", "cuda"].cls == "DeepseekV32ForCausalLM"  # imported under another name
-    xpu = served["Glm5NextForCausalLM", "xpu"]
-    assert not xpu.module and xpu.refused.startswith("NotImplementedError: GLM-5.3-Flash")
-    # the multimodal table is read too: Kimi-K3 itself
-    assert served["KimiK3ForConditionalGeneration", "cuda"].file == "models/kimi_k3/nvidia/model.py"
-    assert served["KimiK3ForConditionalGeneration", "rocm"].file == "models/kimi_k3/amd/model.py"
 
 
 @pytest.mark.parametrize("version", ["0.32.0", "0.34.0"])
