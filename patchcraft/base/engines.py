@@ -9,8 +9,13 @@ Light on purpose: the CLI reads it before any command is chosen.
 from __future__ import annotations
 
 import enum
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from patchcraft.base.errors import PatchcraftError
 
@@ -65,3 +70,51 @@ def resolve_engine_target(target: Optional[str], engine: ServingEngine) -> Union
     from patchcraft.base.target import resolve_target
 
     return resolve_target(target)
+
+
+def command_interpreter(command: Sequence[str]) -> Optional[Path]:
+    """The Python a server command runs: its first word when that is a Python (``/venv/bin/python``,
+    ``python3.11``), or the interpreter a console script's ``#!`` line names (``/venv/bin/vllm``); None otherwise."""
+    if not command:
+        return None
+    found = shutil.which(command[0])
+    if found is None:
+        return None
+    path = Path(found)
+    if re.fullmatch(r"python(\d+(\.\d+)?)?", path.name):
+        return path
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    if words and Path(words[0]).name == "env" and len(words) > 1:
+        which = shutil.which(words[1])
+        return Path(which) if which else None
+    return Path(words[0]) if words and re.fullmatch(r"python(\d+(\.\d+)?)?", Path(words[0]).name) else None
+
+
+def package_of_interpreter(interpreter: Path, engine: ServingEngine) -> Optional[str]:
+    """Where ``interpreter`` would import ``engine``'s package from, found without importing it (``find_spec``
+    of a top-level package runs none of its code); "" when it has none; None when it is this very interpreter
+    (whose install the caller finds itself) or cannot be asked."""
+    try:
+        if interpreter.resolve() == Path(sys.executable).resolve():
+            return None
+    except OSError:
+        return None
+    code = (
+        "import importlib.util, sys; s = importlib.util.find_spec(sys.argv[1]); "
+        "print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else '')"
+    )
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    try:
+        proc = subprocess.run(
+            [str(interpreter), "-c", code, engine.value], capture_output=True, text=True, timeout=60, env=environ
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None

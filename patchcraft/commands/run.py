@@ -74,7 +74,7 @@ def run_command(options: RunOptions) -> int:
     from patchcraft.base.engines import resolve_engine_target
 
     engine = serving_engine(options)
-    tree = resolve_engine_target(options.target, engine)
+    tree = resolve_engine_target(options.target or _command_package(options.command, engine), engine)
     directory, said_static = _overlay_for_run(tree, options)
     from patchcraft.overlay.build import package_dir
 
@@ -102,6 +102,24 @@ def run_command(options: RunOptions) -> int:
     except OSError as exc:
         raise PatchcraftError(f"cannot run {options.command[0]!r}: {exc.strerror or exc}") from None
     return OK  # not reached
+
+
+def _command_package(command: tuple[str, ...], engine: ServingEngine) -> str | None:
+    """The engine package the command's own Python imports (a venv's ``python``, its ``vllm`` script), when
+    that Python is not this one: the overlay must be built from the files the server will import."""
+    from patchcraft.base.engines import command_interpreter, package_of_interpreter
+
+    interpreter = command_interpreter(command)
+    if interpreter is None:
+        return None
+    found = package_of_interpreter(interpreter, engine)
+    if found == "":
+        raise PatchcraftError(
+            f"{interpreter} (the command's Python) imports no {engine}: nothing to patch for it; pass --target"
+        )
+    if found:
+        console.print_line(f"patchcraft run: {engine} of {interpreter}: {found}")
+    return found
 
 
 def _overlay_for_run(tree, options: RunOptions) -> tuple[Path, bool]:

@@ -141,11 +141,17 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
         raise PatchcraftError(
             f"the engine run wrote no result (exit {proc.returncode}): {tail[0][:300]}; its output: {log}"
         ) from None
+    error = result.get("error") or {}
+    if error and error.get("phase") != "engine":
+        raise PatchcraftError(
+            f"the tiny case could not be set up ({error.get('phase')}): {error.get('type')}: "
+            f"{str(error.get('message', ''))[:200]} at {error.get('file')}:{error.get('line')}; its output: {log}"
+        )
     tree = _served_tree(package, case.patched, result)
     prediction = predict(tree, case)
     agree, why = compare(result, prediction)
     if case.patched and agree:
-        agree, why = _overlay_served(tree, result, why)
+        agree, why = _overlay_served(package, tree, result, why)
     served = "patchcraft run's overlay" if case.patched else "the install"
     return Outcome(case, result, prediction, agree, why, str(env.root), str(tree), served, (f"engine output: {log}",))
 

@@ -79,8 +79,46 @@ DEPENDENCIES = (
     "xxhash",
     "zstandard",
 )
-#: The transformers each release pins (the engine's config classes follow it).
-TRANSFORMERS = {"0.5.23": "transformers==5.19.0"}
+#: Where a release's own pins differ from 0.5.23's (its wheel's Requires-Dist), by package name.
+RELEASE_PINS: dict[str, tuple[str, ...]] = {
+    "0.5.23": ("transformers==5.19.0",),
+    "0.5.22": ("transformers==5.19.0",),
+    "0.5.21": ("transformers==5.12.1", "tokenizers==0.22.2", "tomli"),
+    "0.5.20": ("transformers==5.12.1", "tokenizers==0.22.2", "xgrammar==0.2.1", "sentencepiece", "tomli"),
+    "0.5.18": ("transformers==5.12.1", "tokenizers", "xgrammar==0.2.1", "sentencepiece", "tomli"),
+    "0.5.16": ("transformers==5.12.1", "tokenizers", "xgrammar==0.2.1", "sentencepiece"),
+    "0.5.15": ("transformers==5.12.1", "tokenizers", "xgrammar==0.2.1", "sentencepiece", "llguidance>=0.7.11,<0.8.0"),
+    "0.5.14": (
+        "transformers==5.8.1",
+        "tokenizers",
+        "xgrammar==0.2.1",
+        "sentencepiece",
+        "llguidance>=0.7.11,<0.8.0",
+        "mistral_common>=1.11.0",
+    ),
+    "0.5.10": (
+        "transformers==5.3.0",
+        "tokenizers",
+        "xgrammar==0.1.32",
+        "sentencepiece",
+        "llguidance>=0.7.11,<0.8.0",
+        "mistral_common>=1.9.0",
+    ),
+}
+
+
+def _name(requirement: str) -> str:
+    for stop in "<>=!~[ ":
+        requirement = requirement.split(stop, 1)[0]
+    return requirement.lower().replace("_", "-")
+
+
+def dependencies(release: str) -> tuple[str, ...]:
+    """The non-CUDA dependencies of ``release``: 0.5.23's, with the release's own pins where they differ."""
+    pins = {_name(p): p for p in RELEASE_PINS.get(release, ("transformers",))}
+    out = [pins.pop(_name(d), d) for d in DEPENDENCIES]
+    return (*out, *pins.values())
+
 
 #: Every release tried on this CPU: "runs" (the DeepSeek-V3 and Llama cases, EAGLE-3 included) or
 #: "stops" with the first thing that stops it (file:line), as measured (docs/real-engine.md).
@@ -93,20 +131,18 @@ RELEASES: dict[str, tuple[str, str]] = {
 
 
 def env_spec(release: str) -> EnvSpec:
-    transformers = TRANSFORMERS.get(release, "transformers")
     return EnvSpec(
         name=f"sglang-cpu-{release}",
         engine=ENGINE,
         release=release,
-        installs=((TORCH,), (f"sglang=={release}", "--no-deps"), (*DEPENDENCIES, transformers, TORCH)),
+        installs=((TORCH,), (f"sglang=={release}", "--no-deps"), (*dependencies(release), TORCH)),
         remove=(),
+        # Only what pip put there (the stand-ins travel with the run script, so a change to them rebuilds nothing);
+        # the engine's own import, through the stand-ins, is the run script's first step.
         check=(
-            "import os, sys; os.environ['SGLANG_USE_CPU_ENGINE'] = '1'; "
-            f"sys.path.insert(0, {str(INENV)!r}); "
-            "import torch, transformers, safetensors, triton; "
+            "import torch, transformers, safetensors, triton, sglang; "
             "assert torch.__version__.endswith('+cpu'), torch.__version__; "
-            "import sglang_runtime; sglang_runtime.install(); "
-            "import sglang; from sglang.srt.entrypoints.engine import Engine"
+            f"assert sglang.__version__ == {release!r}, sglang.__version__"
         ),
     )
 

@@ -74,8 +74,9 @@ def base_config(family: str, num_layers: int) -> dict[str, Any]:
         "bos_token_id": 1,
         "eos_token_id": 2,
     }
-    if family == "deepseek_v3":
+    if family == "deepseek_v3":  # MLA: the rotary part is the head_dim transformers rotates
         config["num_key_value_heads"] = HEADS
+        config["head_dim"] = 64
     config.update(overrides)
     return config
 
@@ -165,6 +166,8 @@ def build_draft(target: dict[str, Any], layer_ids: list[int], folder: Path, seed
     def rand(*shape: int) -> Any:
         return torch.randn(*shape, generator=generator) * 0.05
 
+    if config["model_type"] == "deepseek_v2":
+        return _deepseek_draft(target, config, layer_ids, folder, rand)
     tensors = {
         "fc.weight": rand(hidden, n * hidden),
         "midlayer.self_attn.q_proj.weight": rand(heads * head_dim, 2 * hidden),
@@ -182,6 +185,44 @@ def build_draft(target: dict[str, Any], layer_ids: list[int], folder: Path, seed
     }
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    return folder
+
+
+def _deepseek_draft(
+    target: dict[str, Any], config: dict[str, Any], layer_ids: list[int], folder: Path, rand: Any
+) -> Path:
+    """vLLM's Eagle3DeepseekV2 draft: one MLA decoder layer (its attention takes embedding + state, 2H) and a dense MLP."""
+    import torch
+    from safetensors.torch import save_file
+
+    mla = {k: target[k] for k in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")}
+    # q_lora_rank set: vLLM's draft loader fuses q_a_proj with kv_a_proj_with_mqa (fused_qkv_a_proj).
+    config.update(mla, q_lora_rank=64, num_key_value_heads=target["num_attention_heads"])
+    config["num_attention_heads"] = heads = target["num_attention_heads"]
+    hidden, inter, vocab = HIDDEN, 256, target["vocab_size"]
+    nope, rope, v, rank = mla["qk_nope_head_dim"], mla["qk_rope_head_dim"], mla["v_head_dim"], mla["kv_lora_rank"]
+    layer = "layers.0."
+    tensors = {
+        "fc.weight": rand(hidden, len(layer_ids) * hidden),
+        layer + "self_attn.q_a_proj.weight": rand(64, 2 * hidden),
+        layer + "self_attn.q_a_layernorm.weight": torch.ones(64),
+        layer + "self_attn.q_b_proj.weight": rand(heads * (nope + rope), 64),
+        layer + "self_attn.kv_a_proj_with_mqa.weight": rand(rank + rope, 2 * hidden),
+        layer + "self_attn.kv_a_layernorm.weight": torch.ones(rank),
+        layer + "self_attn.kv_b_proj.weight": rand(heads * (nope + v), rank),
+        layer + "self_attn.o_proj.weight": rand(hidden, heads * v),
+        layer + "mlp.gate_proj.weight": rand(inter, hidden),
+        layer + "mlp.up_proj.weight": rand(inter, hidden),
+        layer + "mlp.down_proj.weight": rand(hidden, inter),
+        layer + "input_layernorm.weight": torch.ones(hidden),
+        layer + "hidden_norm.weight": torch.ones(hidden),
+        layer + "post_attention_layernorm.weight": torch.ones(hidden),
+        "norm.weight": torch.ones(hidden),
+        "lm_head.weight": rand(vocab, hidden),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: t.contiguous() for k, t in tensors.items()}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     return folder
 

@@ -38,7 +38,7 @@ def main(spec_path: str, result_path: str) -> int:
         run(spec, result)
         result["ok"] = result["error"] is None
     except BaseException as exc:  # the result file says what stopped the run, whatever it was
-        result["error"] = describe(exc)
+        result["error"] = describe(exc) | {"phase": result.get("phase", "setup")}
     result["wall_s"] = round(time.monotonic() - started, 1)
     Path(result_path).write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
     return 0
@@ -85,6 +85,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     family, num_layers, ids = spec["family"], int(spec["num_layers"]), spec.get("layer_ids")
     seed = int(spec.get("seed", 0))
+    result["phase"] = "tiny models"
     target_dir = tiny_models.build_target(family, num_layers, workdir / "target", seed)
     target_config = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
     prompts = [list(p) for p in spec["prompt_token_ids"]]
@@ -94,6 +95,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     ]
     states = tiny_models.reference_states(family, target_dir, prompts[0])
 
+    result["phase"] = "engine"
     probe_dir = install_probe(workdir)
     if spec.get("norm") == "inplace":
         os.environ["PATCHCRAFT_INPLACE_NORM"] = "1"
@@ -139,6 +141,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         for name, module in sorted(sys.modules.items())
         if name.startswith("vllm.model_executor.models.") and module is not None
     }
+    result["phase"] = "matching"
     calls = sorted(probe_dir.glob("call-*.pt"))
     result["probe_calls"] = len(calls)
     if ids is not None:
