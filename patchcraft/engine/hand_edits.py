@@ -103,12 +103,16 @@ def _lines(text: str) -> list[str]:
 def _hunks(path: Path, pristine: str, hand: str, sites: Sequence[EditSite]) -> tuple[Hunk, ...]:
     before, after = pristine.splitlines(keepends=True), hand.splitlines(keepends=True)
     methods = _methods(pristine)
+    hand_methods: list[tuple[str, str, int, int]] | None = None
     baseline = _site_outcomes(pristine, path, sites)
     found = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
         where = _enclosing(methods, i1, i2)
+        if where is None and j2 > j1:  # lines added at a method's end: only the hand text shows whose body holds them
+            hand_methods = _methods(hand, strict=False) if hand_methods is None else hand_methods
+            where = _holding(hand_methods, after, j1, j2)
         alone = "".join(before[:i1] + after[j1:j2] + before[i2:])
         site = _site_of(where, alone, path, sites, baseline)
         lines = tuple("-" + s for s in before[i1:i2]) + tuple("+" + s for s in after[j1:j2])
@@ -116,10 +120,19 @@ def _hunks(path: Path, pristine: str, hand: str, sites: Sequence[EditSite]) -> t
     return tuple(found)
 
 
-def _methods(text: str) -> list[tuple[str, str, int, int]]:
-    """(class, method, first line, last line) of every method of every top-level class."""
+def _methods(text: str, strict: bool = True) -> list[tuple[str, str, int, int]]:
+    """(class, method, first line, last line) of every method of every top-level class.
+
+    ``strict=False``: a text that does not parse (a hand edit can break it) has none.
+    """
     spans = []
-    for node in ast.parse(text).body:
+    try:
+        body = ast.parse(text).body
+    except (SyntaxError, ValueError):
+        if strict:
+            raise
+        return []
+    for node in body:
         if isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.end_lineno is not None:
@@ -129,12 +142,45 @@ def _methods(text: str) -> list[tuple[str, str, int, int]]:
 
 
 def _enclosing(methods: Sequence[tuple[str, str, int, int]], i1: int, i2: int) -> tuple[str, str] | None:
-    """The method whose body holds pristine lines ``[i1, i2)`` (0-based), or, for an insertion, both neighbours."""
-    first, last = (i1 + 1, i2) if i2 > i1 else (i1, i1 + 1)
+    """The method whose body holds pristine lines ``[i1, i2)`` (0-based), or, for an insertion, both neighbours.
+
+    An insertion lies between pristine lines ``i1`` and ``i1 + 1`` (1-based): inside a method when the
+    method holds both, its ``def`` line included (lines added at the top of the body).
+    """
+    if i2 == i1:
+        before, after = i1, i1 + 1
+        for cls, name, start, end in methods:
+            if start <= before and after <= end:
+                return cls, name
+        return None
     for cls, name, start, end in methods:
-        if start < first and last <= end:
+        if start < i1 + 1 and i2 <= end:
             return cls, name
     return None
+
+
+def _holding(
+    methods: Sequence[tuple[str, str, int, int]], lines: Sequence[str], j1: int, j2: int
+) -> tuple[str, str] | None:
+    """The method of the hand text whose body holds its lines ``[j1, j2)`` (0-based) that are not blank.
+
+    A body ends where the code is dedented to its ``def`` again: comments and blank lines after its
+    last statement, indented as the body, are the method's.
+    """
+    written = [j + 1 for j in range(j1, j2) if lines[j].strip()]
+    if not written:
+        return None
+    for cls, name, start, end in methods:
+        indent = _indent(lines[start - 1])
+        while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > indent):
+            end += 1
+        if start < written[0] and written[-1] <= end:
+            return cls, name
+    return None
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def _site_outcomes(text: str, path: Path, sites: Sequence[EditSite]) -> dict[tuple, str]:

@@ -459,3 +459,34 @@ def test_an_installed_fork_is_judged_against_its_own_record(kt_site: Path, capsy
         with zipfile.ZipFile(fork_wheel(SGLANG_KT)) as archive:
             for member in _differs_from_record(kt_site, dist_info):
                 (kt_site / member).write_bytes(archive.read(member))
+
+
+@pytest.mark.parametrize(
+    "added",
+    [
+        (
+            "        return self.model.embed_tokens\n",
+            "        # checked by hand\n        return self.model.embed_tokens\n",
+        ),
+        (
+            "        return self.model.embed_tokens\n",
+            "        return self.model.embed_tokens\n        # checked by hand\n",
+        ),
+    ],
+    ids=["top-of-body", "end-of-body"],
+)
+def test_a_hand_edit_inside_a_method_is_located_in_it(release_copy, added: tuple[str, str]) -> None:
+    """Lines added at the top or the end of ``DeepseekV2ForCausalLM.get_input_embeddings`` (0.5.10) are in that
+    method, not at module level: the pristine lines around an insertion at a body's edge are the ``def`` line,
+    or the next method's."""
+    from patchcraft.base.pristine import Pristine
+    from patchcraft.engine.hand_edits import classify
+
+    path = release_copy(VERSION) / MODEL
+    pristine = path.read_text(encoding="utf-8")
+    method = "    def get_input_embeddings(self) -> nn.Embedding:\n" + added[0]
+    assert pristine.count(method) == 1
+    hand = pristine.replace(method, "    def get_input_embeddings(self) -> nn.Embedding:\n" + added[1])
+    [hunk] = classify(path, MODEL, hand, Pristine(pristine, "test"), lambda: ()).hunks
+    line = hand.splitlines().index("        # checked by hand") + 1
+    assert hunk.label(MODEL) == f"deepseek_v2.py:{line} (DeepseekV2ForCausalLM.get_input_embeddings)", hunk
