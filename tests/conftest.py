@@ -32,6 +32,11 @@ COPIED = PATCHED_PARTS
 SUITE_RELEASES: tuple[str, ...] = MINOR_RELEASES  # the matrix and the releases between are minor releases
 
 
+#: The engine tier (-m engine) runs the real engines from the user's environments (patchcraft engine env), built
+#: once and shared like wheels; set before the suite points PATCHCRAFT_CACHE at its own directory.
+os.environ.setdefault("PATCHCRAFT_ENGINES", str(suite_cache.root() / "engines"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     suite_cache.configure(config)
 
@@ -40,7 +45,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"patchcraft suite cache: {os.environ.get('PATCHCRAFT_CACHE')} (wheels shared with {suite_cache.store_name()})",
         suite_cache.torch_build(),
+        _engine_tier_line(),
     ]
+
+
+def _engine_tier_line() -> str:
+    from patchcraft.real_engine import environments, vllm_cpu
+
+    spec = vllm_cpu.env_spec(vllm_cpu.DEFAULT_RELEASE)
+    found = environments.find(spec)
+    if found is None:
+        return f"engine tier (-m engine): skipped, {spec.name} absent: `patchcraft engine env` builds it (.ci/run does)"
+    return f"engine tier (-m engine): {spec.name} at {found.root}"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -34,7 +34,7 @@ from patchcraft.base.fetch import download_wheel, find_wheel
 SESSION_ENV = "PATCHCRAFT_SUITE_CACHE"
 STORE_ENV = "PATCHCRAFT_TEST_WHEELS"
 #: The user's cache parts the suite may add to: downloaded wheels, and pre-commit's hook environment (tests/test_precommit.py).
-SHARED_PARTS = ("wheels", "pre-commit")
+SHARED_PARTS = ("wheels", "pre-commit", "engines")
 #: The forks on PyPI whose wheels the suite downloads (tests/fork_wheels.py), as wheel files spell their names.
 FORK_WHEELS = ("sglang_kt", "lsglang")
 #: Fewer selected tests than this (a contributor's inner loop): releases are fetched when first used, not up front.

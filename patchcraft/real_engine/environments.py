@@ -84,6 +84,9 @@ class EngineEnv:
 
 
 def environments_root() -> Path:
+    """``$PATCHCRAFT_ENGINES``, else the cache's ``engines/`` (the suite points the first at the user's own)."""
+    if os.environ.get("PATCHCRAFT_ENGINES"):
+        return Path(os.environ["PATCHCRAFT_ENGINES"])
     return cache_root.root() / "engines"
 
 
