@@ -57,7 +57,7 @@ from patchcraft.harness.vllm_standins import HELPERS, method_builtins
 from patchcraft.planning.vllm_plans import served_outside
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
 from patchcraft.reading.vllm_families import read_tables, served
-from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
+from patchcraft.reading.vllm_graph import DRAFTS, FAMILY_ROOT, PACKAGE, SETTER, VllmGraph, language_model
 from patchcraft.reading.vllm_runner import read_registry
 
 INNER = "model"
@@ -74,11 +74,16 @@ class VllmProgram(Program):
         namespace = super().globals_for(path)
         if not isinstance(namespace.get("__builtins__"), dict):
             namespace["__builtins__"] = method_builtins()
-            namespace["__name__"] = f"vllm.model_executor.models.{path.stem}"
+            module = self._module(path)
+            namespace["__name__"] = f"vllm.{module}" if module.startswith(FAMILY_ROOT) else f"{PACKAGE}.{module}"
         return namespace
 
+    def _module(self, path: Path) -> str:
+        graph = self.graph
+        return graph.module_of(path) if isinstance(graph, VllmGraph) else path.stem
+
     def _resolve(self, name: str, source: ModelSource) -> Any:
-        node = self.graph.resolve(source.path.stem, name)
+        node = self.graph.resolve(self._module(source.path), name)
         if node is not None:
             return self.stand_in(node)
         if name in HELPERS and (name in source.imports or name in source.defined):
@@ -131,6 +136,9 @@ def find_model(package: Path, name: str, texts: Optional[Mapping[Path, str]] = N
     """
     models = package / "model_executor" / "models"
     graph = VllmGraph(models)
+    family = _family_row(graph, package, name) if name.count(".") > 1 else None
+    if family is not None:
+        return _family_model(graph, package, family, texts)
     outer = _outer(graph, package, name)
     if graph.find_method(outer, SETTER) is None:
         raise NotATarget(f"{outer.label} has no {SETTER}: not an EAGLE-3 target on this release")
@@ -150,6 +158,35 @@ def find_model(package: Path, name: str, texts: Optional[Mapping[Path, str]] = N
     if owner is None:
         raise HarnessError(f"{inner.label} has no forward")
     return VllmModel(graph, outer, inner, owner, VllmProgram(graph, Sources(package, texts), PATCHED))
+
+
+def _family_row(graph: VllmGraph, package: Path, label: str) -> Optional[Any]:
+    """The plan of a ``vllm/models/<family>/`` row (``deepseek_v32.nvidia.DeepseekV32ForCausalLM``), or None."""
+    from patchcraft.base.vllm_tree import VllmTree
+    from patchcraft.planning.vllm_plans import plan_vllm
+
+    tree = VllmTree(package=package, root=package.parent)
+    return next((p for p in plan_vllm(tree) if p.label == label and p.platforms), None)
+
+
+def _family_model(graph: VllmGraph, package: Path, plan: Any, texts: Optional[Mapping[Path, str]]) -> VllmModel:
+    """A family class on the first of its row's platforms: its own ``self.model``'s forward, run from its file."""
+    module = graph.module_of(plan.path)
+    outer = graph.classes.get((module, plan.cls)) if graph.load(module) else None
+    if outer is None:
+        raise PatchcraftError(f"{plan.label}: no class {plan.cls} in {plan.path}")
+    if graph.find_method(outer, SETTER) is None:
+        raise NotATarget(f"{plan.label} has no {SETTER}: not an EAGLE-3 target on {', '.join(plan.platforms)}")
+    inners = classes_assigned_to(graph, outer, INNER)
+    if not inners:
+        raise HarnessError(
+            f"{plan.label} builds its language model through its platform's dispatch: the harness runs a family "
+            "class with its own `self.model` only"
+        )
+    owner = next((c for c in graph.mro(inners[0]) if "forward" in c.methods), None)
+    if owner is None:
+        raise HarnessError(f"{inners[0].label} has no forward")
+    return VllmModel(graph, outer, inners[0], owner, VllmProgram(graph, Sources(package, texts), PATCHED))
 
 
 def eagle3_classes(package: Path) -> list[str]:
@@ -386,7 +423,7 @@ def _failed(exc: BaseException, model: VllmModel, stage: str) -> RunOutcome:
     embedding is arithmetic on a stand-in: that model's forward is beyond the harness, not broken.
     """
     located = _located(exc, model.files)
-    if "'Nothing'" in str(exc) or "<stand-in " in str(exc):
+    if "'Nothing'" in str(exc) or "<stand-in " in str(exc) or "got Nothing" in str(exc):
         return RunOutcome(not_run=f"not run: the {stage} uses a value the harness does not model ({located})")
     return RunOutcome(crash=located, stage=stage)
 

@@ -51,6 +51,9 @@ HELPERS: dict[str, Callable[[], Any]] = {
     "tensor_model_parallel_all_gather": lambda: _identity,
     "tensor_model_parallel_all_reduce": lambda: _identity,
     "IntermediateTensors": lambda: IntermediateTensors,
+    # vllm/models/common/ops (0.27+): at TP 1 the release's own first branch, ``return norm(hidden_states,
+    # residual)`` (0.33.0 fused_allreduce_rms_norm.py:37-38); the harness runs one rank.
+    "fused_allreduce_rms_norm": lambda: lambda hidden_states, residual, norm: norm(hidden_states, residual),
 }
 
 

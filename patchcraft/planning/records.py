@@ -96,6 +96,9 @@ class ModelPlan:
     #: ``mellum.MellumForCausalLM(LlamaForCausalLM)``): the label of the class it inherits
     #: from. Such a row is planned only when asked for (:func:`patchcraft.planning.model_plans.plan_models`).
     inherits: str | None = None
+    #: vLLM: the platforms a ``vllm/models/<family>/`` row's class serves (``("cuda", "cpu")``); () for every
+    #: other row (a class of ``model_executor/models``, or SGLang's).
+    platforms: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

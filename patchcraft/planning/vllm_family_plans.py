@@ -11,10 +11,11 @@ a stand-in ``current_platform``). That gives:
   architectures it serves on which platforms, from which ``__init__.py``
   line, and which platforms the family refuses. A forward that captures
   through ``EagleModelMixin._maybe_add_hidden_state`` gets the mixin's
-  one edit (``interfaces.py``); any other capture is read by what it does
-  (:mod:`patchcraft.reading.vllm_captures`) and said: the harness does not
-  run ``vllm/models/`` modules yet, so no edit of theirs is written
-  unproven;
+  one edit (``interfaces.py``); a layer loop capturing at the top of each
+  layer (0.33's ``DeepseekV32Model.forward``, ``nvidia/`` and ``amd/``) the
+  ``vllm-forward`` edit in the platform's own file, proven on the harness
+  running that module; any other capture is read by what it does
+  (:mod:`patchcraft.reading.vllm_captures`) and said, with no edit yet;
 - **notes on the rows of ``model_executor/models``** classes a family falls
   back to (0.32's ``deepseek_v2.DeepseekV3ForCausalLM`` serves
   ``DeepseekV32ForCausalLM`` on XPU and CPU), and whether a class named as a
@@ -139,6 +140,7 @@ def family_rows(
                 cls=cls,
                 path=outer.path,
                 notes=tuple(dict.fromkeys((*plan.notes, *notes))),
+                platforms=tuple(platforms),
             )
             if row.label in taken:
                 row = replace(row, module=f"{label_module}.{module.rpartition('.')[2]}")

@@ -152,7 +152,7 @@ def _plan(
     resolve: Resolver,
     family: bool = False,
 ) -> ModelPlan:
-    """``family``: a class of ``vllm/models/`` (its own forward cannot be proven on the harness yet)."""
+    """``family``: a class of ``vllm/models/`` (a capture override of its own gets no mixin edit)."""
     inner, via = _inner(graph, registry, outer, resolve)
     common: dict[str, Any] = dict(module=outer.module, cls=outer.name, path=outer.path)
     if inner is None:
@@ -165,7 +165,7 @@ def _plan(
     notes = (f"ids reach {inner.label} through {via}",) if via else ()
     if _reaches_mixin(graph, inner):
         return _mixin_plan(graph, inner, where, common, notes, family)
-    if not family and _top_of_layer_capture(forward):  # patched or not: the edit's site (revert finds it there)
+    if _top_of_layer_capture(forward):  # patched or not: the edit's site (revert finds it there)
         site = EditSite(
             kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward"
         )
@@ -190,13 +190,6 @@ def _plan(
             **common,
             not_applicable=True,
             unsupported=f"not needed: {where} {reading.said(owner.path.name)}",
-            notes=notes,
-        )
-    if family:
-        return ModelPlan(
-            **common,
-            unsupported=f"{where} {reading.said(owner.path.name)}; no edit is written in vllm/models/ until the "
-            "harness runs its modules (nothing unproven is written)",
             notes=notes,
         )
     return ModelPlan(

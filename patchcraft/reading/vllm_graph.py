@@ -40,6 +40,18 @@ class VllmGraph(ModelGraph):
             return base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
         return super().path_of(module)
 
+    def module_of(self, path: Path) -> str:
+        """The graph's name of the module in ``path``: a stem of ``model_executor/models``, or ``models.F.x``."""
+        package = self.models_dir.parent.parent
+        try:
+            relative = path.resolve().relative_to(package.resolve() / "models")
+        except ValueError:
+            return path.stem
+        parts = list(relative.with_suffix("").parts)
+        if parts and parts[-1] == "__init__":
+            parts = parts[:-1]
+        return ".".join(["models", *parts])
+
     def load(self, module: str, data: bytes | None = None) -> bool:
         if module in self.loaded:
             return self.loaded[module]
