@@ -63,14 +63,14 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "analysis": ("analysis", "overlay", "harness"),
     "ui": ("ui",),
     "pipeline": ("pipeline",),
-    "commands": ("commands", "gpu_smoke", "cli", "cli_options", "cli_drafts", "__main__"),
+    "commands": ("commands", "gpu_smoke", "real_engine", "cli", "cli_options", "cli_drafts", "__main__"),
 }
 #: The click layer: the group and entry point (``cli``), the shared options, the draft commands.
 CLICK = ("cli", "cli_options", "cli_drafts")
 #: The members of LAYERS that are modules of ``patchcraft/``, not packages.
 TOP_MODULES = ("__init__", "__main__", *CLICK)
 #: Third-party imports only these modules may make (torch: the harness and the GPU smoke; rich: the console).
-ONLY_IN = {"rich": ("ui.console",), "torch": ("harness.*", "gpu_smoke.*"), "click": CLICK}
+ONLY_IN = {"rich": ("ui.console",), "torch": ("harness.*", "gpu_smoke.*", "real_engine.inenv.*"), "click": CLICK}
 #: Calls whose first argument, a string, names a module imported then (the deferred one on first use).
 STRING_IMPORTS = ("import_module", "__import__", "Deferred")
 
@@ -649,6 +649,21 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "commands.revert": ("commands/test_cli.py", "reliability/test_revert_matrix.py"),
     "commands.smoke": ("harness/test_harness_cli.py", "gpu_smoke/test_smoke_cuda_cli.py"),
     "commands.verify": ("commands/test_cli.py", "engine/test_golden.py"),
+    "commands.engine": ("real_engine/test_vllm_engine.py",),
+    "real_engine.check": ("real_engine/test_vllm_engine.py",),
+    "real_engine.vllm_cpu": ("real_engine/test_vllm_engine.py", "real_engine/test_environments.py"),
+    "real_engine.inenv": ("real_engine/test_vllm_engine.py",),
+    "real_engine.inenv.engine_probe": ("real_engine/test_vllm_engine.py",),
+    "real_engine.inenv.tiny_models": ("real_engine/test_vllm_engine.py",),
+    "real_engine.inenv.vllm_run": ("real_engine/test_vllm_engine.py",),
+    "real_engine.sglang_cpu": ("real_engine/test_sglang_engine.py", "real_engine/test_sglang_run_spec.py"),
+    "real_engine.inenv.sglang_models": ("real_engine/test_sglang_engine.py",),
+    "real_engine.inenv.sglang_run": ("real_engine/test_sglang_engine.py", "real_engine/test_sglang_run_spec.py"),
+    "real_engine.inenv.sglang_runtime": ("real_engine/test_sglang_engine.py",),
+    "real_engine.inenv.sglang_standins": ("real_engine/test_sglang_standins.py",),
+    "real_engine.inenv.sglang_standins.absent": ("real_engine/test_sglang_standins.py",),
+    "real_engine.inenv.sglang_standins.ops": ("real_engine/test_sglang_standins.py",),
+    "real_engine.inenv.sglang_standins_check": ("real_engine/test_sglang_standins.py",),
     "engine.hand_advice": ("engine/test_replace_hand_edits.py",),
     "engine.hand_edits": ("engine/test_replace_hand_edits.py", "reliability/test_hand_edits.py"),
     "engine.preflight_cache": ("commands/test_preflight.py",),
