@@ -260,7 +260,7 @@ def _explain(
     from patchcraft.harness.vllm_served import NotATarget, default_ids, find_model, run_ids
 
     try:
-        model = find_model(tree.package, model_name)
+        model = find_model(tree.package, model_name, platform=platform)  # a family's class on that platform
     except HarnessError as exc:
         findings += _gate_findings(gate, _model_type(model_name, model_name))
         findings.append(Finding(FindingKind.NOT_RUN, str(exc)))

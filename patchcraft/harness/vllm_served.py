@@ -123,7 +123,9 @@ class VllmRun:
     aliased_holds: tuple[tuple[int, str], ...] = ()
 
 
-def find_model(package: Path, name: str, texts: Optional[Mapping[Path, str]] = None) -> VllmModel:
+def find_model(
+    package: Path, name: str, texts: Optional[Mapping[Path, str]] = None, platform: Optional[str] = None
+) -> VllmModel:
     """The class of ``name``: an architecture of vLLM's registry (a config's ``architectures``:
     ``MistralForCausalLM`` is ``llama.LlamaForCausalLM`` on 0.9), a class (``DeepseekV3ForCausalLM``, or the
     label ``deepseek_v2.DeepseekV3ForCausalLM``), or a file stem's EAGLE-3 class (``llama``); one line if none.
@@ -132,11 +134,18 @@ def find_model(package: Path, name: str, texts: Optional[Mapping[Path, str]] = N
     (:class:`NotATarget`); one whose inner model the harness cannot tell is a :class:`HarnessError`
     (a multimodal wrapper whose language model comes from vLLM's registry, e.g. Kimi-K2.5's). The
     caller reports both; neither is a usage error. ``texts``: file texts run instead of the files on disk
-    (what ``apply`` would write).
+    (what ``apply`` would write). ``platform`` (``cuda``, ``rocm``, ``xpu``, ``cpu``): for an architecture a
+    ``vllm/models/<family>/`` package serves, the class that platform's dispatch picks.
     """
     models = package / "model_executor" / "models"
     graph = VllmGraph(models)
     family = _family_row(graph, package, name) if name.count(".") > 1 else None
+    if family is None and platform is not None and "." not in name:
+        chosen = _on_platform(package, name, platform)
+        if isinstance(chosen, str):
+            name = chosen  # model_executor's stem.Class
+        elif chosen is not None:
+            family = chosen
     if family is not None:
         return _family_model(graph, package, family, texts)
     outer = _outer(graph, package, name)
@@ -167,6 +176,29 @@ def _family_row(graph: VllmGraph, package: Path, label: str) -> Optional[Any]:
 
     tree = VllmTree(package=package, root=package.parent)
     return next((p for p in plan_vllm(tree) if p.label == label and p.platforms), None)
+
+
+def _on_platform(package: Path, architecture: str, platform: str) -> Any:
+    """What ``platform`` serves for a family's ``architecture``: a ``stem.Class`` label of ``model_executor/models``,
+    the family row (a plan), or None when no family serves it; one line when the platform is refused."""
+    from patchcraft.base.vllm_tree import VllmTree
+    from patchcraft.planning.vllm_plans import plan_vllm
+
+    tables = read_tables(package)
+    if not served_outside(tables, architecture):
+        return None
+    module, cls = tables[architecture]
+    found = next((s for s in served(package, architecture, module, cls) if s.platform == platform), None)
+    if found is None or found.refused:
+        why = found.refused if found is not None else "not read"
+        raise PatchcraftError(f"{architecture}: {_engine(package)} does not serve it on {platform}: {why}")
+    if found.in_models:
+        return f"{found.stem}.{found.cls}"
+    tree = VllmTree(package=package, root=package.parent)
+    for plan in plan_vllm(tree):
+        if plan.path == found.path and plan.cls == found.cls and platform in plan.platforms:
+            return plan
+    raise PatchcraftError(f"{architecture}: {found.file}'s {found.cls}, which {platform} serves, is no EAGLE-3 target")
 
 
 def _family_model(graph: VllmGraph, package: Path, plan: Any, texts: Optional[Mapping[Path, str]]) -> VllmModel:
