@@ -21,9 +21,20 @@ written at build time), and a copied package may have lost it. Then:
   files, are all named). Files holding patchcraft's marker are left out: they
   were patched, so they cannot be identical to any release.
 
+A version file can mislead: a fork may ship the ``_version.py`` of an old
+build (``lsglang`` 1.6.5 says ``0.5.15.dev105+g46b087b58`` while 184 of its
+265 compared files are 0.5.22's and 17 are 0.5.15's). So a version file's
+version is checked against the digests too; when the closest release is not
+the release it names (nor, for a build between releases, the last release
+before it: :func:`agrees`), both are said, ``0.5.15.dev105+g46b087b58
+(version file; its files: closest to 0.5.22: 184 of 265 ...)``, and advice
+reasons from the files: it speaks of "this tree" and names no release to
+reinstall.
+
 Patching is driven by the code, never by the version: the version only
 says what the tree is, in text and JSON, and whether advice may speak of
-"this release" (a version file) or "this tree" (anything else).
+"this release" (a version file the files agree with) or "this tree"
+(anything else).
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from patchcraft import MARKER
+from patchcraft.base.memo import Memo, stamp
 
 #: Files compared with the releases, as paths inside the package (no sub-folders).
 COMPARED: tuple[str, ...] = ("srt/models/*.py", "srt/model_executor/*.py")
@@ -80,18 +92,26 @@ class TreeVersion:
 
     version: str
     source: VersionSource
+    #: For a version file's version: set only when the files are closest to another release (:attr:`misleads`).
     closest_release: Optional[str] = None
     #: Releases as close as ``closest_release`` (the same compared files: a post release that changed none of them).
     tied_releases: tuple[str, ...] = ()
     identical_files: int = 0
     compared_files: int = 0
     patched_files: int = 0
+    #: When a version file misleads: the tested release its version names (``0.5.15`` for ``0.5.15.dev105``), if any,
+    #: and how many of the compared files are that release's.
+    named_release: Optional[str] = None
+    named_identical: int = 0
 
     @property
     def label(self) -> str:
         """The version as text shows it: ``0.5.10``, ``v0.5.10-3-gabc1234 (git describe)``, ``unknown (closest to ...)``."""
         if self.source is VersionSource.FILE:
-            return self.version
+            if not self.misleads:
+                return self.version
+            named = f"; {self.named_identical} are {self.named_release}'s" if self.named_release else ""
+            return f"{self.version} (version file; its files: {self._closest()}{named})"
         if self.source is VersionSource.GIT:
             closest = f"; {self._closest()}" if self.closest_release else ""
             return f"{self.version} (git describe{closest})"
@@ -108,13 +128,19 @@ class TreeVersion:
         )
 
     @property
+    def misleads(self) -> bool:
+        """A version file names this version, but the tree's files are closest to another release."""
+        return self.source is VersionSource.FILE and self.closest_release is not None
+
+    @property
     def noun(self) -> str:
-        """How advice names the tree: ``this release`` when a version file names it, else ``this tree``."""
-        return "this release" if self.source is VersionSource.FILE else "this tree"
+        """How advice names the tree: ``this release`` when a version file names it (and the files agree), else ``this tree``."""
+        return "this release" if self.source is VersionSource.FILE and not self.misleads else "this tree"
 
     def as_json(self) -> dict[str, Any]:
-        """The structured parts, for JSON beside ``sglang_version`` (docs/json.md); empty for a version file's version."""
-        if self.source is VersionSource.FILE:
+        """The structured parts, for JSON beside ``sglang_version`` (docs/json.md); empty for a version file's version
+        the files agree with."""
+        if self.source is VersionSource.FILE and not self.misleads:
             return {}  # a release's documents keep exactly the keys they had
         fields: dict[str, Any] = {"sglang_version_source": self.source.value}
         if self.closest_release is not None:
@@ -125,6 +151,8 @@ class TreeVersion:
                 compared_files=self.compared_files,
                 patched_files=self.patched_files,
             )
+        if self.misleads:
+            fields.update(named_release=self.named_release, named_identical_files=self.named_identical)
         return fields
 
 
@@ -151,7 +179,7 @@ def identify(package: Path) -> TreeVersion:
     """The version of the SGLang package at ``package`` (never raises for an unreadable tree: ``unknown``)."""
     found = file_version(package)
     if found is not None:
-        return TreeVersion(found, VersionSource.FILE)
+        return checked_file_version(package, found)
     described = git_describe(package)
     if described is None:
         return closest_release(package)
@@ -160,6 +188,77 @@ def identify(package: Path) -> TreeVersion:
         return TreeVersion(line, VersionSource.GIT)
     closest = closest_release(package)  # a bare commit says nothing of the release: say which one it is closest to
     return replace(closest, version=line, source=VersionSource.GIT)
+
+
+def checked_file_version(package: Path, version: str) -> TreeVersion:
+    """A version file's ``version``, with the closest release when the tree's files say another (:func:`agrees`)."""
+    closest = _closest(package)
+    if closest.closest_release is None or agrees(version, closest):
+        return TreeVersion(version, VersionSource.FILE)
+    named = named_release(version)
+    identical = identical_files(package, named) if named is not None else 0
+    return replace(closest, version=version, source=VersionSource.FILE, named_release=named, named_identical=identical)
+
+
+def named_release(version: str, releases: Optional[list[str]] = None) -> str | None:
+    """The tested release a version names: itself, else the first of its number (``0.5.15`` for ``0.5.15.dev105``)."""
+    releases = releases if releases is not None else load_table()["releases"]
+    if version in releases:
+        return version
+    number = _number(version)
+    return next((name for name in releases if _number(name) == number), None)
+
+
+def identical_files(package: Path, release: str, table: dict[str, Any] | None = None) -> int:
+    """How many of the tree's compared files are byte for byte ``release``'s."""
+    table = table if table is not None else load_table()
+    index = table["releases"].index(release)
+    ours, _ = tree_digests(package)
+    files: dict[str, dict[str, list[int]]] = table["files"]
+    return sum(index in files.get(path, {}).get(value, ()) for path, value in ours.items())
+
+
+def agrees(version: str, closest: TreeVersion, releases: Optional[list[str]] = None) -> bool:
+    """Whether a version file's ``version`` is what the closest release by digests says the tree is.
+
+    It agrees when it is one of the closest releases; when it is no tested
+    release (a dev, post or local build, a release newer than the table), a
+    closest release of the same number (``0.5.15`` for ``0.5.15.post2``) or
+    the last tested release before that number (``0.5.14`` for the build
+    ``0.5.15.dev105``, ``0.5.23`` for ``0.5.24``) agrees too. A tested
+    release whose files are another release's does not.
+    """
+    releases = releases if releases is not None else load_table()["releases"]
+    closest_names = {closest.closest_release, *closest.tied_releases}
+    if version in closest_names:
+        return True
+    if version in releases:
+        return False
+    number = _number(version)
+    if number is None:
+        return False
+    if any(_number(name) == number for name in closest_names if name):
+        return True
+    before = [name for name in releases if (n := _number(name)) is not None and n < number]
+    return bool(before) and before[-1] in closest_names
+
+
+_NUMBER = re.compile(r"^v?(\d+(?:\.\d+)*)")
+
+
+def _number(version: str) -> tuple[int, ...] | None:
+    """The release number a version starts with (``0.5.15.dev105+g46b`` -> ``(0, 5, 15)``), or None."""
+    match = _NUMBER.match(version)
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+#: The closest release of a tree, kept while its compared files are unchanged (:mod:`patchcraft.base.memo`).
+_CLOSEST: Memo[TreeVersion] = Memo(keep=8)
+
+
+def _closest(package: Path) -> TreeVersion:
+    folders = [(package / pattern.rpartition("/")[0], False) for pattern in COMPARED]
+    return _CLOSEST.get(str(package.resolve()), lambda: stamp(folders=folders), lambda: closest_release(package))
 
 
 def tree_noun(package: Path) -> str:

@@ -71,9 +71,14 @@ def lines(model: ModelResult, reports: Mapping[str, FileReport]) -> str:
 def _reinstall(tree: SglangTree) -> str:
     """Where the shipped files come back from: pip for a release its version file names, else the tree's own source."""
     version = tree.version_info
-    if version.source is VersionSource.FILE:
+    if version.source is VersionSource.FILE and not version.misleads:
         return f"pip install --force-reinstall --no-deps sglang=={version.version}, or git checkout"
     closest = f"; closest release {version.closest_release}" if version.closest_release else ""
+    if version.misleads:  # the version file names a build the files are not: reinstalling it would not give them back
+        return (
+            f"git checkout, or copy them from the source of this tree: its version file says {version.version}, "
+            f"but its files are not that release's{closest}"
+        )
     return f"git checkout, or copy them from the source of this tree: no version file names a release to reinstall{closest}"
 
 

@@ -310,3 +310,66 @@ def test_a_version_label_keeps_its_record_through_pickle(tmp_path: Path) -> None
     label = resolve_target(str(scm_tree(tmp_path))).version
     again = pickle.loads(pickle.dumps(label))
     assert (again, again.info) == (label, label.info) and isinstance(again, VersionLabel)
+
+
+# -- a version file the files disagree with ------------------------------------------------------
+
+
+def test_a_version_file_the_files_disagree_with_is_said_with_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """lsglang 1.6.5 (PyPI): its ``_version.py`` says 0.5.15.dev105+g46b087b58, its files are 0.5.22's.
+
+    Text and JSON say both, and advice reasons from the files: ``this tree``, never ``this release``.
+    """
+    from fork_wheels import LSGLANG, unpacked_fork
+
+    package = unpacked_fork(LSGLANG, tmp_path / "lsglang")
+    found = identify(package)
+    assert (found.source, found.version, found.noun) == (VersionSource.FILE, "0.5.15.dev105+g46b087b58", "this tree")
+    assert found.label == (
+        "0.5.15.dev105+g46b087b58 (version file; its files: closest to 0.5.22: 184 of 265 model and runner files "
+        "identical; 17 are 0.5.15's)"
+    )
+    code, out, err = run_cli(capsys, "apply", "--check", "--no-smoke", "--format", "json", str(package))
+    doc = json.loads(out)
+    target = doc["targets"][0]
+    assert {key: target[key] for key in target if key not in ("root", "package")} == {
+        "sglang_version": "0.5.15.dev105+g46b087b58",
+        "sglang_version_source": "file",
+        "closest_release": "0.5.22",
+        "tied_releases": [],
+        "identical_files": 184,
+        "compared_files": 265,
+        "patched_files": 0,
+        "named_release": "0.5.15",
+        "named_identical_files": 17,
+    }
+    messages = " ".join(m["message"] for m in doc["models"])
+    assert "in this tree" in messages and "this release" not in messages, messages
+    section = (ROOT / "docs" / "json.md").read_text(encoding="utf-8").split("### A version file the files disagree")[1]
+    documented = set(
+        re.findall(
+            r"`(\w+)`",
+            "".join(line.split("|")[1] for line in section.split("### ")[0].splitlines() if line.startswith("| `")),
+        )
+    )
+    assert documented == {"sglang_version_source", "named_release", "named_identical_files"}
+
+
+@pytest.mark.parametrize(
+    ("version", "closest", "tied", "agreed"),
+    [
+        ("0.5.10", "0.5.10", ("0.5.10.post1",), True),
+        ("0.5.10.post1", "0.5.10", ("0.5.10.post1",), True),
+        ("0.5.10.post2", "0.5.10", (), True),  # no tested release: its number's
+        ("0.5.15.dev105+g46b087b58", "0.5.14", (), True),  # a build between releases: the last one before
+        ("0.5.24", "0.5.23", (), True),  # newer than the table
+        ("0.5.15.dev105+g46b087b58", "0.5.22", (), False),  # lsglang 1.6.5
+        ("0.5.9", "0.5.10", (), False),  # a tested release whose files are another's
+        ("0.0.0.dev0", "0.5.9", (), False),
+    ],
+)
+def test_which_version_files_agree_with_the_files(version: str, closest: str, tied: tuple, agreed: bool) -> None:
+    found = tree_version.TreeVersion("unknown", VersionSource.CLOSEST, closest_release=closest, tied_releases=tied)
+    assert tree_version.agrees(version, found) is agreed
