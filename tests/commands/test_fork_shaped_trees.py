@@ -97,3 +97,12 @@ def test_wrapper_rows_say_where_each_edit_went(release_copy, capsys) -> None:
         "added: setter, init via qwen2_moe.py Qwen2MoeModel, forward via qwen2_moe.py Qwen2MoeModel"
     ), rows["qwen3_moe.Qwen3MoeForCausalLM"]
     assert rows["llama.LlamaForCausalLM"].startswith("added: setter, init, forward"), rows["llama.LlamaForCausalLM"]
+
+
+def test_the_harness_docs_say_what_the_row_withheld_by_a_harness_error_is() -> None:
+    """docs/harness.md said a ``harness-error`` row "is an `error`"; its status is ``would-patch`` (the test above)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "harness.md").read_text(encoding="utf-8")
+    assert (
+        "`harness-error` (the row is an `error`" not in text
+    )  # the smoke row (harness status) is `error`; the model row is not
+    assert "`harness-error` (the harness could not run the class: the row stays `would-patch`" in text
