@@ -112,3 +112,35 @@ def test_a_vllm_tree_is_told_from_its_target(tmp_path: Path) -> None:
     package = _copy("0.34.0", tmp_path)
     checked = run_trees(Options(targets=(str(package),), models=("deepseek_v2",), output_format="json"), Mode.CHECK)
     assert checked.results[0].tree.engine == "vllm" and checked.code == 1  # would change: not applied yet
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_a_family_platform_module(version: str, tmp_path: Path, update_golden: bool, capsys) -> None:
+    """DeepSeek-V3.2 (issue 46): vLLM serves it from vllm/models/deepseek_v32/, nvidia/ on CUDA and amd/ on ROCm,
+    each module capturing at the top of each layer; ``--model DeepseekV32ForCausalLM`` patches both platform
+    files, proven on the harness running each module, and the patched CUDA module feeds hs[0], hs[2], hs[4]."""
+    package = _copy(version, tmp_path)
+    pristine = {path: path.read_bytes() for path in package.rglob("*.py")}
+    options = Options(
+        targets=(str(package),), models=("DeepseekV32ForCausalLM",), output_format="json", engine=ServingEngine.VLLM
+    )
+    applied = run_trees(options, Mode.APPLY)
+    assert applied.code == 0
+    rows = {m.model: m for m in applied.results[0].models}
+    for platform in ("nvidia", "amd"):
+        assert rows[f"deepseek_v32.{platform}.DeepseekV32ForCausalLM"].proof.value == "harness-passed"
+    diff = unified_diffs(applied.results[0].changes)
+    golden = GOLDEN / "vllm" / version / "deepseek_v32.diff"
+    if update_golden:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(diff)
+    assert diff == golden.read_text()
+    assert "vllm/models/deepseek_v32/nvidia/model.py" in diff and "vllm/models/deepseek_v32/amd/model.py" in diff
+    assert run_trees(options, Mode.VERIFY).code == 0
+    assert run_trees(options, Mode.CHECK).code == 0
+    label = "deepseek_v32.nvidia.DeepseekV32ForCausalLM"
+    explain = ("explain", str(package), "--model", label, "--layer-ids", "0,2,4", "--num-layers", "8")
+    code, out, _ = run_cli(capsys, *explain)
+    assert code == 0 and "warning" not in out and "hs[0], hs[2], hs[4]" in out, out
+    assert run_trees(options, Mode.REVERT).code == 0
+    assert {path: path.read_bytes() for path in package.rglob("*.py")} == pristine
