@@ -664,6 +664,7 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "real_engine.inenv.sglang_standins.absent": ("real_engine/test_sglang_standins.py",),
     "real_engine.inenv.sglang_standins.ops": ("real_engine/test_sglang_standins.py",),
     "real_engine.inenv.sglang_standins_check": ("real_engine/test_sglang_standins.py",),
+    "real_engine.inenv.sglang_train_draft": ("real_engine/test_sglang_engine.py",),
     "engine.hand_advice": ("engine/test_replace_hand_edits.py",),
     "engine.hand_edits": ("engine/test_replace_hand_edits.py", "reliability/test_hand_edits.py"),
     "engine.preflight_cache": ("commands/test_preflight.py",),

@@ -170,10 +170,11 @@ def checkpoint_tensor_specs(cfg: Dict[str, Any]) -> Dict[str, Tuple[Tuple[int, .
     return specs
 
 
-def _tensor(name: str, shape: Tuple[int, ...], kind: str, seed: int):
+def _tensor(name: str, shape: Tuple[int, ...], kind: str, seed: int, stds: Optional[Dict[str, float]] = None):
     import torch
 
     g = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
+    std = {**_STD, **(stds or {})}
     if kind == "norm":
         # Not all-ones, so a norm weight loaded into the wrong slot shows up.
         t = 1.0 + 0.1 * torch.randn(shape, generator=g)
@@ -181,12 +182,15 @@ def _tensor(name: str, shape: Tuple[int, ...], kind: str, seed: int):
         # DeepSeek-V3 keeps the router correction bias in fp32.
         return (0.01 * torch.randn(shape, generator=g)).float()
     else:
-        t = _STD[kind] * torch.randn(shape, generator=g)
+        t = std[kind] * torch.randn(shape, generator=g)
     return t.to(torch.bfloat16)
 
 
-def make_checkpoint_tensors(cfg: Dict[str, Any], seed: int = 0) -> Dict[str, Any]:
-    return {n: _tensor(n, s, k, seed) for n, (s, k) in checkpoint_tensor_specs(cfg).items()}
+def make_checkpoint_tensors(
+    cfg: Dict[str, Any], seed: int = 0, stds: Optional[Dict[str, float]] = None
+) -> Dict[str, Any]:
+    """Every tensor, seeded per name; ``stds`` overrides the initial scale of a kind (``{"embed": 0.3}``)."""
+    return {n: _tensor(n, s, k, seed, stds) for n, (s, k) in checkpoint_tensor_specs(cfg).items()}
 
 
 def make_tiny_deepseek_v3(
@@ -195,19 +199,23 @@ def make_tiny_deepseek_v3(
     tp_size: int = 1,
     num_layers: int = 4,
     seed: int = 0,
+    stds: Optional[Dict[str, float]] = None,
     **config_overrides: Any,
 ) -> Path:
     """Write ``config.json`` + ``model.safetensors`` of a tiny DeepSeek-V3.
 
     ``config_overrides`` go to :func:`tiny_deepseek_v3_config` (e.g. smaller
     ``hidden_size`` for CPU tests).  Same arguments -> byte-identical tensors.
+    ``stds`` overrides a kind's initial scale: ``{"embed": 0.3}`` makes a
+    target whose greedy output follows its input (at 0.02 it repeats one
+    token), for a draft that has something to learn.
     """
     from safetensors.torch import save_file
 
     cfg = tiny_deepseek_v3_config(tp_size=tp_size, num_layers=num_layers, **config_overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = make_checkpoint_tensors(cfg, seed)
+    tensors = make_checkpoint_tensors(cfg, seed, stds)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / WEIGHTS_NAME), metadata={"format": "pt"})
     (out / CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
     (out / META_NAME).write_text(

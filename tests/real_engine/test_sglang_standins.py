@@ -320,3 +320,30 @@ def test_install_makes_sgl_kernel(monkeypatch):
     with pytest.raises(ValueError):
         install("cuda")
     monkeypatch.delitem(sys.modules, "sgl_kernel")
+
+
+def test_the_torchvision_placeholder_imports_and_refuses_calls(monkeypatch):
+    from sglang_standins import absent
+
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        monkeypatch.delitem(sys.modules, name)
+    placed = absent.install(("patchcraft_no_such_package",))
+    assert placed == ["patchcraft_no_such_package"]
+    import importlib
+
+    transforms = importlib.import_module("patchcraft_no_such_package.transforms.functional")
+    mode = transforms.InterpolationMode.BICUBIC  # attributes at import time are fine
+    with pytest.raises(
+        RuntimeError, match="patchcraft_no_such_package.transforms.functional.InterpolationMode.BICUBIC"
+    ):
+        mode()
+
+    class Derived(transforms.Compose):  # a class deriving from a placeholder derives from object
+        pass
+
+    assert Derived.__mro__[1] is object
+    assert importlib.import_module("patchcraft_no_such_package").__version__ == absent.VERSION
+    assert absent.install(("json",)) == []  # a package that imports for real is left alone
+    for name in [m for m in sys.modules if m.startswith("patchcraft_no_such_package")]:
+        monkeypatch.delitem(sys.modules, name)

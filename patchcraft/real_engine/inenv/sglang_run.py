@@ -142,7 +142,10 @@ def engine_kwargs(job: dict[str, Any]) -> dict[str, Any]:
         "max_running_requests": 1,
         "max_total_tokens": 4096,
         "context_length": 1024,
-        "mem_fraction_static": 0.05,
+        # The CPU's "device memory" is the machine's, shared with every other process: a small fraction fails
+        # SGLang's check that the weights leave room (kv_cache_configurator.py) when others use memory;
+        # max_total_tokens caps what the KV pool really takes.
+        "mem_fraction_static": 0.8,
         "random_seed": job["seed"],
         "log_level": "error",
     }
