@@ -112,3 +112,12 @@ def test_check_draft_and_explain_refuse_an_overlay_whose_bootstrap_is_damaged(
     for argv in (check_draft, explain):
         code, _, err = run_cli(capsys, *argv)
         assert code == 2 and "sitecustomize.py" in err and err.count("\n") == 1, (argv, err)
+
+
+def test_usage_says_why_apply_and_overlay_build_exit_differently() -> None:
+    """The test above: apply exits 1 (it writes the others), overlay build 2 (nothing built); docs/usage.md says why."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text(encoding="utf-8")
+    section = text.split("### Why `apply` exits 1 and `overlay build` exits 2 for the same refusal")[1].split("\n## ")[
+        0
+    ]
+    assert "it cannot exit 2" in section and "no overlay was built" in section and "exit 2" in section
