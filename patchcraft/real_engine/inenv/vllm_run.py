@@ -145,21 +145,51 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     calls = sorted(probe_dir.glob("call-*.pt"))
     result["probe_calls"] = len(calls)
     if ids is not None:
-        result["fed"], result["num_fed"] = fed_states(calls, states, len(prompts[0]))
+        rows, total = len(prompts[0]), sum(len(p) for p in prompts)
+        result["fed"], result["num_fed"] = fed_states(calls, states, rows, total)
+        own = engine_states(sorted(probe_dir.glob("layer-*.pt")), states[0], rows, total, num_layers)
+        if own:
+            result["reference_gap"] = max(
+                float((a[:rows] - b[:rows]).abs().max() / (b[:rows].abs().max() or 1.0)) for a, b in zip(own, states)
+            )
+            if result["reference_gap"] > 1e-3:  # transformers and the engine compute the target differently
+                result["notes"].append(
+                    f"transformers' states differ from the engine's own layer outputs by up to "
+                    f"{result['reference_gap']:.3f} (relative): entries are matched against the engine's own"
+                )
+                result["fed_transformers"] = result["fed"]
+                result["fed"], _ = fed_states(calls, own, rows, total)
 
 
-def fed_states(calls: list[Path], states: list[Any], rows: int) -> tuple[list[dict[str, Any]], int]:
-    """The first probe call that holds the whole first prompt (its prefill), matched state by state."""
+def fed_states(calls: list[Path], states: list[Any], rows: int, total: int) -> tuple[list[dict[str, Any]], int]:
+    """The first probe call that holds the whole first prompt (its prefill: at least its rows, at most every
+    prompt's; the engine's warm-up batches are larger), matched state by state."""
     import tiny_models
     import torch
 
     for path in calls:
         record = torch.load(path)
         tensor = record["tensor"]
-        if tensor.shape[0] >= rows:
+        if rows <= tensor.shape[0] <= total:
             hidden = states[0].shape[-1]
             return tiny_models.match_states(tensor, states, rows), tensor.shape[-1] // hidden
     return [], 0
+
+
+def engine_states(records: list[Path], embedding: Any, rows: int, total: int, num_layers: int) -> list[Any]:
+    """``[hs[0], ..., hs[L]]`` as the engine computed them: the first L target-layer records of a batch holding the
+    first prompt (its prefill), each layer's ``hidden_states + residual``; hs[0] is transformers' embedding (the
+    embedding is one lookup, matched exactly in every run). [] when fewer than L such records were made."""
+    import torch
+
+    streams = []
+    for path in records:
+        record = torch.load(path)
+        if rows <= record["stream"].shape[0] <= total:
+            streams.append(record["stream"])
+        if len(streams) == num_layers:
+            return [embedding, *streams]
+    return []
 
 
 def spec_metrics(llm: Any) -> dict[str, Any]:
