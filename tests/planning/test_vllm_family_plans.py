@@ -49,14 +49,17 @@ def test_each_served_family_class_is_a_row_naming_its_platforms() -> None:
     plans = _plans(package)
     assert not any("does not read yet" in (p.unsupported or "") for p in plans.values())
     nvidia = plans["deepseek_v32.nvidia.DeepseekV32ForCausalLM"]
-    assert nvidia.path == package / "models" / "deepseek_v32" / "nvidia" / "model.py" and not nvidia.sites
-    assert "captures at the top of each layer (model.py:290): id 0 is the embedding tensor itself" in nvidia.unsupported
+    assert nvidia.path == package / "models" / "deepseek_v32" / "nvidia" / "model.py" and nvidia.platforms == ("cuda",)
+    assert [(s.kind, s.path) for s in nvidia.sites] == [(EditKind.VLLM_FORWARD, nvidia.path)]  # its own file's loop
     assert "vLLM 0.33.0 serves DeepseekV32ForCausalLM with this class on cuda (models/deepseek_v32/__init__.py:20)" in (
         nvidia.notes
     )
-    assert "id 0 raises" in plans["deepseek_v32.amd.DeepseekV32ForCausalLM"].unsupported  # ROCm's own forward
+    assert plans["deepseek_v32.amd.DeepseekV32ForCausalLM"].platforms == ("rocm",)
     for platform in ("nvidia", "amd", "xpu", "cpu"):  # DeepSeek-V4: one module per platform, none reads id 0
-        assert "captures after each layer" in plans[f"deepseek_v4.{platform}.DeepseekV4ForCausalLM"].unsupported
+        v4 = plans[f"deepseek_v4.{platform}.DeepseekV4ForCausalLM"]
+        assert (
+            not v4.sites and "captures after each layer" in v4.unsupported and "id 0 captures nothing" in v4.unsupported
+        )
     glm5 = plans["glm5next.common.Glm5NextForCausalLM"]
     assert any(n.startswith("not served on xpu: NotImplementedError") for n in glm5.notes)
 
@@ -153,3 +156,16 @@ def test_apply_patches_what_a_fallback_platform_serves(capsys, tmp_path: Path) -
     assert f"patched {GLM}" in said
     assert run_cli(capsys, "revert", str(package), "--engine", "vllm", "--model", "GlmMoeDsaForCausalLM")[0] == 0
     assert {p: p.read_bytes() for p in package.rglob("*.py")} == before
+
+
+def test_explain_runs_each_platforms_module() -> None:
+    """What DeepSeek-V3.2 feeds for id 0 on 0.33.0, per platform, from running each platform's own forward."""
+    pytest.importorskip("torch")
+    from patchcraft.analysis.vllm_explain import explain_vllm
+
+    tree = _tree(vllm_release_package("0.33.0"))
+    fed = {p: explain_vllm(tree, "DeepseekV32ForCausalLM", (0, 2, 4), 8, platform=p) for p in ("cuda", "rocm", "cpu")}
+    assert fed["cuda"].model == "models.deepseek_v32.nvidia.model.DeepseekV32ForCausalLM"
+    assert fed["cuda"].fed.startswith("hs[0] (not a copy") and fed["cuda"].fed.endswith("hs[2], hs[4]")
+    assert "crash" in fed["rocm"].fed and "model.py:222" in fed["rocm"].fed  # amd/model.py's own sum
+    assert fed["cpu"].model == "deepseek_v2.DeepseekV3ForCausalLM" and "deepseek_v2.py:1562" in fed["cpu"].fed
