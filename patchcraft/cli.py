@@ -427,15 +427,16 @@ def engine_env(engine, release, remove) -> None:
 )
 @click.option("--compilation", type=click.Choice(["eager", "compiled"]), default="eager", show_default=True)
 @click.option("--draft", metavar="DIR", type=click.Path(), help="Serve this (trained) draft instead of a random one.")
+@click.option("--server", is_flag=True, help="vLLM's OpenAI server (its engine core in another process), over HTTP.")
 @format_option()
 def engine_check(
-    engine, release, model, layer_ids, num_layers, patched, norm, compilation, draft, output_format
+    engine, release, model, layer_ids, num_layers, patched, norm, compilation, draft, server, output_format
 ) -> None:
     """Run the real engine on a tiny target: what its draft received, against explain's prediction."""
     from patchcraft.commands.engine import EngineCheckOptions, engine_check_command
 
     options = EngineCheckOptions(
-        engine, release, model, layer_ids, num_layers, patched, norm, compilation, output_format, draft
+        engine, release, model, layer_ids, num_layers, patched, norm, compilation, output_format, draft, server
     )
     sys.exit(engine_check_command(options))
 

@@ -43,18 +43,18 @@ def id_sets(layers: int) -> list[tuple[str, str]]:
     ]
 
 
-def cases(models: list[str]) -> list[dict[str, Any]]:
+def cases(models: list[str], served: str = "both") -> list[dict[str, Any]]:
+    """Every case of ``models``: each id set and norm as installed, and those with id 0 through patchcraft run."""
     found = []
     for model in models:
         layers = MODELS[model]
         for kind, ids in id_sets(layers):
             for norm in ("default", "inplace"):
-                found.append(
-                    {"model": model, "layers": layers, "kind": kind, "ids": ids, "norm": norm, "patched": False}
-                )
-                if ids.startswith("0,"):
+                for patched in (False, True):
+                    if patched and not ids.startswith("0,") or served == ("installed" if patched else "patched"):
+                        continue
                     found.append(
-                        {"model": model, "layers": layers, "kind": kind, "ids": ids, "norm": norm, "patched": True}
+                        {"model": model, "layers": layers, "kind": kind, "ids": ids, "norm": norm, "patched": patched}
                     )
     return found
 
@@ -130,12 +130,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--releases", nargs="*", default=["0.32.0"])
     parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--served", choices=("installed", "patched", "both"), default="both")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--rows", type=Path, help="Also write the rows as JSON to this file.")
     args = parser.parse_args()
     rows = []
     for release in args.releases:
-        for case in cases(args.models):
+        for case in cases(args.models, args.served):
             row = run(case, release)
             print(json.dumps(row), file=sys.stderr, flush=True)
             rows.append(row)

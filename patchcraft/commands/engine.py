@@ -36,6 +36,7 @@ class EngineCheckOptions:
     compilation: str
     output_format: str = "text"
     draft: Optional[str] = None
+    server: bool = False
 
 
 def engine_env_command(engine: str, release: str, remove: bool) -> int:
@@ -60,6 +61,7 @@ def engine_check_command(options: EngineCheckOptions) -> int:
         options.norm,
         options.compilation,
         draft_dir=options.draft,
+        server=options.server,
     )
     outcome = run_case(case, console.print_line)
     code = OK if outcome.agree else CHANGED

@@ -43,6 +43,8 @@ class Case:
     max_tokens: int = 8
     seed: int = 0
     draft_dir: Optional[str] = None
+    #: True: vLLM's OpenAI server (its engine core in another process), asked one HTTP completion.
+    server: bool = False
 
     @property
     def family(self) -> str:
@@ -107,6 +109,9 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
         "enforce_eager": case.compilation == "eager",
         "draft_dir": case.draft_dir,
     }
+    if case.server:
+        result, log = _server_run(case, env, package, work, spec, progress)
+        return _outcome(case, env, package, result, log)
     (work / "spec.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
     command = [str(env.python), str(vllm_cpu.script()), str(work / "spec.json"), str(work / "result.json")]
     if case.patched:
@@ -134,13 +139,20 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
             )
         except subprocess.TimeoutExpired:
             raise PatchcraftError(f"the engine ran past {TIMEOUT_S} s; its output: {log}") from None
+    return _outcome(case, env, package, _read_result(work / "result.json", log, proc.returncode), log)
+
+
+def _read_result(path: Path, log: Path, code: int) -> dict[str, Any]:
     try:
-        result = json.loads((work / "result.json").read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
         raise PatchcraftError(
-            f"the engine run wrote no result (exit {proc.returncode}): {tail[0][:300]}; its output: {log}"
+            f"the engine run wrote no result (exit {code}): {tail[0][:300]}; its output: {log}"
         ) from None
+
+
+def _outcome(case: Case, env: environments.EngineEnv, package: Path, result: dict[str, Any], log: Path) -> Outcome:
     error = result.get("error") or {}
     if error and error.get("phase") != "engine":
         raise PatchcraftError(
@@ -151,9 +163,165 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
     prediction = predict(tree, case)
     agree, why = compare(result, prediction)
     if case.patched and agree:
-        agree, why = _overlay_served(package, tree, result, why)
+        agree, why = _overlay_served(package, result, why)
     served = "patchcraft run's overlay" if case.patched else "the install"
+    if case.server:
+        served += ", vLLM's OpenAI server"
     return Outcome(case, result, prediction, agree, why, str(env.root), str(tree), served, (f"engine output: {log}",))
+
+
+def _in_env(env: environments.EngineEnv, work: Path, spec: dict[str, Any], name: str, log: Path) -> dict[str, Any]:
+    """One phase of the in-environment script (prepare, match): its result."""
+    (work / f"{name}.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
+    command = [str(env.python), str(vllm_cpu.script()), str(work / f"{name}.json"), str(work / f"{name}-result.json")]
+    with open(log, "a") as out:
+        proc = subprocess.run(
+            command, stdout=out, stderr=subprocess.STDOUT, env=environments.environ_for(env), timeout=TIMEOUT_S
+        )
+    return _read_result(work / f"{name}-result.json", log, proc.returncode)
+
+
+def _server_run(
+    case: Case, env: environments.EngineEnv, package: Path, work: Path, spec: dict[str, Any], progress: Progress
+) -> tuple[dict[str, Any], Path]:
+    """vLLM's OpenAI server (through ``patchcraft run`` when patched) asked one completion; the probe in its engine core."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    log = work / "engine.log"
+    prepared = _in_env(env, work, {**spec, "mode": "prepare"}, "prepare", log)
+    if prepared.get("error"):
+        return prepared, log
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = [str(env.python), "-m", "vllm.entrypoints.openai.api_server", "--model", prepared["target_dir"]]
+    server += [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "256",
+        "--seed",
+        "0",
+    ]
+    server += ["--gpu-memory-utilization", "0.1", "--max-num-seqs", "4"]
+    if case.compilation == "eager":
+        server.append("--enforce-eager")
+    if case.norm == "inplace":
+        server += ["--ir-op-priority", json.dumps({"fused_add_rms_norm": ["patchcraft_inplace", "native"]})]
+    if prepared.get("draft_dir"):
+        speculative = {"method": "eagle3", "model": prepared["draft_dir"], "num_speculative_tokens": 2}
+        server += ["--speculative-config", json.dumps(speculative)]
+    command = server
+    if case.patched:
+        trained = "hf:" + ",".join(str(i) for i in case.layer_ids or ())
+        command = [sys.executable, "-m", "patchcraft", "run", "--engine", "vllm", "--target", str(package)]
+        command += ["--trained-on", trained, "--", *server]
+    extra = {"PYTHONPATH": prepared["pythonpath"], "PATCHCRAFT_PROBE_DIR": prepared["probe_dir"]}
+    if case.norm == "inplace":
+        extra["PATCHCRAFT_INPLACE_NORM"] = "1"
+    progress(f"starting vLLM's OpenAI server on 127.0.0.1:{port}{' through patchcraft run' if case.patched else ''}")
+    with open(log, "a") as out:
+        proc = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environments.environ_for(env, extra),
+            start_new_session=True,
+        )
+    tokens: list[list[int]] = []
+    metrics: dict[str, Any] = {}
+    try:
+        _wait_healthy(proc, port, log)
+        for prompt in spec["prompt_token_ids"]:
+            body = {
+                "model": prepared["target_dir"],
+                "prompt": prompt,
+                "max_tokens": case.max_tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+            }
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/completions",
+                json.dumps(body).encode(),
+                {"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=300) as answer:
+                text = json.loads(answer.read())["choices"][0]["text"]
+            tokens.append([int(word[1:]) for word in text.split() if word[:1] == "t" and word[1:].isdigit()])
+        progress(f"the server answered {len(tokens)} HTTP completions")
+        metrics = _server_metrics(port)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+    carry: dict[str, Any] = {
+        k: prepared[k] for k in ("reference", "reference_tokens", "target_dir", "draft_dir") if k in prepared
+    }
+    carry |= {
+        "spec_metrics": metrics,
+        "tokens": tokens,
+        "engine_version": case.release,
+        "server_pid": proc.pid,
+        "http_completions": len(tokens),
+    }
+    result = _in_env(env, work, {**spec, "mode": "match", "carry": carry}, "match", log)
+    result.setdefault("notes", []).append(
+        f"the server's process {proc.pid}; the probe recorded in process(es) {result.get('probe_pids')}"
+    )
+    return result, log
+
+
+def _server_metrics(port: int) -> dict[str, Any]:
+    """vLLM's spec-decode counters from the server's Prometheus ``/metrics`` (summed over label sets)."""
+    import urllib.request
+
+    found: dict[str, Any] = {}
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+            text = answer.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return {"error": str(exc)}
+    for line in text.splitlines():
+        if not line.startswith("vllm:spec_decode_num_") or " " not in line:
+            continue
+        name, _, value = line.rpartition(" ")
+        key = name.split("{")[0].split(":", 1)[1].removesuffix("_total")
+        if "per_pos" in key:
+            found.setdefault(key, []).append(float(value))
+        else:
+            found[key] = found.get(key, 0.0) + float(value)
+    drafts, accepted = found.get("spec_decode_num_drafts"), found.get("spec_decode_num_accepted_tokens")
+    if drafts and accepted is not None:
+        found["mean_accept_length"] = round(1 + accepted / drafts, 3)
+    return found
+
+
+def _wait_healthy(proc: subprocess.Popen, port: int, log: Path, limit: float = TIMEOUT_S) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise PatchcraftError(
+                f"the server exited ({proc.returncode}) before it answered: {tail[0][:300]}; its output: {log}"
+            )
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                return
+        except OSError:
+            time.sleep(2)
+    raise PatchcraftError(f"the server did not answer /health within {limit:.0f} s; its output: {log}")
 
 
 def _served_tree(package: Path, patched: bool, result: dict[str, Any]) -> Path:
@@ -168,14 +336,16 @@ def _served_tree(package: Path, patched: bool, result: dict[str, Any]) -> Path:
     return package_dir(overlay.directory)
 
 
-def _overlay_served(tree: Path, result: dict[str, Any], why: str) -> tuple[bool, str]:
-    """Never silent: a patched case whose engine imported none of the overlay's files is a failure, said so."""
-    overlay = str(tree.resolve())
+def _overlay_served(package: Path, result: dict[str, Any], why: str) -> tuple[bool, str]:
+    """Never silent: a patched case whose engine imported every model module from the install is a failure."""
+    install = package.resolve()
     served = sorted(
-        m for m, f in (result.get("model_files") or {}).items() if f and str(Path(f).resolve()).startswith(overlay)
+        m
+        for m, f in (result.get("model_files") or {}).items()
+        if f and "overlays" in Path(f).parts and not Path(f).resolve().is_relative_to(install)
     )
     if not served:
-        return False, f"{why}; but the engine imported no module from the overlay {tree} (the patch was not served)"
+        return False, f"{why}; but the engine imported no model module from the overlay (the patch was not served)"
     return True, f"{why}; the overlay served {', '.join(served)}"
 
 

@@ -130,3 +130,20 @@ def test_without_torch_the_runners_and_gate_are_still_read(monkeypatch) -> None:
 def test_kimi_k25_by_its_label_too() -> None:
     result = _explain("0.34.0", "kimi_k25.KimiK25ForConditionalGeneration", (3, 31), 61)
     assert result.via.endswith(" KimiK25ForConditionalGeneration") and result.fed == "hs[3], hs[31]"
+
+
+def test_0_32_0_llama_id_0_is_judged_per_platform_and_compilation() -> None:
+    """The embedding entry is no copy: kept where the add-norm runs out of place (cpu; cuda compiled), overwritten
+    where it runs in place (cuda eager), and every platform judged when none is named. As the real engine showed."""
+    tree = resolve_vllm_target(str(vllm_release_package("0.32.0")))
+    cpu = explain_vllm(tree, "LlamaForCausalLM", (0, 2, 3), 6, platform="cpu")
+    assert FindingKind.ALIAS not in _kinds(cpu) and FindingKind.ALIAS_KEPT in [n.kind for n in cpu.notes]
+    assert cpu.fed.startswith("hs[0] (not a copy; kept") and cpu.aliases == ((0, "hs[6]"),)
+    assert next(r for r in cpu.runners if r.default).name.startswith("old runner")  # no Triton on the CPU: V1
+    eager = explain_vllm(tree, "LlamaForCausalLM", (0, 2, 3), 6, platform="cuda", compilation="eager")
+    alias = [f.text for f in eager.findings if f.kind is FindingKind.ALIAS]
+    assert len(alias) == 1 and "cuda eager: vllm_c" in alias[0] and "hs[6]" in alias[0]
+    compiled = explain_vllm(tree, "LlamaForCausalLM", (0, 2, 3), 6, platform="cuda", compilation="compiled")
+    assert FindingKind.ALIAS not in _kinds(compiled)
+    every = explain_vllm(tree, "LlamaForCausalLM", (0, 2, 3), 6)
+    assert FindingKind.ALIAS in _kinds(every) and next(r for r in every.runners if r.default).name.startswith("V2")

@@ -47,3 +47,19 @@ def test_what_is_not_read_is_named() -> None:
     twice = parse_vllm_args(["vllm", "serve", "/a", "--model", "/b"])
     assert "given twice" in twice.unchecked["model"]
     assert parse_vllm_args(["vllm", "serve", "m", "-tp", "x"]).unchecked == {"tp": "--tp x: not a number"}
+
+
+def test_the_compilation_the_command_asks_for() -> None:
+    """--enforce-eager, -O0 and a compilation config of mode 0 run eager; vLLM's default compiles; -O 3 compiles."""
+    base = ["vllm", "serve", "m"]
+    assert parse_vllm_args(base).compilation == "compiled"
+    for eager in (["--enforce-eager"], ["-O0"], ["-O", "0"], ["--compilation-config", '{"mode": 0}'], ["-O=0"]):
+        assert parse_vllm_args(base + eager).compilation == "eager", eager
+    assert parse_vllm_args(base + ["-O", "3"]).compilation == "compiled"
+    assert parse_vllm_args(base + ["--compilation-config", '{"mode": 3}', "--enforce-eager"]).compilation == "eager"
+
+
+def test_a_compilation_flag_that_is_not_read_is_named() -> None:
+    dotted = parse_vllm_args(["vllm", "serve", "m", "-cc.mode=none"])
+    assert "dotted form of the compilation config" in dotted.unchecked["compilation"]
+    assert "compilation" in parse_vllm_args(["vllm", "serve", "m", "-O"]).unchecked

@@ -54,7 +54,7 @@ def register() -> None:
         method = getattr(cls, "combine_hidden_states", None)
         if method is None or getattr(method, "_patchcraft_probe", False):
             continue
-        cls.combine_hidden_states = _wrapped(method, folder, f"{module_name}.{class_name}")
+        setattr(cls, "combine_hidden_states", _wrapped(method, folder, f"{module_name}.{class_name}"))
     for module_name, class_name in LAYER_CLASSES:
         try:
             module = importlib.import_module(module_name)
@@ -64,7 +64,7 @@ def register() -> None:
         forward = getattr(cls, "forward", None)
         if forward is None or getattr(forward, "_patchcraft_probe", False):
             continue
-        cls.forward = _layer_wrapped(cls, forward, folder)
+        setattr(cls, "forward", _layer_wrapped(cls, forward, folder))
 
 
 def _layer_wrapped(cls, original, folder: str):
@@ -86,6 +86,16 @@ def _layer_wrapped(cls, original, folder: str):
 
     forward._patchcraft_probe = True  # type: ignore[attr-defined]
     return forward
+
+
+def _model_files() -> dict:
+    import sys
+
+    return {
+        name: getattr(module, "__file__", None)
+        for name, module in sorted(sys.modules.items())
+        if name.startswith("vllm.model_executor.models.") and module is not None
+    }
 
 
 def _wrapped(original, folder: str, where: str):

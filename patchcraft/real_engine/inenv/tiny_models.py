@@ -97,6 +97,18 @@ def build_target(family: str, num_layers: int, folder: Path, seed: int) -> Path:
     return folder
 
 
+def build_tokenizer(folder: Path) -> None:
+    """A word-level tokenizer of the tiny vocabulary (token k is the word ``tk``), for a server that detokenizes."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{k}": k for k in range(VOCAB)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="t0", bos_token="t1", eos_token="t2")
+    tokenizer.save_pretrained(folder)
+
+
 def reference_states(family: str, folder: Path, token_ids: list[int]) -> list[Any]:
     """``[hs[0], ..., hs[L]]`` of the target in ``folder`` for one sequence, each ``[len(token_ids), H]``."""
     import torch

@@ -33,6 +33,7 @@ INPLACE = "patchcraft_inplace"
 def main(spec_path: str, result_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     result: dict[str, Any] = {"ok": False, "engine": "vllm", "platform": "cpu", "error": None, "notes": []}
+    result.update(spec.get("carry") or {})  # a server run's match: what prepare and the server gave
     started = time.monotonic()
     try:
         run(spec, result)
@@ -47,7 +48,8 @@ def main(spec_path: str, result_path: str) -> int:
 def describe(exc: BaseException) -> dict[str, Any]:
     frames = traceback.extract_tb(exc.__traceback__)
     inside = [f for f in frames if "/vllm/" in f.filename]
-    last = (inside or frames or [None])[-1]
+    chosen = inside or list(frames)
+    last = chosen[-1] if chosen else None
     error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)[:500]}
     if last is not None:
         filename = last.filename
@@ -79,7 +81,21 @@ def install_probe(workdir: Path) -> Path:
 
 
 def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    """``mode`` offline (the default): prepare, the engine in this process, match. ``prepare`` and ``match``
+    are the two ends of a server run, whose engine the caller starts (through ``patchcraft run``)."""
+    mode = spec.get("mode", "offline")
+    if mode in ("offline", "prepare"):
+        prepare(spec, result)
+    if mode == "offline":
+        offline(spec, result)
+    if mode in ("offline", "match"):
+        match(spec, result)
+
+
+def prepare(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    """The tiny target (with a tokenizer, for a server) and draft, the reference, the probe's plugin."""
     import tiny_models
+    import torch
 
     workdir = Path(spec["workdir"])
     workdir.mkdir(parents=True, exist_ok=True)
@@ -87,6 +103,8 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     seed = int(spec.get("seed", 0))
     result["phase"] = "tiny models"
     target_dir = tiny_models.build_target(family, num_layers, workdir / "target", seed)
+    if spec.get("mode") == "prepare":
+        tiny_models.build_tokenizer(target_dir)
     target_config = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
     prompts = [list(p) for p in spec["prompt_token_ids"]]
     result["reference"] = "transformers greedy, the target alone (same weights, float32)"
@@ -94,9 +112,23 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         tiny_models.reference_greedy(family, target_dir, p, int(spec["max_tokens"])) for p in prompts
     ]
     states = tiny_models.reference_states(family, target_dir, prompts[0])
+    torch.save({"states": states}, workdir / "reference.pt")
+    result["target_dir"] = str(target_dir)
+    if ids is not None:
+        arch = "Eagle3DeepseekV2ForCausalLM" if family == "deepseek_v3" else "LlamaForCausalLMEagle3"
+        draft_dir = Path(spec["draft_dir"]) if spec.get("draft_dir") else None
+        if draft_dir is None:
+            draft_dir = tiny_models.build_draft(target_config, list(ids), workdir / "draft", seed, arch)
+        result["draft_dir"] = str(draft_dir)
+    result["probe_dir"] = str(install_probe(workdir))
+    result["pythonpath"] = os.environ["PYTHONPATH"]
 
+
+def offline(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    """``vllm.LLM`` greedy in this process (its engine core too)."""
     result["phase"] = "engine"
-    probe_dir = install_probe(workdir)
+    seed = int(spec.get("seed", 0))
+    prompts = [list(p) for p in spec["prompt_token_ids"]]
     if spec.get("norm") == "inplace":
         os.environ["PATCHCRAFT_INPLACE_NORM"] = "1"
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -106,7 +138,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["engine_version"] = vllm.__version__
     result["engine_file"] = vllm.__file__
     kwargs: dict[str, Any] = {
-        "model": str(target_dir),
+        "model": result["target_dir"],
         "skip_tokenizer_init": True,
         "dtype": "float32",
         "max_model_len": 256,
@@ -119,21 +151,12 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     }
     if spec.get("norm") == "inplace":
         kwargs["ir_op_priority"] = {"fused_add_rms_norm": [INPLACE, "native"]}
-    if ids is not None:
-        arch = "Eagle3DeepseekV2ForCausalLM" if family == "deepseek_v3" else "LlamaForCausalLMEagle3"
-        draft_dir = Path(spec["draft_dir"]) if spec.get("draft_dir") else None
-        if draft_dir is None:
-            draft_dir = tiny_models.build_draft(target_config, list(ids), workdir / "draft", seed, arch)
-        kwargs["speculative_config"] = {
-            "method": "eagle3",
-            "model": str(draft_dir),
-            "num_speculative_tokens": int(spec.get("num_speculative_tokens", 2)),
-        }
+    if result.get("draft_dir"):
+        kwargs["speculative_config"] = speculative_config(spec, result["draft_dir"])
     llm = LLM(**kwargs)
     params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_tokens"]), ignore_eos=True)
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
     result["tokens"] = [list(o.outputs[0].token_ids) for o in outputs]
-    result["greedy_equal"] = result["tokens"] == result["reference_tokens"]
     result["spec_metrics"] = spec_metrics(llm)
     result["kernels"] = kernels()
     result["model_files"] = {
@@ -141,13 +164,36 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         for name, module in sorted(sys.modules.items())
         if name.startswith("vllm.model_executor.models.") and module is not None
     }
+
+
+def speculative_config(spec: dict[str, Any], draft_dir: str) -> dict[str, Any]:
+    return {
+        "method": "eagle3",
+        "model": draft_dir,
+        "num_speculative_tokens": int(spec.get("num_speculative_tokens", 2)),
+    }
+
+
+def match(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    """What the probe recorded, wherever the engine ran, against the reference states."""
+    import torch
+
     result["phase"] = "matching"
+    workdir = Path(spec["workdir"])
+    states = torch.load(workdir / "reference.pt")["states"]
+    probe_dir = workdir / "probe"
+    prompts = [list(p) for p in spec["prompt_token_ids"]]
+    if "tokens" in result:
+        result["greedy_equal"] = result["tokens"] == result["reference_tokens"]
     calls = sorted(probe_dir.glob("call-*.pt"))
     result["probe_calls"] = len(calls)
-    if ids is not None:
+    result["probe_pids"] = sorted({int(p.name.split("-")[1]) for p in calls})
+    if calls and not result.get("model_files"):
+        result["model_files"] = torch.load(calls[0]).get("model_files") or {}
+    if spec.get("layer_ids") is not None:
         rows, total = len(prompts[0]), sum(len(p) for p in prompts)
         result["fed"], result["num_fed"] = fed_states(calls, states, rows, total)
-        own = engine_states(sorted(probe_dir.glob("layer-*.pt")), states[0], rows, total, num_layers)
+        own = engine_states(sorted(probe_dir.glob("layer-*.pt")), states[0], rows, total, int(spec["num_layers"]))
         if own:
             result["reference_gap"] = max(
                 float((a[:rows] - b[:rows]).abs().max() / (b[:rows].abs().max() or 1.0)) for a, b in zip(own, states)
