@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from patchcraft.ui import console, documents
 from patchcraft.ui.choices import OutputFormat
@@ -22,6 +22,7 @@ from patchcraft.analysis.target_model import Model, load_model, states_text
 from patchcraft.ui.machine_output import verdict_code
 from patchcraft.analysis.training import parse_training
 from patchcraft.base.engines import ServingEngine
+from patchcraft.base.target import SglangTree
 
 if TYPE_CHECKING:
     from patchcraft.analysis.vllm_draft_check import OneConfig, VllmDraftReport
@@ -64,10 +65,43 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     engines = parse_engines(options.engines)
     if ServingEngine.VLLM not in engines and (options.vllm_target or options.vllm_release or options.vllm_model):
         raise PatchcraftError("--vllm-target, --vllm-release and --vllm-model need --engine vllm or sglang,vllm")
-    if engines != (ServingEngine.SGLANG,):
-        return _engines_command(options, engines)
-    training, draft, target, num_layers, name = _inputs(options)
-    report, _ = _sglang_report(options, draft, target, training, num_layers, name)
+    inputs = _inputs(options)
+    sglang_tree = (
+        resolve_tree(options.target, options.release, options.overlay) if ServingEngine.SGLANG in engines else None
+    )
+    vllm = _vllm_tree(options, engines == (ServingEngine.VLLM,)) if ServingEngine.VLLM in engines else None
+    trees: list[SglangTree] = [t for t in (sglang_tree, vllm[0] if vllm else None) if t is not None]
+
+    def compute() -> int:
+        if vllm is not None:
+            return _engines_command(options, engines, inputs, sglang_tree, vllm)
+        assert sglang_tree is not None
+        return _sglang_command(options, inputs, sglang_tree)
+
+    return _remembered(options, trees, compute)
+
+
+def _remembered(options: CheckDraftOptions, trees: list[SglangTree], compute: Callable[[], int]) -> int:
+    """The verdict, replayed while nothing it read has changed (:mod:`patchcraft.engine.verdict_cache`)."""
+    from patchcraft.engine import verdict_cache
+    from patchcraft.engine.preflight_cache import Dependency
+
+    trained_on = options.trained_on or ""
+    report = trained_on[len("measured:") :] if trained_on.startswith("measured:") else None
+    extra = [options.draft_dir, *(p for p in (options.target_model, report) if p)]
+
+    def inputs() -> list[Dependency]:
+        found = verdict_cache.draft_inputs(options.draft_dir, options.target_model, report)
+        return found + [d for tree in trees for d in verdict_cache.tree_inputs(tree)]
+
+    packages = [tree.package for tree in trees]
+    roots: list[str | Path] = [*packages, *extra]
+    return verdict_cache.answer("check-draft", options, trees, inputs, roots, compute)
+
+
+def _sglang_command(options: CheckDraftOptions, inputs: _Inputs, tree: SglangTree) -> int:
+    training, draft, target, num_layers, name = inputs
+    report, _ = _sglang_report(options, tree, draft, target, training, num_layers, name)
     code = verdict_code(report.ok)
     return console.print_report(
         options.output_format, code, lambda: documents.check_draft_json(report, code), lambda: report_text(report)
@@ -124,20 +158,25 @@ def parse_engines(text: str | None) -> tuple[ServingEngine, ...]:
     return tuple(e for e in ServingEngine if e.value in names)
 
 
-def _engines_command(options: CheckDraftOptions, engines: tuple[ServingEngine, ...]) -> int:
+def _engines_command(
+    options: CheckDraftOptions,
+    engines: tuple[ServingEngine, ...],
+    inputs: _Inputs,
+    sglang_tree: SglangTree | None,
+    vllm: tuple[VllmTree, str | None],
+) -> int:
     """Each asked engine's check of the same draft; exit 0 only when every one passes."""
     from patchcraft.analysis.draft_check import setter_modules
     from patchcraft.analysis.vllm_draft_check import check_vllm_draft, one_config
 
-    only_vllm = engines == (ServingEngine.VLLM,)
-    training, draft, target, num_layers, name = _inputs(options)
-    vllm_tree, vllm_release = _vllm_tree(options, only_vllm)
+    training, draft, target, num_layers, name = inputs
+    vllm_tree, vllm_release = vllm
     vllm_name = options.vllm_model or name
     if not vllm_name:
         raise PatchcraftError("vLLM needs the model's class: pass --target (its config.json) or --vllm-model NAME")
     sglang_report, model = None, None
-    if ServingEngine.SGLANG in engines:
-        sglang_report, model = _sglang_report(options, draft, target, training, num_layers, name)
+    if sglang_tree is not None:
+        sglang_report, model = _sglang_report(options, sglang_tree, draft, target, training, num_layers, name)
     modules = setter_modules(sglang_report.explanation) if sglang_report is not None else None
     vllm_report = check_vllm_draft(
         vllm_tree,
@@ -176,9 +215,10 @@ def _engines_command(options: CheckDraftOptions, engines: tuple[ServingEngine, .
     )
 
 
-def _inputs(
-    options: CheckDraftOptions,
-) -> tuple[Training | None, DraftConfig, TargetConfig | None, int, str | None]:
+_Inputs = tuple["Training | None", "DraftConfig", "TargetConfig | None", int, "str | None"]
+
+
+def _inputs(options: CheckDraftOptions) -> _Inputs:
     """What both engines' checks read: the training states, the draft, the target, its layer count, the model."""
     training = parse_training(options.trained_on) if options.trained_on else None
     if training is not None and training.deprecation:
@@ -194,14 +234,15 @@ def _inputs(
 
 def _sglang_report(
     options: CheckDraftOptions,
+    tree: SglangTree,
     draft: DraftConfig,
     target: TargetConfig | None,
     training: Training | None,
     num_layers: int,
     name: str | None,
 ) -> tuple[DraftReport, Model]:
-    """SGLang's check of the draft, on TARGET, ``--release`` or ``--overlay`` (and the model it read)."""
-    model = load_model(resolve_tree(options.target, options.release, options.overlay), name)
+    """SGLang's check of the draft on ``tree`` (TARGET, ``--release`` or ``--overlay``), and the model it read."""
+    model = load_model(tree, name)
     report = check_draft(
         model,
         draft,

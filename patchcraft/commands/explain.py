@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from patchcraft.ui import console
 from patchcraft.ui.documents import explanation_json
@@ -83,12 +84,30 @@ def resolve_vllm_tree(target: str | None, release: str | None, overlay: str | No
 
 
 def explain_command(options: ExplainOptions) -> int:
-    """Print the explanation; exit 1 when any id will not capture what it says."""
+    """Print the explanation; exit 1 when any id will not capture what it says.
+
+    A verdict whose inputs are all unchanged since it was given is replayed (:mod:`patchcraft.engine.verdict_cache`).
+    """
     # --release and --overlay name SGLang's unless --engine says otherwise; else TARGET or the installs tell.
     told = options.engine or (ServingEngine.SGLANG if options.release or options.overlay else None)
     if detect_engine(options.target, told) is ServingEngine.VLLM:
-        return _explain_vllm(options)
+        if not options.model:
+            raise PatchcraftError("--engine vllm needs --model (a class such as DeepseekV3ForCausalLM, or a file stem)")
+        vllm_tree = resolve_vllm_tree(options.target, options.release, options.overlay)
+        return _remembered("explain-vllm", options, vllm_tree, lambda: _explain_vllm(options, vllm_tree))
     tree = resolve_tree(options.target, options.release, options.overlay)
+    return _remembered("explain", options, tree, lambda: _explain_sglang(options, tree))
+
+
+def _remembered(command: str, options: ExplainOptions, tree: SglangTree, compute: Callable[[], int]) -> int:
+    from patchcraft.engine import verdict_cache
+
+    return verdict_cache.answer(
+        command, options, [tree], lambda: verdict_cache.tree_inputs(tree), [tree.package], compute
+    )
+
+
+def _explain_sglang(options: ExplainOptions, tree: SglangTree) -> int:
     model = load_model(tree, options.model)
     reading = read_ids(
         model,
@@ -104,17 +123,14 @@ def explain_command(options: ExplainOptions) -> int:
     )
 
 
-def _explain_vllm(options: ExplainOptions) -> int:
+def _explain_vllm(options: ExplainOptions, tree: VllmTree) -> int:
     """``--engine vllm``: the release's runners, gate, setter and forward run (docs/vllm.md)."""
     from patchcraft.analysis.vllm_explain import explain_vllm
     from patchcraft.ui.vllm_explain_text import vllm_explanation_json, vllm_explanation_text
 
-    if not options.model:
-        raise PatchcraftError("--engine vllm needs --model (a class such as DeepseekV3ForCausalLM, or a file stem)")
-    tree = resolve_vllm_tree(options.target, options.release, options.overlay)
     result = explain_vllm(
         tree,
-        options.model,
+        options.model or "",  # explain_command refuses --engine vllm without --model
         parse_layer_ids(options.layer_ids),
         options.num_layers,
         options.tp,
