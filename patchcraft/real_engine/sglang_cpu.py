@@ -125,7 +125,14 @@ def dependencies(release: str) -> tuple[str, ...]:
 RELEASES: dict[str, tuple[str, str]] = {
     "0.5.23": (
         "runs",
-        "offline Engine, EAGLE-3 steps 1 / topk 1 / 2 draft tokens, with the 8 stand-ins and the 3 torch-native fixes",
+        "offline Engine, EAGLE-3 steps 1 / topk 1 / 2 draft tokens, with the 8 stand-ins and the 3 torch-native fixes; "
+        "DeepSeek-V3 [-1, 0, 1] unpatched: captured 2 of 3 aux hidden states (layers/aux_hidden_states.py:87, "
+        "models/deepseek_v2.py:3245); patched: hs[0], hs[1], hs[2]",
+    ),
+    "0.5.22": (
+        "runs",
+        "as 0.5.23; DeepSeek-V3 [-1, 0, 1] unpatched: captured 2 of 3 aux hidden states "
+        "(layers/aux_hidden_states.py:78, models/deepseek_v2.py:3191); patched: hs[0], hs[1], hs[2]",
     ),
 }
 
