@@ -86,9 +86,11 @@ def _memo() -> Iterator[None]:
     from patchcraft.analysis import vllm_explain
 
     saved = (vllm_explain.read_runners, vllm_explain.read_gate)
-    runners = functools.lru_cache(maxsize=64)(lambda package, ids: saved[0](package, ids))
+    runners = functools.lru_cache(maxsize=64)(lambda package, ids, platform: saved[0](package, ids, platform=platform))
     gate = functools.lru_cache(maxsize=64)(saved[1])
-    vllm_explain.read_runners = lambda package, ids: runners(package, None if ids is None else tuple(ids))  # type: ignore[assignment]
+    vllm_explain.read_runners = lambda package, ids, platform=None: runners(  # type: ignore[assignment]
+        package, None if ids is None else tuple(ids), platform
+    )
     vllm_explain.read_gate = gate  # type: ignore[assignment]
     try:
         yield
@@ -144,6 +146,8 @@ def _rows(
         copy = Path(scratch) / "vllm"
         shutil.copytree(tree.package, copy)
         applied, apply_problem = _apply(copy)
+        # vllm/models/<family>/ rows (family.subpackage.Class) are run as explain runs them: that module's forward
+        classes += [c for c in applied if c.count(".") > 1 and c not in classes and (only is None or c in only)]
         patched = resolve_vllm_target(str(copy))
         found = []
         for cls in classes:
