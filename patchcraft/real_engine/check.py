@@ -65,6 +65,8 @@ class Prediction:
     crash: str = ""
     setting: str = ""
     explanation: Any = None
+    #: explain's warning that the draft gets fewer states than ids (its fc then fails on the shape).
+    count: str = ""
 
 
 @dataclass(frozen=True)
@@ -370,7 +372,8 @@ def predict(package: Path, case: Case) -> Prediction:
     setting = f"cpu {case.compilation}, add-norm " + (
         "forced in place" if case.norm == "inplace" else (norm.kernel if norm else "not read")
     )
-    return Prediction(fed, crash, setting, explanation)
+    count = next((f.text for f in explanation.findings if f.kind is FindingKind.COUNT), "")
+    return Prediction(fed, crash, setting, explanation, count)
 
 
 def compare(result: dict[str, Any], prediction: Prediction) -> tuple[bool, str]:
@@ -382,6 +385,11 @@ def compare(result: dict[str, Any], prediction: Prediction) -> tuple[bool, str]:
         if where in prediction.crash or error.get("type", "?") in prediction.crash:
             return True, f"both crash: the engine at {error.get('file')}:{error.get('line')} ({error.get('type')})"
         return False, f"both crash, but the engine at {where} ({error.get('type')}) and explain: {prediction.crash}"
+    if error and prediction.count and "combine_hidden_states" in error.get("traceback", ""):
+        return True, (
+            f"explain: {prediction.count}; the engine fails in the draft's combine_hidden_states: "
+            f"{error.get('type')}: {str(error.get('message', ''))[:120]} at {error.get('file')}:{error.get('line')}"
+        )
     if error:
         return (
             False,
