@@ -170,7 +170,7 @@ def _find_record(package: Path) -> tuple[Path | None, tuple[Path, ...]]:
     it lists a file under ``<package>/``; two that do (one distribution
     installed over another) leave the files' origin unknown: no RECORD.
     """
-    prefix = f"{package.name}/"
+    prefix = f"{package.name}/".encode()
     found = []
     for record in sorted(package.parent.glob("*.dist-info/RECORD")):
         if _lists(record, prefix):
@@ -178,13 +178,13 @@ def _find_record(package: Path) -> tuple[Path | None, tuple[Path, ...]]:
     return (found[0] if len(found) == 1 else None), tuple(found)
 
 
-def _lists(record: Path, prefix: str) -> bool:
-    """Whether ``record`` has a line for a file under ``prefix`` (read line by line, stopping at the first)."""
+def _lists(record: Path, prefix: bytes) -> bool:
+    """Whether ``record`` has a line for a file under ``prefix`` (one byte search: a site-packages has hundreds)."""
     try:
-        with record.open(encoding="utf-8", errors="replace") as handle:
-            return any(line.startswith(prefix) for line in handle)
+        data = record.read_bytes()
     except OSError:
         return False  # an unreadable RECORD lists nothing we can use
+    return data.startswith(prefix) or b"\n" + prefix in data
 
 
 def _distribution(dist_info: Path) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -490,3 +491,20 @@ def test_a_hand_edit_inside_a_method_is_located_in_it(release_copy, added: tuple
     [hunk] = classify(path, MODEL, hand, Pristine(pristine, "test"), lambda: ()).hunks
     line = hand.splitlines().index("        # checked by hand") + 1
     assert hunk.label(MODEL) == f"deepseek_v2.py:{line} (DeepseekV2ForCausalLM.get_input_embeddings)", hunk
+
+
+def test_two_records_listing_the_package_are_named_not_trusted(kt_site: Path, capsys) -> None:
+    """sglang-kt installed over an sglang (both RECORDs list ``sglang/``): neither says what the files were."""
+    other = kt_site / "sglang-0.5.9.dist-info"
+    other.mkdir()
+    try:
+        shutil.copy(kt_site / "sglang_kt-0.7.2.dist-info" / "RECORD", other / "RECORD")
+        _, out, _ = run_cli(capsys, "verify", "--no-smoke", "--format", "json", *SCOPE, str(kt_site / "sglang"))
+        reasons = {f["reason"] for f in json.loads(out)["files"]}
+        assert len(reasons) == 1, reasons
+        assert (
+            "has 2 dist-info RECORDs listing its files beside it (sglang-0.5.9.dist-info, sglang_kt-0.7.2.dist-info:"
+            in (reasons.pop())
+        )
+    finally:
+        shutil.rmtree(other)
