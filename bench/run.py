@@ -52,6 +52,9 @@ SUITE_END = "<!-- suite:end -->"
 #: The probe's section, measured with bench/probe.py (docs/probe.md): kept as it is too.
 PROBE_START = "<!-- probe:start (measured with bench/probe.py; kept by bench/run.py) -->"
 PROBE_END = "<!-- probe:end -->"
+#: check-draft and explain, cold and warm, measured with bench/verdicts.py: kept as well.
+VERDICTS_START = "<!-- verdicts:start (measured with bench/verdicts.py; kept by bench/run.py) -->"
+VERDICTS_END = "<!-- verdicts:end -->"
 
 
 def suite_section(text: str, start_mark: str = SUITE_START, end_mark: str = SUITE_END) -> str:
@@ -691,7 +694,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         text = output.read_text(encoding="utf-8") if output.is_file() else ""
-        kept = suite_section(text) + suite_section(text, PROBE_START, PROBE_END)
+        kept = (
+            suite_section(text)
+            + suite_section(text, PROBE_START, PROBE_END)
+            + suite_section(text, VERDICTS_START, VERDICTS_END)
+        )
         output.write_text(document(bench, lines, time.perf_counter() - started) + kept, encoding="utf-8")
         print(f"wrote {output}", file=sys.stderr)
     return 0
