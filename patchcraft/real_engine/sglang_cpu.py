@@ -144,12 +144,12 @@ def env_spec(release: str) -> EnvSpec:
         release=release,
         installs=((TORCH,), (f"sglang=={release}", "--no-deps"), (*dependencies(release), TORCH)),
         remove=(),
-        # Only what pip put there (the stand-ins travel with the run script, so a change to them rebuilds nothing);
-        # the engine's own import, through the stand-ins, is the run script's first step.
+        # Only what pip put there: `import sglang` itself reaches torchvision from 0.5.20 on (the run serves a
+        # placeholder), and the stand-ins travel with the run script, so a change to them rebuilds nothing.
         check=(
-            "import torch, transformers, safetensors, triton, sglang; "
+            "import importlib.metadata, torch, transformers, safetensors, triton; "
             "assert torch.__version__.endswith('+cpu'), torch.__version__; "
-            f"assert sglang.__version__ == {release!r}, sglang.__version__"
+            f"assert importlib.metadata.version('sglang') == {release!r}, importlib.metadata.version('sglang')"
         ),
     )
 

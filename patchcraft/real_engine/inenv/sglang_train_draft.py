@@ -46,7 +46,7 @@ TRAINED_ON = (0, A + 1, B + 1)
 MISWIRED_FEED = (1, A + 1, B + 1)  # what unpatched SGLang feeds for the config [0, A, B]
 PROMPT_LEN, GEN_LEN = 8, 40
 TRAIN_SEQS, HELD_OUT = 96, 16
-STEPS, LR = 600, 2e-3
+STEPS, LR = 400, 2e-3
 EMBED_STD = 0.3
 
 
@@ -89,12 +89,19 @@ def draft_logits(p: dict[str, torch.Tensor], cfg: dict[str, Any], embeds: torch.
 
 
 def sequences(model: Any, n: int, seed: int) -> list[list[int]]:
+    """The target's own greedy continuations of random prompts (transformers' cached generate, fp32)."""
     g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        prompt = torch.randint(2, 1024, (PROMPT_LEN,), generator=g).tolist()
-        out.append(prompt + sglang_models.greedy(model, prompt, GEN_LEN))
-    return out
+    prompts = torch.randint(2, 1024, (n, PROMPT_LEN), generator=g)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=prompts,
+            attention_mask=torch.ones_like(prompts),
+            max_new_tokens=GEN_LEN,
+            min_new_tokens=GEN_LEN,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return [list(map(int, row)) for row in out.tolist()]
 
 
 def examples(
@@ -144,6 +151,7 @@ def main(argv: list[str]) -> int:
     embed = model.model.embed_tokens.weight.detach().float()
 
     seqs = sequences(model, TRAIN_SEQS + HELD_OUT, seed=1)
+    print(f"{len(seqs)} sequences in {time.monotonic() - started:.0f} s", flush=True)
     train, held = seqs[:TRAIN_SEQS], seqs[TRAIN_SEQS:]
     train_data = examples(model, train, TRAINED_ON)
     held_fixed = examples(model, held, TRAINED_ON)
