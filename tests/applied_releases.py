@@ -3,13 +3,16 @@
 Shared by tests/engine/test_golden.py (the golden diffs) and
 tests/test_coverage.py (the coverage matrix), so a release costs one
 apply, one verify and one revert per test process, whichever of the two
-asks first.
+asks first; their tests of one release run on one xdist worker
+(:func:`on_one_worker`), so that is once per run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 from conftest import copy_release, release_package
 from patchcraft.base.status import ModelStatus
@@ -38,6 +41,13 @@ class Applied:
 
 
 _CACHE: dict[str, Applied] = {}
+
+
+def on_one_worker(value: str, version: str | None = None):
+    """``value`` as a parameter whose tests share one xdist worker with every other test of the release's
+    :func:`applied` state (``--dist loadgroup``): the release is applied once per run, not once per worker."""
+    version = version or value.split("/")[0]
+    return pytest.param(value, marks=pytest.mark.xdist_group(f"applied-{version}"), id=value)
 
 
 def applied(version: str, tmp_root: Path) -> Applied:

@@ -24,7 +24,7 @@ from patchcraft.ui import machine_output
 from patchcraft.base.releases import BETWEEN, MATRIX
 from patchcraft.base.status import ModelStatus
 
-from applied_releases import applied
+from applied_releases import applied, on_one_worker
 from conftest import release_package
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +105,7 @@ def test_matrix_has_the_setter_files_the_issue_names(version: str) -> None:
     assert len(setter_classes(version)) == SETTER_FILES[version]
 
 
-@pytest.mark.parametrize("version", ALL)
+@pytest.mark.parametrize("version", [on_one_worker(v) for v in ALL])
 def test_no_silent_gaps(version: str, session_tmp: Path) -> None:
     """Every class defining the setter is a model row, or a class a row edits (an inner helper)."""
     models = applied(version, session_tmp).verify.models
@@ -120,7 +120,7 @@ def test_no_silent_gaps(version: str, session_tmp: Path) -> None:
     assert not missing
 
 
-@pytest.mark.parametrize("version", ALL)
+@pytest.mark.parametrize("version", [on_one_worker(v) for v in ALL])
 def test_unsupported_is_exactly_the_justified_set(version: str, session_tmp: Path) -> None:
     models = applied(version, session_tmp).verify.models
     # not-applicable rows (drafts, NextN heads) are listed here too: neither is patched.
@@ -135,7 +135,7 @@ def test_unsupported_is_exactly_the_justified_set(version: str, session_tmp: Pat
         assert justification in page and reason in page
 
 
-@pytest.mark.parametrize("version", ALL)
+@pytest.mark.parametrize("version", [on_one_worker(v) for v in ALL])
 def test_verify_json_lists_every_model_and_no_error(version: str, session_tmp: Path) -> None:
     state = applied(version, session_tmp)
     document = machine_output.to_json([state.verify], machine_output.exit_code([state.verify]))

@@ -23,7 +23,7 @@ import pytest
 from patchcraft.base.releases import BETWEEN, MATRIX  # the matrix has golden/<release>/ sets; BETWEEN has none
 from patchcraft.base.status import ModelStatus
 
-from applied_releases import Applied, applied
+from applied_releases import Applied, applied, on_one_worker
 from conftest import GOLDEN
 
 #: Runner-file goldens live beside ours; tests/transforms/test_runner_transform.py owns them.
@@ -56,7 +56,7 @@ def check_release(state: Applied) -> None:
         assert reverted == state.pristine[stem], f"{stem}: revert is not byte-identical"
 
 
-@pytest.mark.parametrize("version", MATRIX)
+@pytest.mark.parametrize("version", [on_one_worker(v) for v in MATRIX])
 def test_golden_set_matches_patched_files(version: str, session_tmp: Path, update_golden: bool) -> None:
     """Every model file apply changes has a golden diff, and every golden diff is still produced."""
     state = applied(version, session_tmp)
@@ -70,7 +70,7 @@ def test_golden_set_matches_patched_files(version: str, session_tmp: Path, updat
     check_release(state)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [on_one_worker(c) for c in CASES])
 def test_golden_case(case: str, session_tmp: Path, update_golden: bool) -> None:
     version, stem = case.split("/")
     state = applied(version, session_tmp)
@@ -93,7 +93,7 @@ def test_golden_case(case: str, session_tmp: Path, update_golden: bool) -> None:
     assert state.reverted[stem] == state.pristine[stem]
 
 
-@pytest.mark.parametrize("version", BETWEEN)
+@pytest.mark.parametrize("version", [on_one_worker(v) for v in BETWEEN])
 def test_release_between_the_matrix(version: str, session_tmp: Path) -> None:
     """A release outside the matrix comes out as clean as the matrix (no golden files)."""
     state = applied(version, session_tmp)
