@@ -427,16 +427,42 @@ def engine_env(engine, release, remove) -> None:
 )
 @click.option("--compilation", type=click.Choice(["eager", "compiled"]), default="eager", show_default=True)
 @click.option("--draft", metavar="DIR", type=click.Path(), help="Serve this (trained) draft instead of a random one.")
+@click.option("--target", metavar="DIR", type=click.Path(), help="Serve this target (the one --draft was trained on).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=8, show_default=True, help="Tokens per prompt.")
 @click.option("--server", is_flag=True, help="vLLM's OpenAI server (its engine core in another process), over HTTP.")
 @format_option()
 def engine_check(
-    engine, release, model, layer_ids, num_layers, patched, norm, compilation, draft, server, output_format
+    engine,
+    release,
+    model,
+    layer_ids,
+    num_layers,
+    patched,
+    norm,
+    compilation,
+    draft,
+    target,
+    max_tokens,
+    server,
+    output_format,
 ) -> None:
     """Run the real engine on a tiny target: what its draft received, against explain's prediction."""
     from patchcraft.commands.engine import EngineCheckOptions, engine_check_command
 
     options = EngineCheckOptions(
-        engine, release, model, layer_ids, num_layers, patched, norm, compilation, output_format, draft, server
+        engine,
+        release,
+        model,
+        layer_ids,
+        num_layers,
+        patched,
+        norm,
+        compilation,
+        output_format,
+        draft,
+        server,
+        target,
+        max_tokens,
     )
     sys.exit(engine_check_command(options))
 

@@ -656,6 +656,8 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "real_engine.inenv.engine_probe": ("real_engine/test_vllm_engine.py",),
     "real_engine.inenv.tiny_models": ("real_engine/test_vllm_engine.py",),
     "real_engine.inenv.vllm_run": ("real_engine/test_vllm_engine.py",),
+    "real_engine.inenv.eagle3_torch": ("real_engine/test_eagle3_torch.py",),
+    "real_engine.inenv.vllm_train_draft": ("real_engine/test_vllm_engine.py",),
     "real_engine.sglang_cpu": ("real_engine/test_sglang_engine.py", "real_engine/test_sglang_run_spec.py"),
     "real_engine.inenv.sglang_models": ("real_engine/test_sglang_engine.py",),
     "real_engine.inenv.sglang_run": ("real_engine/test_sglang_engine.py", "real_engine/test_sglang_run_spec.py"),

@@ -37,6 +37,8 @@ class EngineCheckOptions:
     output_format: str = "text"
     draft: Optional[str] = None
     server: bool = False
+    target: Optional[str] = None
+    max_tokens: int = 8
 
 
 def engine_env_command(engine: str, release: str, remove: bool) -> int:
@@ -62,6 +64,8 @@ def engine_check_command(options: EngineCheckOptions) -> int:
         options.compilation,
         draft_dir=options.draft,
         server=options.server,
+        target_dir=options.target,
+        max_tokens=options.max_tokens,
     )
     outcome = run_case(case, console.print_line)
     code = OK if outcome.agree else CHANGED

@@ -45,6 +45,8 @@ class Case:
     draft_dir: Optional[str] = None
     #: True: vLLM's OpenAI server (its engine core in another process), asked one HTTP completion.
     server: bool = False
+    #: A target directory to serve instead of a random one (the target a trained --draft was trained on).
+    target_dir: Optional[str] = None
 
     @property
     def family(self) -> str:
@@ -110,6 +112,7 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
         "norm": case.norm,
         "enforce_eager": case.compilation == "eager",
         "draft_dir": case.draft_dir,
+        "target_dir": case.target_dir,
     }
     if case.server:
         result, log = _server_run(case, env, package, work, spec, progress)

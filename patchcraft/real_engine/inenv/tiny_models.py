@@ -81,8 +81,10 @@ def base_config(family: str, num_layers: int) -> dict[str, Any]:
     return config
 
 
-def build_target(family: str, num_layers: int, folder: Path, seed: int) -> Path:
-    """A random target of ``family`` saved as a Hugging Face checkpoint in ``folder``; returns the folder."""
+def build_target(family: str, num_layers: int, folder: Path, seed: int, embed_std: float = 0.08) -> Path:
+    """A random target of ``family`` saved as a Hugging Face checkpoint in ``folder``; returns the folder.
+
+    ``embed_std``: the embedding's scale (larger: a greedy output that follows its input, something to learn)."""
     import torch
     import transformers
 
@@ -93,6 +95,7 @@ def build_target(family: str, num_layers: int, folder: Path, seed: int) -> Path:
     with torch.no_grad():
         for parameter in model.parameters():  # larger than the init's 0.02 std: distinct states per layer
             parameter.normal_(0.0, 0.08) if parameter.dim() > 1 else parameter.uniform_(0.8, 1.2)
+        model.model.embed_tokens.weight.normal_(0.0, embed_std)
     model.save_pretrained(folder, safe_serialization=True)
     return folder
 
@@ -109,13 +112,23 @@ def build_tokenizer(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def reference_states(family: str, folder: Path, token_ids: list[int]) -> list[Any]:
-    """``[hs[0], ..., hs[L]]`` of the target in ``folder`` for one sequence, each ``[len(token_ids), H]``."""
+def load_target(family: str, folder: Path) -> Any:
     import torch
     import transformers
 
     _, model_class, _ = FAMILIES[family]
-    model = getattr(transformers, model_class).from_pretrained(folder, torch_dtype=torch.float32).eval()
+    return getattr(transformers, model_class).from_pretrained(folder, torch_dtype=torch.float32).eval()
+
+
+def reference_states(family: str, folder: Path, token_ids: list[int]) -> list[Any]:
+    """``[hs[0], ..., hs[L]]`` of the target in ``folder`` for one sequence, each ``[len(token_ids), H]``."""
+    return states_of(load_target(family, folder), token_ids)
+
+
+def states_of(model: Any, token_ids: list[int]) -> list[Any]:
+    """``[hs[0], ..., hs[L]]`` of a loaded target for one sequence (forward hooks: before the final norm)."""
+    import torch
+
     states: list[Any] = []
     inner = model.model
     hooks = [inner.embed_tokens.register_forward_hook(lambda _m, _i, out: states.append(out[0].detach().clone()))]
@@ -133,11 +146,12 @@ def reference_states(family: str, folder: Path, token_ids: list[int]) -> list[An
 
 
 def reference_greedy(family: str, folder: Path, token_ids: list[int], max_tokens: int) -> list[int]:
-    import torch
-    import transformers
+    return greedy_of(load_target(family, folder), token_ids, max_tokens)
 
-    _, model_class, _ = FAMILIES[family]
-    model = getattr(transformers, model_class).from_pretrained(folder, torch_dtype=torch.float32).eval()
+
+def greedy_of(model: Any, token_ids: list[int], max_tokens: int) -> list[int]:
+    import torch
+
     ids = list(token_ids)
     with torch.no_grad():
         for _ in range(max_tokens):
@@ -148,39 +162,63 @@ def reference_greedy(family: str, folder: Path, token_ids: list[int], max_tokens
 
 def build_draft(target: dict[str, Any], layer_ids: list[int], folder: Path, seed: int, arch: str) -> Path:
     """A random EAGLE-3 draft for ``target``'s config, its ids at top level and in ``eagle_config``."""
-    import torch
-    from safetensors.torch import save_file
+    config = draft_config(target, layer_ids, arch)
+    if config["model_type"] == "deepseek_v2":
+        return _deepseek_draft(target, config, layer_ids, folder, _random(seed))
+    return save_draft(folder, config, draft_tensors(len(layer_ids), target["vocab_size"], seed))
 
-    hidden, heads, kv, head_dim = HIDDEN, HEADS, 2, HEAD_DIM
-    inter, vocab = 256, target["vocab_size"]
-    config = {
+
+def draft_config(target: dict[str, Any], layer_ids: list[int], arch: str = "LlamaForCausalLMEagle3") -> dict[str, Any]:
+    """The config.json of an EAGLE-3 draft for ``target`` whose ids are ``layer_ids``."""
+    return {
         "architectures": [arch],
         "model_type": "deepseek_v2" if arch.startswith("Eagle3Deepseek") else "llama",
-        "hidden_size": hidden,
-        "intermediate_size": inter,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "head_dim": head_dim,
+        "hidden_size": HIDDEN,
+        "intermediate_size": 256,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": 2,
+        "head_dim": HEAD_DIM,
         "num_hidden_layers": 1,
-        "vocab_size": vocab,
-        "draft_vocab_size": vocab,
+        "vocab_size": target["vocab_size"],
+        "draft_vocab_size": target["vocab_size"],
         "max_position_embeddings": 1024,
         "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
         "tie_word_embeddings": False,
         "torch_dtype": "float32",
-        "target_hidden_size": hidden,
-        "eagle_aux_hidden_state_layer_ids": layer_ids,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": layer_ids, "use_aux_hidden_state": True},
+        "target_hidden_size": HIDDEN,
+        "eagle_aux_hidden_state_layer_ids": list(layer_ids),
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids), "use_aux_hidden_state": True},
     }
-    n = len(layer_ids)
+
+
+def _random(seed: int) -> Any:
+    import torch
+
     generator = torch.Generator().manual_seed(seed + 1)
 
     def rand(*shape: int) -> Any:
         return torch.randn(*shape, generator=generator) * 0.05
 
-    if config["model_type"] == "deepseek_v2":
-        return _deepseek_draft(target, config, layer_ids, folder, rand)
-    tensors = {
+    return rand
+
+
+def save_draft(folder: Path, config: dict[str, Any], tensors: dict[str, Any]) -> Path:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    return folder
+
+
+def draft_tensors(n: int, vocab: int, seed: int) -> dict[str, Any]:
+    """A random Llama-layout EAGLE-3 head (``fc`` over ``n`` states, one ``midlayer``, its own ``lm_head``)."""
+    import torch
+
+    hidden, heads, kv, head_dim, inter = HIDDEN, HEADS, 2, HEAD_DIM, 256
+    rand = _random(seed)
+    return {
         "fc.weight": rand(hidden, n * hidden),
         "midlayer.self_attn.q_proj.weight": rand(heads * head_dim, 2 * hidden),
         "midlayer.self_attn.k_proj.weight": rand(kv * head_dim, 2 * hidden),
@@ -195,10 +233,6 @@ def build_draft(target: dict[str, Any], layer_ids: list[int], folder: Path, seed
         "norm.weight": torch.ones(hidden),
         "lm_head.weight": rand(vocab, hidden),
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
-    return folder
 
 
 def _deepseek_draft(

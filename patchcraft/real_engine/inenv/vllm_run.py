@@ -102,8 +102,11 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> None:
     family, num_layers, ids = spec["family"], int(spec["num_layers"]), spec.get("layer_ids")
     seed = int(spec.get("seed", 0))
     result["phase"] = "tiny models"
-    target_dir = tiny_models.build_target(family, num_layers, workdir / "target", seed)
-    if spec.get("mode") == "prepare":
+    if spec.get("target_dir"):  # a given target (a trained draft's): its own config says its size
+        target_dir = Path(spec["target_dir"])
+    else:
+        target_dir = tiny_models.build_target(family, num_layers, workdir / "target", seed)
+    if spec.get("mode") == "prepare" and not (target_dir / "tokenizer.json").exists():
         tiny_models.build_tokenizer(target_dir)
     target_config = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
     prompts = [list(p) for p in spec["prompt_token_ids"]]
