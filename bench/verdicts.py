@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--release", default="0.5.23")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tree", help="an SGLang package to copy instead of fetching --release")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args(argv)
 
@@ -86,15 +87,16 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="bench-verdicts-"))
     try:
-        package = shutil.copytree(
-            fetch(args.release), work / "tree" / "sglang", ignore=shutil.ignore_patterns("__pycache__")
-        )
+        source = Path(args.tree) if args.tree else fetch(args.release)
+        package = shutil.copytree(source, work / "tree" / "sglang", ignore=shutil.ignore_patterns("__pycache__"))
         target = kimi_target(work / "target")
         old = sglang_draft(work / "old", [2, 30, 58])
         native = sglang_draft(work / "native", [0, 3, 31])
         cache = work / "cache"
-        env = dict(os.environ, PATCHCRAFT_CACHE=str(cache))
+        # Bytecode written once, into a private prefix, as `pip install` leaves it (bench/README.md, "Fair conditions").
+        env = dict(os.environ, PATCHCRAFT_CACHE=str(cache), PYTHONPYCACHEPREFIX=str(work / "pycache"))
         env.pop("PATCHCRAFT_NO_CACHE", None)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         rows = [
             Row(
                 "check-draft mismatch",
