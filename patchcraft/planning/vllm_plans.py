@@ -46,7 +46,7 @@ from patchcraft.base.target import SglangTree
 from patchcraft.planning.records import EditSite, ModelPlan
 from patchcraft.planning.vllm_family_plans import Dispatch, fallback_notes, family_rows, named_architecture
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
-from patchcraft.reading.vllm_captures import COPY, read_captures
+from patchcraft.reading.vllm_captures import ALIAS, COPY, CRASH, read_captures
 from patchcraft.reading.vllm_families import family_dispatch, read_tables
 from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
 from patchcraft.reading.vllm_runner import read_registry
@@ -165,10 +165,9 @@ def _plan(
     notes = (f"ids reach {inner.label} through {via}",) if via else ()
     if _reaches_mixin(graph, inner):
         return _mixin_plan(graph, inner, where, common, notes, family)
-    if _top_of_layer_capture(forward):  # patched or not: the edit's site (revert finds it there)
-        site = EditSite(
-            kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward"
-        )
+    site = EditSite(kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward")
+    top = _top_of_layer_capture(forward)
+    if top and (not family or _top_of_layer_capture(forward, patched=True)):  # the edit's site (revert finds it)
         return ModelPlan(**common, sites=(site,), notes=notes)
     reading = read_captures(forward)
     if not reading.captures:  # a forward handing its layer loop to a method of its own (0.33's DeepSeek-V4.1)
@@ -192,6 +191,8 @@ def _plan(
             unsupported=f"not needed: {where} {reading.said(owner.path.name)}",
             notes=notes,
         )
+    if top and reading.id0 in (CRASH, ALIAS):  # a family's own top-of-layer capture (0.25+ DeepSeek-V3.2)
+        return ModelPlan(**common, sites=(site,), notes=notes)
     return ModelPlan(
         **common,
         unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet",
@@ -386,7 +387,7 @@ def _calls(function: ast.AST, name: str) -> bool:
     )
 
 
-def _top_of_layer_capture(function: ast.AST) -> bool:
+def _top_of_layer_capture(function: ast.AST, patched: bool = False) -> bool:
     """A ``for`` loop holding ``if <loop variable> in <ids>:`` whose body reads ``residual``: vLLM's
     top-of-layer capture (the transform checks the rest, and refuses what it cannot place)."""
     for loop in ast.walk(function):
@@ -399,6 +400,8 @@ def _top_of_layer_capture(function: ast.AST) -> bool:
             test: Optional[ast.expr] = stmt.test
             if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
                 test = test.values[0]  # patched: ``... and residual is not None``
+            elif patched:
+                continue
             if (
                 isinstance(test, ast.Compare)
                 and isinstance(test.left, ast.Name)
