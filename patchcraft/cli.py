@@ -431,39 +431,11 @@ def engine_env(engine, release, remove) -> None:
 @click.option("--max-tokens", type=click.IntRange(min=1), default=8, show_default=True, help="Tokens per prompt.")
 @click.option("--server", is_flag=True, help="vLLM's OpenAI server (its engine core in another process), over HTTP.")
 @format_option()
-def engine_check(
-    engine,
-    release,
-    model,
-    layer_ids,
-    num_layers,
-    patched,
-    norm,
-    compilation,
-    draft,
-    target,
-    max_tokens,
-    server,
-    output_format,
-) -> None:
+def engine_check(**given) -> None:
     """Run the real engine on a tiny target: what its draft received, against explain's prediction."""
     from patchcraft.commands.engine import EngineCheckOptions, engine_check_command
 
-    options = EngineCheckOptions(
-        engine,
-        release,
-        model,
-        layer_ids,
-        num_layers,
-        patched,
-        norm,
-        compilation,
-        output_format,
-        draft,
-        server,
-        target,
-        max_tokens,
-    )
+    options = EngineCheckOptions(**given)
     sys.exit(engine_check_command(options))
 
 

