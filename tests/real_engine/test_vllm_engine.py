@@ -94,3 +94,17 @@ def test_check_draft_does_not_fail_a_correct_cpu_config(tmp_path: Path, capsys: 
     assert code == 0, out
     code, out, _ = run_cli(capsys, *common, "--platform", "cuda", "--compilation", "eager")
     assert code == 1 and "hs[6]" in out, out  # where the add-norm runs in place it is overwritten: said for cuda eager
+
+
+@needs_env
+def test_the_openai_server_through_patchcraft_run_feeds_its_engine_core_a_copy(capsys: pytest.CaptureFixture) -> None:
+    """python -m vllm.entrypoints.openai.api_server through patchcraft run (the preflight on): it answers HTTP
+    completions, and the draft in its engine-core process (not the server's) received hs[0] for id 0, with the
+    in-place add-norm forced, so that hs[0] is the patch's doing."""
+    args = ("--model", "LlamaForCausalLM", "--layer-ids", "0,2,3", "--norm", "inplace", "--server", "--patched")
+    code, served = _check(capsys, *args)
+    assert code == 0 and served["agree"], served["why"]
+    real = served["real"]
+    assert real["http_completions"] == 2 and len(real["tokens"]) == 2
+    assert real["probe_pids"] and real["server_pid"] not in real["probe_pids"]
+    assert [s["state"] for s in real["fed"]] == ["hs[0]", "hs[2]", "hs[3]"]
