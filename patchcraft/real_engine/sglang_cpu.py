@@ -134,6 +134,11 @@ RELEASES: dict[str, tuple[str, str]] = {
         "as 0.5.23; DeepSeek-V3 [-1, 0, 1] unpatched: captured 2 of 3 aux hidden states "
         "(layers/aux_hidden_states.py:78, models/deepseek_v2.py:3191); patched: hs[0], hs[1], hs[2]",
     ),
+    "0.5.20": (
+        "runs",
+        "as 0.5.23; DeepSeek-V3 [-1, 0, 1] unpatched: captured 2 of 3 aux hidden states "
+        "(layers/aux_hidden_states.py:46, models/deepseek_v2.py:2883); patched: hs[0], hs[1], hs[2]",
+    ),
 }
 
 
