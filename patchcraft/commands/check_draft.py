@@ -66,10 +66,13 @@ def check_draft_command(options: CheckDraftOptions) -> int:
     if ServingEngine.VLLM not in engines and (options.vllm_target or options.vllm_release or options.vllm_model):
         raise PatchcraftError("--vllm-target, --vllm-release and --vllm-model need --engine vllm or sglang,vllm")
     inputs = _inputs(options)
+    # vLLM's tree first, then SGLang's: the order the two engines' input errors were always reported in.
+    vllm = _vllm_tree(options, engines == (ServingEngine.VLLM,)) if ServingEngine.VLLM in engines else None
+    if vllm is not None and not (options.vllm_model or inputs[4]):
+        raise PatchcraftError("vLLM needs the model's class: pass --target (its config.json) or --vllm-model NAME")
     sglang_tree = (
         resolve_tree(options.target, options.release, options.overlay) if ServingEngine.SGLANG in engines else None
     )
-    vllm = _vllm_tree(options, engines == (ServingEngine.VLLM,)) if ServingEngine.VLLM in engines else None
     trees: list[SglangTree] = [t for t in (sglang_tree, vllm[0] if vllm else None) if t is not None]
 
     def compute() -> int:
