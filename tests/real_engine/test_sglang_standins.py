@@ -317,9 +317,14 @@ def test_install_makes_sgl_kernel(monkeypatch):
     assert importlib.util.find_spec("sgl_kernel") is not None
     with pytest.raises(AttributeError, match="rotate_input_ids_cpu: patchcraft's CPU stand-ins provide only"):
         sgl_kernel.rotate_input_ids_cpu  # noqa: B018
+    from sgl_kernel.kvcacheio import transfer_kv_all_layer  # type: ignore[import-not-found]
+
+    with pytest.raises(RuntimeError, match="sgl_kernel.kvcacheio.transfer_kv_all_layer: a placeholder"):
+        transfer_kv_all_layer()
     with pytest.raises(ValueError):
         install("cuda")
-    monkeypatch.delitem(sys.modules, "sgl_kernel")
+    for name in [m for m in sys.modules if m == "sgl_kernel" or m.startswith("sgl_kernel.")]:
+        monkeypatch.delitem(sys.modules, name)
 
 
 def test_the_torchvision_placeholder_imports_and_refuses_calls(monkeypatch):

@@ -174,12 +174,14 @@ def main(argv: list[str]) -> int:
     losses = []
     for step in range(STEPS):
         batch = [train_data[(step * 8 + i) % len(train_data)] for i in range(8)]
-        loss = sum(
-            F.cross_entropy(draft_logits(params, cfg, embed[nxt], feats), labels, ignore_index=-100)
-            for nxt, feats, labels in batch
-        ) / len(batch)
+        loss = torch.stack(
+            [
+                F.cross_entropy(draft_logits(params, cfg, embed[nxt], feats), labels, ignore_index=-100)
+                for nxt, feats, labels in batch
+            ]
+        ).mean()
         optim.zero_grad()
-        loss.backward()  # type: ignore[union-attr]
+        loss.backward()
         for group in optim.param_groups:
             group["lr"] = LR * 0.5 * (1 + math.cos(math.pi * step / STEPS))
         optim.step()

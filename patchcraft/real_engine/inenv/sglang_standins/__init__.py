@@ -7,7 +7,8 @@ tree ops instead run SGLang's own Triton kernels for them
 ``kernels/ops/speculative/spec_tree.py``) under Triton's CPU interpreter
 (``TRITON_INTERPRET=1``), imported on first call. Any other name asked of the
 module is an ``AttributeError`` naming it, so a release that needs a ninth op
-stops at that op's import with its name.
+stops at that op's import with its name. Its submodules are placeholders
+(``absent.serve_submodules``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import types
 from typing import Any, Callable
 
-from . import ops
+from . import absent, ops
 
 MODULE = "sgl_kernel"
 
@@ -68,8 +69,12 @@ def install(tree: str = "torch") -> dict[str, str]:
     if tree not in ("torch", "triton"):
         raise ValueError(f"tree must be 'torch' or 'triton', not {tree!r}")
     module = _StandinModule(MODULE, __doc__)
-    module.__spec__ = importlib.machinery.ModuleSpec(MODULE, None)
+    module.__spec__ = importlib.machinery.ModuleSpec(MODULE, None, is_package=True)
     module.__file__ = ops.__file__
+    module.__path__ = []
+    # Its submodules (sgl_kernel.kvcacheio, which 0.5.10's host KV pool imports, ...) are placeholders: imported,
+    # never run on a CPU text model; a call raises naming it.
+    absent.serve_submodules(MODULE)
     kernels: dict[str, str] = {}
     functions: dict[str, Callable[..., None]] = dict(ops.OPS)
     if tree == "triton":

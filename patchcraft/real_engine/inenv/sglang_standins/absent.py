@@ -93,3 +93,9 @@ def install(roots: Sequence[str] = ("torchvision",)) -> list[str]:
     if placed:
         sys.meta_path.insert(0, _Finder(placed))
     return placed
+
+
+def serve_submodules(root: str) -> None:
+    """Serve placeholder modules for ``root.<anything>`` (``root`` itself stays what it is)."""
+    if not any(isinstance(f, _Finder) and root in f.roots for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder([root]))
