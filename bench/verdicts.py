@@ -175,6 +175,8 @@ def report(args: argparse.Namespace, rows: list[Row], before: tuple, after: tupl
         f"- the warm runs print byte for byte what the cold runs print: {'yes' if same else '**no**'}",
         "- the warm goal is judged on CPU time, as the warm `run` goal is: on a machine as loaded as the load "
         "average above, a process waits for a core longer than it runs, and its wall time says how long it waited",
+        "- `run`'s preflight on a hit (the same verdict, kept by engine.preflight_cache): `python bench/warm_run.py`, "
+        'the table under "A warm `patchcraft run`" above (not measured by this benchmark)',
     ]
     return lines
 
