@@ -133,6 +133,7 @@ def install() -> dict[str, Any]:
     _hook_errors(notes)
     _fix_draft_extend_map(notes)
     _fix_torch_native(notes)
+    _fix_cuda_sync(notes)
     _install_probe()
     _done.update({"kernels": kernels, "notes": notes})
     return _done
@@ -226,7 +227,7 @@ def _fix_torch_native(notes: list[str]) -> None:
             forward_batch.extend_seq_lens = lens
             _FIRED.add("verify-lens")
         try:
-            if k is not None and _mha_over_latent(self, layer, k):
+            if k is not None and _mha_over_latent(self, layer, k, forward_batch):
                 _FIRED.add("mla-mha")
                 return _mha_prefill(self, q, k, v, layer, forward_batch, save_kv_cache, scaled_dot_product_attention)
             return original(self, q, k, v, layer, forward_batch, save_kv_cache)
@@ -251,10 +252,11 @@ def _fix_torch_native(notes: list[str]) -> None:
 _FIRED: set[str] = set()
 
 
-def _mha_over_latent(self: Any, layer: Any, k: Any) -> bool:
+def _mha_over_latent(self: Any, layer: Any, k: Any, forward_batch: Any) -> bool:
     """True when the layer passes per-head K but the pool holds MLA latents of another width."""
+    pool = getattr(self, "token_to_kv_pool", None) or getattr(forward_batch, "token_to_kv_pool", None)
     try:
-        cache = self.token_to_kv_pool.get_key_buffer(layer.layer_id)
+        cache = pool.get_key_buffer(layer.layer_id)  # type: ignore[union-attr]
     except Exception:
         return False
     k_heads = k.reshape(k.shape[0], -1, layer.qk_head_dim)
@@ -288,6 +290,36 @@ def _mha_prefill(
         out[start:end] = attn.squeeze(0).transpose(0, 1)
         start = end
     return out.reshape(q_.shape[0], heads * layer.v_head_dim)
+
+
+def _fix_cuda_sync(notes: list[str]) -> None:
+    """Releases up to 0.5.10 call ``torch.cuda.synchronize()`` unguarded when the EAGLE worker hands the
+    draft the target's embedding (``LlamaForCausalLM.set_embed``, ``models/llama.py:778`` on 0.5.10): on a
+    CPU torch that is ``AssertionError: Torch not compiled with CUDA enabled``. With no CUDA there is
+    nothing to wait for: a no-op, only where the release's set_embed makes the call."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    import ast
+
+    spec = importlib.util.find_spec("sglang.srt.models.llama")  # read, not imported: no import-order effects
+    if spec is None or not spec.origin:
+        return
+    try:
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "set_embed":
+            if "torch.cuda.synchronize" in ast.unparse(node):
+                torch.cuda.synchronize = lambda *args, **kwargs: None  # type: ignore[assignment]
+                _note(
+                    notes,
+                    f"fix: sglang/srt/models/llama.py:{node.lineno} (set_embed) calls torch.cuda.synchronize() "
+                    "on a CPU torch: a no-op",
+                )
+            return
 
 
 def _install_probe() -> None:
