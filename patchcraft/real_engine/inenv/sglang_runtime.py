@@ -171,13 +171,19 @@ def _fix_draft_extend_map(notes: list[str]) -> None:
     if "torch_native" in source:
         return
     original_create = factory._create_backend
+    # 0.5.2x's creators return (stamp, backend); earlier ones the backend alone: read which from the code.
+    stamped = "stamp, backend = backend_map" in inspect.getsource(original_create)
 
     def _create_backend(self: Any, backend_name: str, backend_map: dict, error_template: str, **kw: Any) -> Any:
         if "torch_native" not in backend_map:
             from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
+            def create() -> Any:
+                backend = TorchNativeAttnBackend(self.draft_model_runner)
+                return ("torch_native", backend) if stamped else backend
+
             backend_map = dict(backend_map)
-            backend_map["torch_native"] = lambda: ("torch_native", TorchNativeAttnBackend(self.draft_model_runner))
+            backend_map["torch_native"] = create
         return original_create(self, backend_name, backend_map, error_template, **kw)
 
     factory._create_backend = _create_backend
