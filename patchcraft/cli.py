@@ -429,6 +429,7 @@ def engine_env(engine, release, remove) -> None:
 @click.option("--draft", metavar="DIR", type=click.Path(), help="Serve this (trained) draft instead of a random one.")
 @click.option("--target", metavar="DIR", type=click.Path(), help="Serve this target (the one --draft was trained on).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=8, show_default=True, help="Tokens per prompt.")
+@click.option("--prompts", metavar="FILE", type=click.Path(), help="The prompts: a JSON list of token-id lists.")
 @click.option("--server", is_flag=True, help="vLLM's OpenAI server (its engine core in another process), over HTTP.")
 @format_option()
 def engine_check(**given) -> None:

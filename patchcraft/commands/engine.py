@@ -21,7 +21,7 @@ from patchcraft.base.layer_ids import parse_layer_ids
 from patchcraft.real_engine import environments, vllm_cpu
 from patchcraft.real_engine.check import Case, Outcome, run_case
 from patchcraft.ui import console
-from patchcraft.base.errors import CHANGED, OK
+from patchcraft.base.errors import CHANGED, OK, PatchcraftError
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class EngineCheckOptions:
     server: bool = False
     target: Optional[str] = None
     max_tokens: int = 8
+    prompts: Optional[str] = None
 
 
 def engine_env_command(engine: str, release: str, remove: bool) -> int:
@@ -66,6 +67,7 @@ def engine_check_command(options: EngineCheckOptions) -> int:
         server=options.server,
         target_dir=options.target,
         max_tokens=options.max_tokens,
+        prompts=_prompts(options.prompts),
     )
     outcome = run_case(case, console.print_line)
     code = OK if outcome.agree else CHANGED
@@ -75,6 +77,25 @@ def engine_check_command(options: EngineCheckOptions) -> int:
         lambda: outcome_json(outcome, code),
         lambda: "\n".join(outcome_lines(outcome)) + "\n",
     )
+
+
+def _prompts(path: Optional[str]) -> Optional[tuple[tuple[int, ...], ...]]:
+    """``--prompts FILE``: a JSON list of token-id lists; one line for anything else."""
+    if path is None:
+        return None
+    import json
+
+    try:
+        value = json.loads(open(path, encoding="utf-8").read())
+    except (OSError, ValueError) as exc:
+        raise PatchcraftError(f"--prompts {path}: cannot read it as JSON ({exc})") from None
+    if not (
+        isinstance(value, list)
+        and value
+        and all(isinstance(p, list) and p and all(isinstance(t, int) and t >= 0 for t in p) for p in value)
+    ):
+        raise PatchcraftError(f"--prompts {path}: expected a JSON list of token-id lists, e.g. [[5, 17, 42], [9, 8]]")
+    return tuple(tuple(p) for p in value)
 
 
 def outcome_lines(outcome: Outcome) -> list[str]:

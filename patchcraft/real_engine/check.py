@@ -47,6 +47,8 @@ class Case:
     server: bool = False
     #: A target directory to serve instead of a random one (the target a trained --draft was trained on).
     target_dir: Optional[str] = None
+    #: The prompts (token ids); None: two fixed ones.
+    prompts: Optional[tuple[tuple[int, ...], ...]] = None
 
     @property
     def family(self) -> str:
@@ -106,7 +108,9 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
         "num_layers": case.num_layers,
         "layer_ids": list(case.layer_ids) if case.layer_ids is not None else None,
         "workdir": str(work / "work"),
-        "prompt_token_ids": [[5, 17, 42, 99, 7, 3, 250, 11], [9, 8, 77, 301, 4]],
+        "prompt_token_ids": [list(p) for p in case.prompts]
+        if case.prompts
+        else [[5, 17, 42, 99, 7, 3, 250, 11], [9, 8, 77, 301, 4]],
         "max_tokens": case.max_tokens,
         "seed": case.seed,
         "norm": case.norm,
