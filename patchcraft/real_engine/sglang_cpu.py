@@ -139,6 +139,17 @@ RELEASES: dict[str, tuple[str, str]] = {
         "as 0.5.23; DeepSeek-V3 [-1, 0, 1] unpatched: captured 2 of 3 aux hidden states "
         "(layers/aux_hidden_states.py:46, models/deepseek_v2.py:2883); patched: hs[0], hs[1], hs[2]",
     ),
+    "0.5.16": (
+        "runs",
+        "the first release whose CPU path imports the 8 ops; DeepSeek-V3 [-1, 0, 1] unpatched: the target captures "
+        "2 states without a check and the draft's fc fails on them (mat1 and mat2 shapes cannot be multiplied "
+        "(8x1024 and 1536x512), models/llama_eagle3.py:221); patched: hs[0], hs[1], hs[2]",
+    ),
+    "0.5.10": (
+        "stops",
+        "EAGLE-3: NameError: name 'sgl_build_tree_kernel_efficient' is not defined (speculative/eagle_utils.py:137: "
+        "0.5.10 has no CPU tree path), after the patched capture ran; Llama without speculation runs, greedy equal",
+    ),
 }
 
 
