@@ -14,7 +14,7 @@ and fixed"). Writes into OUT_DIR:
   on held-out sequences fed each wiring.
 
 The draft is SGLang's ``LlamaForCausalLMEagle3`` computed in torch
-(``srt/models/llama_eagle3.py``: ``fc`` over the three states; one layer whose
+(``eagle3_torch.draft_logits``, as ``srt/models/llama_eagle3.py`` computes it: ``fc`` over the three states; one layer whose
 attention takes ``[input_layernorm(embed(token t+1)), hidden_norm(fc)]``,
 neox rope; the fc output as the residual; a final norm; its own lm_head;
 the target's embedding), trained on the target's own greedy sequences: at
@@ -38,6 +38,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import sglang_models  # noqa: E402
+from eagle3_torch import draft_logits  # noqa: E402  (the draft step as both engines compute it; one copy)
 from sglang_runtime import load_standalone  # noqa: E402
 
 NUM_LAYERS = 4
@@ -48,44 +49,6 @@ PROMPT_LEN, GEN_LEN = 8, 40
 TRAIN_SEQS, HELD_OUT = 96, 16
 STEPS, LR = 120, 3e-3
 EMBED_STD = 0.3
-
-
-def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Neox-style rotary embedding over the whole head ([T, heads, d])."""
-    d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
-    freqs = positions.float()[:, None] * inv[None, :]
-    cos, sin = freqs.cos()[:, None, :], freqs.sin()[:, None, :]
-    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-
-
-def draft_logits(p: dict[str, torch.Tensor], cfg: dict[str, Any], embeds: torch.Tensor, feats: torch.Tensor) -> Any:
-    """SGLang's LlamaForCausalLMEagle3 forward over one sequence: embeds [T, H] (tokens t+1), feats [T, 3H]."""
-    eps, nh, hd = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["head_dim"]
-    T = feats.shape[0]
-    positions = torch.arange(T)
-    h = feats @ p["fc.weight"].T
-    residual = h
-    x = torch.cat(
-        [rms(embeds, p["midlayer.input_layernorm.weight"], eps), rms(h, p["midlayer.hidden_norm.weight"], eps)], -1
-    )
-    a = "midlayer.self_attn."
-    q = rope((x @ p[a + "q_proj.weight"].T).view(T, nh, hd), positions, cfg["rope_theta"])
-    k = rope((x @ p[a + "k_proj.weight"].T).view(T, nh, hd), positions, cfg["rope_theta"])
-    v = (x @ p[a + "v_proj.weight"].T).view(T, nh, hd)
-    o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True)
-    o = o.transpose(0, 1).reshape(T, nh * hd) @ p[a + "o_proj.weight"].T
-    residual = o + residual
-    hn = rms(residual, p["midlayer.post_attention_layernorm.weight"], eps)
-    m = "midlayer.mlp."
-    mlp = (F.silu(hn @ p[m + "gate_proj.weight"].T) * (hn @ p[m + "up_proj.weight"].T)) @ p[m + "down_proj.weight"].T
-    final = rms(mlp + residual, p["norm.weight"], eps)
-    return final @ p["lm_head.weight"].T
 
 
 def sequences(model: Any, n: int, seed: int) -> list[list[int]]:
