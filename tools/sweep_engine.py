@@ -98,6 +98,15 @@ def run(case: dict[str, Any], release: str) -> dict[str, Any]:
     }
 
 
+def _key(row: dict[str, Any]) -> tuple:
+    return (row["release"], row["model"], row["ids"], row["norm"], row["patched"])
+
+
+def _order(row: dict[str, Any]) -> tuple:
+    kinds = ["id 0", "plain", "repeat", "0 and n"]
+    return (row["release"], list(MODELS).index(row["model"]), kinds.index(row["kind"]), row["norm"], row["patched"])
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = "| release | class | ids | norm | served | the real engine's draft received | explain (cpu) | agree | greedy = HF |"
     lines = [head, "|---|---|---|---|---|---|---|---|---|"]
@@ -131,15 +140,23 @@ def main() -> int:
     parser.add_argument("--releases", nargs="*", default=["0.32.0"])
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--served", choices=("installed", "patched", "both"), default="both")
+    parser.add_argument("--kinds", nargs="*", help="Only these id sets (id 0, plain, repeat, 0 and n).")
+    parser.add_argument("--merge", type=Path, help="Rows of an earlier run (--rows): kept where this run has no row.")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--rows", type=Path, help="Also write the rows as JSON to this file.")
     args = parser.parse_args()
     rows = []
     for release in args.releases:
         for case in cases(args.models, args.served):
+            if args.kinds and case["kind"] not in args.kinds:
+                continue
             row = run(case, release)
             print(json.dumps(row), file=sys.stderr, flush=True)
             rows.append(row)
+    if args.merge:
+        ran = {_key(r) for r in rows}
+        earlier = [r for r in json.loads(args.merge.read_text(encoding="utf-8")) if _key(r) not in ran]
+        rows = sorted(earlier + rows, key=_order)
     text = table(rows)
     print(text)
     if args.rows:
