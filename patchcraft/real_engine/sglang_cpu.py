@@ -96,6 +96,13 @@ RELEASE_PINS: dict[str, tuple[str, ...]] = {
         "llguidance>=0.7.11,<0.8.0",
         "mistral_common>=1.11.0",
     ),
+    "0.5.15": (
+        "stops",
+        "DeepSeek-V3: models/deepseek_v2.py:61 imports the DSA indexer, whose jit_kernel/dsa/"
+        "cutedsl_paged_mqa_logits.py:15 imports cutlass (the CUDA-only nvidia-cutlass-dsl); the registry drops the "
+        "model and serves TransformersMoEForCausalLM, which EAGLE-3 cannot use ('TransformersMoEForCausalLM' object "
+        "has no attribute 'get_embed_and_head', speculative/eagle_worker_v2.py:329); Llama without speculation runs",
+    ),
     "0.5.10": (
         "transformers==5.3.0",
         "tokenizers",
@@ -144,6 +151,13 @@ RELEASES: dict[str, tuple[str, str]] = {
         "the first release whose CPU path imports the 8 ops; DeepSeek-V3 [-1, 0, 1] unpatched: the target captures "
         "2 states without a check and the draft's fc fails on them (mat1 and mat2 shapes cannot be multiplied "
         "(8x1024 and 1536x512), models/llama_eagle3.py:221); patched: hs[0], hs[1], hs[2]",
+    ),
+    "0.5.15": (
+        "stops",
+        "DeepSeek-V3: models/deepseek_v2.py:61 imports the DSA indexer, whose jit_kernel/dsa/"
+        "cutedsl_paged_mqa_logits.py:15 imports cutlass (the CUDA-only nvidia-cutlass-dsl); the registry drops the "
+        "model and serves TransformersMoEForCausalLM, which EAGLE-3 cannot use ('TransformersMoEForCausalLM' object "
+        "has no attribute 'get_embed_and_head', speculative/eagle_worker_v2.py:329); Llama without speculation runs",
     ),
     "0.5.10": (
         "stops",
