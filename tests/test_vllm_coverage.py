@@ -32,6 +32,7 @@ FAST_034 = (
     "mimo.MiMoForCausalLM",
     "llava.LlavaForConditionalGeneration",
     "lilicorr.LiLiCorrForCausalLM",
+    "deepseek_v32.nvidia.DeepseekV32ForCausalLM",  # a vllm/models/<family>/ platform module (issue 46)
 )
 
 
