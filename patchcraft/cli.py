@@ -395,8 +395,8 @@ def engine_group() -> None:
 
 
 @engine_group.command(name="env")
-@click.option("--engine", type=click.Choice(["vllm"]), default="vllm", show_default=True, help="The engine.")
-@click.option("--release", metavar="VERSION", default="0.32.0", show_default=True, help="The engine release.")
+@click.option("--engine", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True, help="The engine.")
+@click.option("--release", metavar="VERSION", help="The engine release (default: vllm 0.32.0, sglang 0.5.23).")
 @click.option("--remove", is_flag=True, help="Remove the environment instead.")
 def engine_env(engine, release, remove) -> None:
     """Build (or reuse) the engine release's environment in the cache; print its interpreter."""
@@ -406,9 +406,9 @@ def engine_env(engine, release, remove) -> None:
 
 
 @engine_group.command(name="check")
-@click.option("--engine", type=click.Choice(["vllm"]), default="vllm", show_default=True, help="The engine.")
+@click.option("--engine", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True, help="The engine.")
 @click.option(
-    "--release", metavar="VERSION", default="0.32.0", show_default=True, help="The engine release (its CPU build)."
+    "--release", metavar="VERSION", help="The engine release, its CPU build (default: vllm 0.32.0, sglang 0.5.23)."
 )
 @click.option("--model", default="LlamaForCausalLM", show_default=True, help="The target's architecture.")
 @click.option("--layer-ids", default="0,2,3", show_default=True, help="The draft's ids (vLLM: id X is hs[X]).")

