@@ -191,8 +191,15 @@ def _plan(
             unsupported=f"not needed: {where} {reading.said(owner.path.name)}",
             notes=notes,
         )
-    if top and reading.id0 in (CRASH, ALIAS):  # a family's own top-of-layer capture (0.25+ DeepSeek-V3.2)
-        return ModelPlan(**common, sites=(site,), notes=notes)
+    if top and reading.id0 in (CRASH, ALIAS) and _threads_stream_and_residual(forward):
+        return ModelPlan(**common, sites=(site,), notes=notes)  # a family's own top-of-layer capture (DeepSeek-V3.2)
+    if top and reading.id0 in (CRASH, ALIAS):  # GLM-5-next's layers thread more state (post, comb): no proof
+        return ModelPlan(
+            **common,
+            unsupported=f"{where} {reading.said(owner.path.name)}; its layer call threads more than the stream and the "
+            "residual, which the harness cannot run, so no edit is offered unproven (an overlay would refuse it)",
+            notes=notes,
+        )
     return ModelPlan(
         **common,
         unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet",
@@ -410,6 +417,20 @@ def _top_of_layer_capture(function: ast.AST, patched: bool = False) -> bool:
                 and any(isinstance(n, ast.Name) and n.id == "residual" for s in stmt.body for n in ast.walk(s))
             ):
                 return True
+    return False
+
+
+def _threads_stream_and_residual(function: ast.AST) -> bool:
+    """The layer loop rebinds exactly two names from a call (``hidden_states, residual = layer(...)``): the layer
+    call the harness runs; GLM-5-next's ``hidden_states, residual, post, comb = layer(...)`` is not one."""
+    for loop in ast.walk(function):
+        if not isinstance(loop, ast.For):
+            continue
+        for stmt in loop.body:
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and len(stmt.targets) == 1:
+                target = stmt.targets[0]
+                if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
+                    return len(target.elts) == 2
     return False
 
 
