@@ -117,3 +117,22 @@ def test_a_copy_patched_by_apply_feeds_the_draft_the_embedding_output(env, tmp_p
     assert result["spec_metrics"]["accept_length"] >= 1.0
     assert len(result["kernels"]) == 8
     assert any("torch_native" in note for note in result["notes"])
+
+
+@pytest.mark.skipif(ENV is None, reason="sglang-cpu-0.5.23's environment is absent: patchcraft engine env")
+def test_engine_check_runs_the_seed_case_unpatched_and_through_patchcraft_run(capsys: pytest.CaptureFixture) -> None:
+    """patchcraft engine check --engine sglang: DeepSeek-V3 [-1, 0, 1] unpatched fails as explain says (the
+    packer's count); through patchcraft run (the overlay, the install untouched) chunk 0 is the embedding."""
+    import json
+
+    from conftest import run_cli
+
+    args = ("engine", "check", "--engine", "sglang", "--model", "DeepseekV3ForCausalLM", "--num-layers", "3")
+    args += ("--layer-ids=-1,0,1", "--format", "json")
+    code, out, _ = run_cli(capsys, *args)
+    unpatched = json.loads(out)
+    assert code == 0 and unpatched["agree"] and unpatched["real"]["error"]["type"] == "RuntimeError", unpatched["why"]
+    code, out, _ = run_cli(capsys, *args, "--patched")
+    patched = json.loads(out)
+    assert code == 0 and patched["agree"], patched["why"]
+    assert [s["state"] for s in patched["real"]["fed"]] == ["hs[0]", "hs[1]", "hs[2]"]
