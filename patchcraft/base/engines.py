@@ -9,7 +9,6 @@ Light on purpose: the CLI reads it before any command is chosen.
 from __future__ import annotations
 
 import enum
-import os
 import re
 import shutil
 import subprocess
@@ -110,11 +109,8 @@ def package_of_interpreter(interpreter: Path, engine: ServingEngine) -> Optional
         "import importlib.util, sys; s = importlib.util.find_spec(sys.argv[1]); "
         "print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else '')"
     )
-    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    try:
-        proc = subprocess.run(
-            [str(interpreter), "-c", code, engine.value], capture_output=True, text=True, timeout=60, env=environ
-        )
+    try:  # in the environment the command itself gets (its PYTHONPATH decides what it imports)
+        proc = subprocess.run([str(interpreter), "-c", code, engine.value], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None

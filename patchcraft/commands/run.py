@@ -117,9 +117,7 @@ def _command_package(command: tuple[str, ...], engine: ServingEngine) -> str | N
         raise PatchcraftError(
             f"{interpreter} (the command's Python) imports no {engine}: nothing to patch for it; pass --target"
         )
-    if found:
-        console.print_line(f"patchcraft run: {engine} of {interpreter}: {found}")
-    return found
+    return found or None
 
 
 def _overlay_for_run(tree, options: RunOptions) -> tuple[Path, bool]:
