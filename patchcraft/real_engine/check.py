@@ -147,7 +147,7 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
             *command,
         ]
     progress(
-        f"running vLLM {case.release} ({'patched, through patchcraft run' if case.patched else 'as installed'}): {case.model} ids {list(case.layer_ids) if case.layer_ids is not None else 'none'}, norm {case.norm}, {case.compilation}"
+        f"running {case.engine} {case.release} ({'patched, through patchcraft run' if case.patched else 'as installed'}): {case.model} ids {list(case.layer_ids) if case.layer_ids is not None else 'none'}, norm {case.norm}, {case.compilation}"
     )
     log = work / "engine.log"
     with open(log, "w") as out:

@@ -108,6 +108,8 @@ def _wrapped(original, folder: str, where: str):
                 "where": where,
                 "shape": list(hidden_states.shape),
                 "tensor": hidden_states.detach().float().cpu().clone(),
+                # Which files this process runs the models from: the overlay's, or the install's.
+                "model_files": _model_files() if number == 0 else {},
             }
             path = os.path.join(folder, f"call-{os.getpid()}-{number:03d}.pt")
             torch.save(record, path + ".tmp")
