@@ -313,7 +313,10 @@ def _server_metrics(port: int) -> dict[str, Any]:
         if not line.startswith("vllm:spec_decode_num_") or " " not in line:
             continue
         name, _, value = line.rpartition(" ")
-        key = name.split("{")[0].split(":", 1)[1].removesuffix("_total")
+        key = name.split("{")[0].split(":", 1)[1]
+        if key.endswith("_created"):  # Prometheus's creation timestamps, not counts
+            continue
+        key = key.removesuffix("_total")
         if "per_pos" in key:
             found.setdefault(key, []).append(float(value))
         else:
