@@ -16,7 +16,7 @@ import pytest
 from conftest import run_cli, vllm_release_package
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.fetch import digest, slim_wheel, unpack
-from patchcraft.base.vllm_fetch import find_slim, kept, slim_name, fetch_vllm
+from patchcraft.base.vllm_fetch import PARTS_REVISION, find_slim, kept, slim_name, fetch_vllm
 
 FAKE = "9.9.9"
 MODEL = b"from vllm.config import VllmConfig\nclass LlamaModel:\n    pass\n"
@@ -122,4 +122,4 @@ def test_a_release_unpacked_with_other_parts_is_unpacked_again(tmp_path: Path, m
     (package / "model_executor" / "models" / "stale.py").write_text("# not in this revision's archive\n")
     assert fetch_vllm(FAKE) == package
     assert not (package / "model_executor" / "models" / "stale.py").exists()
-    assert (package.parent / "PATCHCRAFT_PARTS").read_text() == "2\n"
+    assert (package.parent / "PATCHCRAFT_PARTS").read_text() == f"{PARTS_REVISION}\n"
