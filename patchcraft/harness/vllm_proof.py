@@ -56,14 +56,33 @@ def prove_tree(tree: SglangTree, models: Sequence[ModelResult], texts: Optional[
     """One row per model: run when patched (or already patched), skipped otherwise, saying why."""
     rows = []
     mixin = set()
+    sites: dict[str, frozenset[tuple[str, str, str]]] = {}
     for model in models:
         if model.status not in (ModelStatus.PATCHED, ModelStatus.ALREADY):
             rows.append(SmokeResult(model.model, model.path, HarnessStatus.SKIPPED, f"{model.status}: {model.message}"))
             continue
         if model.edits and all(e.kind == EditKind.VLLM_MIXIN for e in model.edits):
             mixin.add(model.model)
+        sites[model.model] = frozenset((e.file, e.cls, e.method) for e in model.edits)
         rows.append(prove_model(tree.package, model.model, model.path, texts or {}, mixin=model.model in mixin))
-    return SmokeRun(tree=tree, version=tree.version, results=tuple(_mixin_rows(rows, mixin)))
+    return SmokeRun(tree=tree, version=tree.version, results=tuple(_shared_rows(_mixin_rows(rows, mixin), sites)))
+
+
+def _shared_rows(rows: list[SmokeResult], sites: Mapping[str, frozenset[tuple[str, str, str]]]) -> list[SmokeResult]:
+    """A row the harness cannot run whose every edit site is proven on rows that ran (a wrapper whose language
+    model shares another model's forward: 0.17's Llama4ForConditionalGeneration) is skipped, naming them; with
+    none, it stays the error that withholds the edit."""
+    passed = [r.model for r in rows if r.status == HarnessStatus.PASS]
+    out = []
+    for r in rows:
+        own = sites.get(r.model, frozenset())
+        if r.status == HarnessStatus.ERROR and r.message.startswith("cannot run") and own:
+            covering = [m for m in passed if sites.get(m, frozenset()) & own]
+            if covering and own <= frozenset().union(*(sites[m] for m in covering)):
+                shown = ", ".join(covering[:3]) + (f" and {len(covering) - 3} more" if len(covering) > 3 else "")
+                r = replace(r, status=HarnessStatus.SKIPPED, message=f"{r.message}; its edits are proven on {shown}")
+        out.append(r)
+    return out
 
 
 #: The message of a mixin row that could not show the edit (``error``, until another mixin model proves it).
