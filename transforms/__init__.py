@@ -20,6 +20,7 @@ from . import (
     init_capture_flag,
     mark_captured_outputs,
     vllm_capture_embedding,
+    vllm_copy_before_loop_capture,
     vllm_copy_mixin_embedding,
 )
 from ._contract import RunnerTransform, Transform
@@ -35,7 +36,11 @@ MODEL_TRANSFORMS: tuple[Transform, ...] = (
 
 #: vLLM's model-file transforms (docs/vllm.md): planned only on a vLLM tree (``planning.vllm_plans``).
 #: Each also changes a line in place, so it undoes that itself (``revert``).
-VLLM_TRANSFORMS: tuple[RunnerTransform, ...] = (vllm_capture_embedding, vllm_copy_mixin_embedding)
+VLLM_TRANSFORMS: tuple[RunnerTransform, ...] = (
+    vllm_capture_embedding,
+    vllm_copy_mixin_embedding,
+    vllm_copy_before_loop_capture,
+)
 
 BY_KIND: dict[str, Transform] = {t.KIND: t for t in (*MODEL_TRANSFORMS, *VLLM_TRANSFORMS)}
 

@@ -130,3 +130,5 @@ class EditKind(_Status):
     VLLM_FORWARD = "vllm-forward"
     #: vLLM 0.18+: ``EagleModelMixin``'s capture of id 0 a copy, not the embedding tensor itself (docs/vllm.md).
     VLLM_MIXIN = "vllm-mixin"
+    #: vLLM: a capture before the layer loop appends a copy of the embedding output, not the tensor itself.
+    VLLM_BEFORE_LOOP = "vllm-before-loop"

@@ -32,7 +32,11 @@ def test_list_names_vllms_transforms_and_their_sites(capsys) -> None:
 def test_list_json_says_each_transforms_engine(capsys) -> None:
     code, out, _ = run_cli(capsys, "list", "--format", "json", str(vllm_release_package("0.11.2")))
     document = {entry["name"]: entry for entry in json.loads(out)}
-    assert code == 0 and set(document) == {"vllm_capture_embedding", "vllm_copy_mixin_embedding"}
+    assert code == 0 and set(document) == {
+        "vllm_capture_embedding",
+        "vllm_copy_mixin_embedding",
+        "vllm_copy_before_loop_capture",
+    }
     assert {entry["engine"] for entry in document.values()} == {"vllm"}
     # 0.11.2 has no EagleModelMixin: Llama's own forward crashes on id 0, and is the forward edit's site.
     assert "vllm/model_executor/models/llama.py:LlamaModel.forward" in document["vllm_capture_embedding"]["matches"]

@@ -19,6 +19,7 @@ from . import (
     keep_captured_states_reduced,
     mark_captured_outputs,
     vllm_capture_embedding,
+    vllm_copy_before_loop_capture,
     vllm_copy_mixin_embedding,
 )
 
@@ -31,6 +32,7 @@ _ALL: tuple[TransformExamples, ...] = (
     keep_captured_states_reduced,
     vllm_capture_embedding,
     vllm_copy_mixin_embedding,
+    vllm_copy_before_loop_capture,
 )
 
 #: Transform name -> its examples module.
