@@ -20,7 +20,8 @@ with id 0 decides the row:
   ``vllm_copy_mixin_embedding``): the rows say ``via interfaces.py
   EagleModelMixin``; where the tree has no such method the planner can
   read, unsupported, said so;
-- it captures nothing in a layer loop: not applicable, said in the row.
+- it captures nothing in a layer loop: not applicable, said in the row; where it returns the hidden
+  states alone (MiMo), the row says EAGLE-3 itself cannot work with the class.
 
 A class whose architecture vLLM's registry serves from ``vllm/models/<family>/``
 (0.24+; not read here yet) is unsupported, said so, and every architecture
@@ -179,10 +180,7 @@ def _plan(
                 break
     if not reading.captures:
         return ModelPlan(
-            **common,
-            not_applicable=True,
-            unsupported=f"not needed: {where} has no layer loop that captures aux hidden states",
-            notes=notes,
+            **common, not_applicable=True, unsupported=_captures_nothing(forward, where, owner), notes=notes
         )
     if reading.id0 == COPY:
         return ModelPlan(
@@ -205,6 +203,37 @@ def _plan(
         unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet",
         notes=notes,
     )
+
+
+def _captures_nothing(forward: ast.AST, where: str, owner: ClassNode) -> str:
+    """Why a forward that captures nothing gets no edit. When it returns the hidden states alone, never the
+    (hidden states, aux hidden states) pair vLLM's runners unpack with EAGLE-3 on, EAGLE-3 itself cannot work with
+    the class (MiMo's ``MiMoModel.forward``): said plainly, as SGLang's rows say it, not "not needed"."""
+    alone = _returns_alone(forward)
+    if alone is None:
+        return f"not needed: {where} has no layer loop that captures aux hidden states"
+    return (
+        f"{where} has no layer loop that captures aux hidden states and returns `{alone.value.id}` alone "  # type: ignore[union-attr]
+        f"({owner.path.name}:{alone.lineno}), never the (hidden states, aux hidden states) pair vLLM's runner "
+        "unpacks with EAGLE-3 on: EAGLE-3 itself, not only id -1, does not work with this class"
+    )
+
+
+def _returns_alone(forward: ast.AST) -> ast.Return | None:
+    """The last ``return NAME`` of ``forward`` (nested functions aside) when none of its returns is a tuple."""
+    returns: list[ast.Return] = []
+    stack = list(ast.iter_child_nodes(forward))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Return):
+            returns.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    if not returns or any(isinstance(r.value, ast.Tuple) or r.value is None for r in returns):
+        return None
+    last = max(returns, key=lambda r: r.lineno)
+    return last if isinstance(last.value, ast.Name) else None
 
 
 #: Why a mixin model gets no edit when the mixin's capture cannot be found (said in its row).

@@ -131,3 +131,19 @@ def test_a_layer_call_that_threads_more_than_the_stream_and_the_residual_is_told
     glm = forward(package / "models" / "glm5next" / "common" / "model.py", "Glm5NextModel")
     deepseek = forward(package / "model_executor" / "models" / "deepseek_v2.py", "DeepseekV2Model")
     assert not _threads_stream_and_residual(glm) and _threads_stream_and_residual(deepseek)
+
+
+@pytest.mark.parametrize("version", ["0.32.0", pytest.param("0.11.2", marks=pytest.mark.slow)])
+def test_a_forward_that_captures_nothing_says_eagle3_itself_cannot_work(version: str) -> None:
+    """MiMo's ``MiMoModel.forward`` captures nothing and returns ``hidden_states`` alone, never the pair vLLM's runner
+    unpacks with EAGLE-3 on: the row says EAGLE-3 itself does not work there, as SGLang's rows say, not "not needed"
+    (issue 45, item 7)."""
+    package = vllm_release_package(version)
+    mimo = {p.label: p for p in plan_vllm(_tree(package))}["mimo.MiMoForCausalLM"]
+    source = (package / "model_executor" / "models" / "mimo.py").read_text().splitlines()
+    returned = max(i for i, line in enumerate(source, 1) if line.strip() == "return hidden_states")
+    reason = mimo.unsupported or ""
+    assert mimo.not_applicable and not mimo.sites
+    assert not reason.startswith("not needed"), reason
+    assert f"returns `hidden_states` alone (mimo.py:{returned})" in reason, reason
+    assert "EAGLE-3 itself, not only id -1, does not work with this class" in reason, reason
