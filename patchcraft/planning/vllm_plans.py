@@ -215,7 +215,7 @@ def _captures_nothing(forward: ast.AST, where: str, owner: ClassNode) -> str:
     return (
         f"{where} has no layer loop that captures aux hidden states and returns `{alone.value.id}` alone "  # type: ignore[union-attr]
         f"({owner.path.name}:{alone.lineno}), never the (hidden states, aux hidden states) pair vLLM's runner "
-        "unpacks with EAGLE-3 on: EAGLE-3 itself, not only id -1, does not work with this class"
+        "unpacks with EAGLE-3 on: EAGLE-3 itself, not only id 0 (hs[0]), does not work with this class"
     )
 
 

@@ -146,4 +146,4 @@ def test_a_forward_that_captures_nothing_says_eagle3_itself_cannot_work(version:
     assert mimo.not_applicable and not mimo.sites
     assert not reason.startswith("not needed"), reason
     assert f"returns `hidden_states` alone (mimo.py:{returned})" in reason, reason
-    assert "EAGLE-3 itself, not only id -1, does not work with this class" in reason, reason
+    assert "EAGLE-3 itself, not only id 0 (hs[0]), does not work with this class" in reason, reason
