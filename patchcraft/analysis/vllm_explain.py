@@ -152,6 +152,10 @@ def explain_vllm(
     and ``compilation`` (eager, compiled) narrow what is judged where the platform decides (the add-norm
     that may overwrite an embedding entry, the runner a platform without Triton uses); None judges every one.
     """
+    if platform is None:
+        platforms = _family_platforms(tree, model_name)
+        if platforms:  # each platform runs its own module: one answer per platform
+            return _per_platform(tree, model_name, layer_ids, num_layers, tp, compilation, platforms)
     record = _explain(tree, model_name, layer_ids, num_layers, tp, platform)
     norms = read_norm_dispatch(tree.package)
     judged = setting_for(norms, platform, compilation)
@@ -167,6 +171,61 @@ def explain_vllm(
         platform=platform,
         compilation=compilation,
         norms=norms,
+    )
+
+
+def _family_platforms(tree: VllmTree, model_name: str) -> tuple[str, ...]:
+    """The platforms that serve architecture ``model_name`` from ``vllm/models/<family>/`` when no one class of
+    ``model_executor/models`` serves it on all of them (0.33's ``KimiK3ForConditionalGeneration``); else ()."""
+    from patchcraft.planning.vllm_plans import served_outside
+    from patchcraft.reading.vllm_families import read_tables, served
+
+    if "." in model_name:
+        return ()
+    tables = read_tables(tree.package)
+    if not served_outside(tables, model_name):
+        return ()
+    module, cls = tables[model_name]
+    found = served(tree.package, model_name, module, cls)
+    if len({(s.stem, s.cls) for s in found if s.in_models}) == 1:
+        return ()  # the class a family falls back to answers (the harness runs it as those platforms serve it)
+    return tuple(s.platform for s in found if not s.refused)
+
+
+def _per_platform(
+    tree: VllmTree,
+    model_name: str,
+    layer_ids: Optional[Sequence[int]],
+    num_layers: int,
+    tp: int,
+    compilation: Optional[str],
+    platforms: Sequence[str],
+) -> VllmExplanation:
+    """An architecture each platform serves from its own module: each platform's answer, run, said by platform
+    (``cuda: hs[0] ..., hs[2]; rocm: not run: ...``); findings the platforms share said once, naming them."""
+    each = [(p, explain_vllm(tree, model_name, layer_ids, num_layers, tp, p, compilation)) for p in platforms]
+
+    def grouped(findings: Callable[[VllmExplanation], Sequence[Finding]]) -> tuple[Finding, ...]:
+        found: dict[tuple[FindingKind, str], list[str]] = {}
+        for platform, record in each:
+            for finding in findings(record):
+                found.setdefault((finding.kind, finding.text), []).append(platform)
+        return tuple(Finding(kind, f"{', '.join(on)}: {text}") for (kind, text), on in found.items())
+
+    first = each[0][1]
+    return replace(
+        first,
+        model=model_name,
+        model_type=_model_type(model_name, model_name),
+        via="",
+        fed="; ".join(f"{platform}: {record.fed}" for platform, record in each),
+        fed_states=(),
+        alone=(),
+        findings=grouped(lambda r: r.findings),
+        notes=grouped(lambda r: r.notes),
+        platform=None,
+        aliases=(),
+        ran=any(record.ran for _, record in each),
     )
 
 

@@ -14,6 +14,11 @@ release as it was). Two scenarios:
 - ``vllm-same``: ids without 0 (``(2, 5)``, ``(1, 4, n-1)`` and ``(3, n)``)
   feed exactly what the release fed (a crash included).
 
+A model whose one edit copies the entry a capture before the layer loop
+appends (``vllm-before-loop``, Kimi-Linear) changes only its id 0 too, so
+its ``vllm-id-0`` is the same: ``(0, *rest)`` feeds a copy of ``hs[0]``,
+then exactly what the release fed for ``rest``.
+
 A model whose one edit is ``EagleModelMixin``'s capture (``vllm-mixin``,
 0.18 on) shares that one method with every mixin model, and the edit
 changes only its id 0: there ``vllm-id-0`` asks that ``(0, *rest)`` feed a
@@ -56,6 +61,7 @@ def prove_tree(tree: SglangTree, models: Sequence[ModelResult], texts: Optional[
     """One row per model: run when patched (or already patched), skipped otherwise, saying why."""
     rows = []
     mixin = set()
+    only_id0 = (EditKind.VLLM_MIXIN, EditKind.VLLM_BEFORE_LOOP)
     sites: dict[str, frozenset[tuple[str, str, str]]] = {}
     for model in models:
         if model.status not in (ModelStatus.PATCHED, ModelStatus.ALREADY):
@@ -64,7 +70,12 @@ def prove_tree(tree: SglangTree, models: Sequence[ModelResult], texts: Optional[
         if model.edits and all(e.kind == EditKind.VLLM_MIXIN for e in model.edits):
             mixin.add(model.model)
         sites[model.model] = frozenset((e.file, e.cls, e.method) for e in model.edits)
-        rows.append(prove_model(tree.package, model.model, model.path, texts or {}, mixin=model.model in mixin))
+        id0_only = bool(model.edits) and all(e.kind in only_id0 for e in model.edits)
+        rows.append(
+            prove_model(
+                tree.package, model.model, model.path, texts or {}, mixin=model.model in mixin, id0_only=id0_only
+            )
+        )
     return SmokeRun(tree=tree, version=tree.version, results=tuple(_shared_rows(_mixin_rows(rows, mixin), sites)))
 
 
@@ -107,15 +118,20 @@ def _mixin_rows(rows: list[SmokeResult], mixin: set[str]) -> list[SmokeResult]:
     ]
 
 
-def prove_model(package: Path, label: str, path: str, texts: Mapping[Path, str], mixin: bool = False) -> SmokeResult:
-    """The two scenarios for one model class (``module.Class``); ``mixin``: its one edit is the mixin's capture."""
+def prove_model(
+    package: Path, label: str, path: str, texts: Mapping[Path, str], mixin: bool = False, id0_only: bool = False
+) -> SmokeResult:
+    """The two scenarios for one model class (``module.Class``); ``mixin``: its one edit is the mixin's capture;
+    ``id0_only``: its edits change id 0's entry alone (the mixin's, ``vllm-before-loop``)."""
     started = time.perf_counter()
     try:
         patched = find_model(package, label, texts)
         original = find_model(package, label, _reverted(patched, texts))
     except (HarnessError, PatchcraftError) as exc:
         return SmokeResult(label, path, HarnessStatus.ERROR, f"{UNSHOWN if mixin else 'cannot run'}: {exc}")
-    checks = [_mixin_with_0(patched, original) if mixin else _with_0(patched), _same(patched, original)]
+    unshown = UNSHOWN if mixin else "cannot run"  # not mixin: a row another row proves is skipped (_shared_rows)
+    first = _id0_only(patched, original, unshown) if mixin or id0_only else _with_0(patched)
+    checks = [first, _same(patched, original)]
     failed = next((c for c in checks if c.status != HarnessStatus.PASS), None)
     status = failed.status if failed is not None else HarnessStatus.PASS
     message = failed.detail if failed is not None else "id 0 feeds a copy of hs[0]; ids without 0 unchanged"
@@ -153,17 +169,17 @@ def _with_0(model: VllmModel) -> Check:
     return Check("vllm-id-0", HarnessStatus.PASS)
 
 
-def _mixin_with_0(patched: VllmModel, original: VllmModel) -> Check:
+def _id0_only(patched: VllmModel, original: VllmModel, unshown: str = UNSHOWN) -> Check:
     """``(0, *rest)`` feeds a copy of hs[0], then what the release fed for ``rest``."""
     for ids in WITH_0:
         rest = tuple(i for i in ids if i != 0)
         before = _outcome(original, rest)[0] if rest else None
         if before is not None and (before.not_run or before.crash):
             why = before.not_run or f"crash: {before.crash}"
-            return Check("vllm-id-0", HarnessStatus.ERROR, f"{UNSHOWN}: the release as it was, {rest}: {why}")
+            return Check("vllm-id-0", HarnessStatus.ERROR, f"{unshown}: the release as it was, {rest}: {why}")
         outcome, aliased = _outcome(patched, ids)
         if outcome.not_run:
-            return Check("vllm-id-0", HarnessStatus.ERROR, f"{UNSHOWN}: {ids}: {outcome.not_run}")
+            return Check("vllm-id-0", HarnessStatus.ERROR, f"{unshown}: {ids}: {outcome.not_run}")
         if outcome.crash:
             return Check("vllm-id-0", HarnessStatus.FAIL, f"{ids}: crash: {outcome.crash}")
         others = before.fed if before is not None else ()

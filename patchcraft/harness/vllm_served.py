@@ -147,7 +147,7 @@ def find_model(
         elif chosen is not None:
             family = chosen
     if family is not None:
-        return _family_model(graph, package, family, texts)
+        return _family_model(graph, package, family, texts, platform)
     outer = _outer(graph, package, name)
     if graph.find_method(outer, SETTER) is None:
         raise NotATarget(f"{outer.label} has no {SETTER}: not an EAGLE-3 target on this release")
@@ -201,8 +201,12 @@ def _on_platform(package: Path, architecture: str, platform: str) -> Any:
     raise PatchcraftError(f"{architecture}: {found.file}'s {found.cls}, which {platform} serves, is no EAGLE-3 target")
 
 
-def _family_model(graph: VllmGraph, package: Path, plan: Any, texts: Optional[Mapping[Path, str]]) -> VllmModel:
-    """A family class on the first of its row's platforms: its own ``self.model``'s forward, run from its file."""
+def _family_model(
+    graph: VllmGraph, package: Path, plan: Any, texts: Optional[Mapping[Path, str]], platform: Optional[str] = None
+) -> VllmModel:
+    """A family class on ``platform`` (else the first of its row's platforms): its own ``self.model``'s forward, run
+    from its file; a wrapper naming its language model's architecture (Kimi-K3's ``KimiLinearForCausalLM``) runs
+    the class that platform's dispatch builds for it, as Kimi-K2.5 runs its language model."""
     module = graph.module_of(plan.path)
     outer = graph.classes.get((module, plan.cls)) if graph.load(module) else None
     if outer is None:
@@ -211,14 +215,44 @@ def _family_model(graph: VllmGraph, package: Path, plan: Any, texts: Optional[Ma
         raise NotATarget(f"{plan.label} has no {SETTER}: not an EAGLE-3 target on {', '.join(plan.platforms)}")
     inners = classes_assigned_to(graph, outer, INNER)
     if not inners:
-        raise HarnessError(
-            f"{plan.label} builds its language model through its platform's dispatch: the harness runs a family "
-            "class with its own `self.model` only"
-        )
+        return _through_language_model(graph, package, plan, outer, texts, platform or plan.platforms[0])
     owner = next((c for c in graph.mro(inners[0]) if "forward" in c.methods), None)
     if owner is None:
         raise HarnessError(f"{inners[0].label} has no forward")
     return VllmModel(graph, outer, inners[0], owner, VllmProgram(graph, Sources(package, texts), PATCHED))
+
+
+def _through_language_model(
+    graph: VllmGraph,
+    package: Path,
+    plan: Any,
+    outer: ClassNode,
+    texts: Optional[Mapping[Path, str]],
+    platform: str,
+) -> VllmModel:
+    """A family wrapper's language model, named by its architecture in its code, as ``platform`` builds it; one
+    line when that class is no EAGLE-3 target of its own (0.33's XPU ``KimiLinearForCausalLM``, ``amd/linear.py``:
+    the wrapper's setter reaches its inner model, which the harness does not assemble under a wrapper)."""
+    named = language_model(graph, outer)
+    if named is None or named[0] == outer.name:
+        raise HarnessError(
+            f"{plan.label} builds its language model through its platform's dispatch from the config's "
+            "architectures: the harness runs a family class with its own `self.model`, or a language model its "
+            "code names, only"
+        )
+    architecture, where = named
+    try:
+        chosen = _on_platform(package, architecture, platform)
+        if isinstance(chosen, str) or chosen is None:
+            found = find_model(package, chosen or architecture, texts)
+        else:
+            found = _family_model(graph, package, chosen, texts, platform)
+    except (NotATarget, PatchcraftError) as exc:
+        raise HarnessError(
+            f"{plan.label} on {platform} builds its language model {architecture} ({where}), which the harness "
+            f"cannot run as a target of its own: {exc}"
+        ) from exc
+    return replace(found, via=f"{where} {outer.name}")
 
 
 def eagle3_classes(package: Path) -> list[str]:

@@ -14,7 +14,9 @@ a stand-in ``current_platform``). That gives:
   one edit (``interfaces.py``); a layer loop capturing at the top of each
   layer (0.33's ``DeepseekV32Model.forward``, ``nvidia/`` and ``amd/``) the
   ``vllm-forward`` edit in the platform's own file, proven on the harness
-  running that module; any other capture is read by what it does
+  running that module; one appending the embedding tensor itself before the
+  loop (Kimi-Linear's ``nvidia/model.py``) the ``vllm-before-loop`` edit, a
+  copy of that entry; any other capture is read by what it does
   (:mod:`patchcraft.reading.vllm_captures`) and said, with no edit yet;
 - **notes on the rows of ``model_executor/models``** classes a family falls
   back to (0.32's ``deepseek_v2.DeepseekV3ForCausalLM`` serves

@@ -20,6 +20,11 @@ with id 0 decides the row:
   ``vllm_copy_mixin_embedding``): the rows say ``via interfaces.py
   EagleModelMixin``; where the tree has no such method the planner can
   read, unsupported, said so;
+- it captures id 0 before its layer loop by appending the embedding tensor
+  itself (Kimi-Linear's ``vllm/models/kimi_k3/nvidia/model.py``, 0.27-0.32's
+  Cohere2-MoE): ``vllm-before-loop``, the transform
+  ``vllm_copy_before_loop_capture``, a copy of that entry right after its
+  append (planned again once there, so verify and revert find it);
 - it captures nothing in a layer loop: not applicable, said in the row; where it returns the hidden
   states alone (MiMo), the row says EAGLE-3 itself cannot work with the class.
 
@@ -47,7 +52,7 @@ from patchcraft.base.target import SglangTree
 from patchcraft.planning.records import EditSite, ModelPlan
 from patchcraft.planning.vllm_family_plans import Dispatch, fallback_notes, family_rows, named_architecture
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
-from patchcraft.reading.vllm_captures import ALIAS, COPY, CRASH, read_captures
+from patchcraft.reading.vllm_captures import ALIAS, BEFORE, COPY, CRASH, read_captures
 from patchcraft.reading.vllm_families import family_dispatch, read_tables
 from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
 from patchcraft.reading.vllm_runner import read_registry
@@ -171,6 +176,11 @@ def _plan(
     if top and (not family or _top_of_layer_capture(forward, patched=True)):  # the edit's site (revert finds it)
         return ModelPlan(**common, sites=(site,), notes=notes)
     reading = read_captures(forward)
+    first = reading.id0_capture
+    if first is not None and first.place == BEFORE and (first.id0 == ALIAS or first.copied_next):
+        # id 0 appended before the loop as the embedding tensor itself (Kimi-Linear): that entry made a copy
+        site = replace(site, kind=EditKind.VLLM_BEFORE_LOOP)
+        return ModelPlan(**common, sites=(site,), notes=notes)
     if not reading.captures:  # a forward handing its layer loop to a method of its own (0.33's DeepSeek-V4.1)
         for name in dict.fromkeys(_self_calls(forward)):
             helper = graph.find_method(inner, name)

@@ -53,6 +53,9 @@ class Capture:
     value: str  # the expression, as written ("hidden_states", "hidden_states + residual", ...)
     #: For id 0 (None where this capture never reads id 0): COPY, ALIAS, CRASH or OTHER.
     id0: Optional[str]
+    #: The entry appended by name is copied by the very next statement, ``C[-1] = C[-1].clone()``: the shape of
+    #: the ``vllm-before-loop`` edit (its ``id0`` is then COPY).
+    copied_next: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,9 +121,11 @@ def read_captures(function: ast.AST) -> CaptureReading:
             place = AFTER if plus_one or after_call else TOP
             reads0 = place == TOP and index is not None and _names_loop_var(index, names)
         id0 = _id0(call, value) if reads0 else None
+        copied_next = id0 == ALIAS and _copied_next(function, call)
         if id0 == ALIAS and _cloned_later(function, call.lineno):
             id0 = COPY
-        found.append(Capture(place, call.lineno, ast.unparse(value) if value is not None else "?", id0))
+        said = ast.unparse(value) if value is not None else "?"
+        found.append(Capture(place, call.lineno, said, id0, copied_next))
     for comp in _comprehension_captures(function):
         found.append(Capture(PICKED, comp.lineno, ast.unparse(comp.elt), None))
     return CaptureReading(tuple(sorted(found, key=lambda c: c.line)))
@@ -178,6 +183,23 @@ def _cloned_later(function: ast.AST, line: int) -> bool:
                 and ast.unparse(value.func.value) == ast.unparse(target)
             ):
                 return True
+    return False
+
+
+def _copied_next(function: ast.AST, call: ast.Call) -> bool:
+    """``C.append(X)`` followed in its block by ``C[-1] = C[-1].clone()``."""
+    receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+    if not isinstance(receiver, ast.Name):
+        return False
+    wanted = f"{receiver.id}[-1] = {receiver.id}[-1].clone()"
+    for node in ast.walk(function):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list):
+                continue
+            for index, stmt in enumerate(block[:-1]):
+                if isinstance(stmt, ast.Expr) and stmt.value is call:
+                    return ast.unparse(block[index + 1]) == wanted
     return False
 
 

@@ -144,3 +144,41 @@ def test_a_family_platform_module(version: str, tmp_path: Path, update_golden: b
     assert code == 0 and "warning" not in out and "hs[0], hs[2], hs[4]" in out, out
     assert run_trees(options, Mode.REVERT).code == 0
     assert {path: path.read_bytes() for path in package.rglob("*.py")} == pristine
+
+
+KIMI_ROWS = ("kimi_k3.nvidia.KimiLinearForCausalLM", "kimi_k3.nvidia.cuda-cpu.KimiK3ForConditionalGeneration")
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_kimi_linear_capture_before_the_loop(version: str, tmp_path: Path, update_golden: bool, capsys) -> None:
+    """Kimi-Linear (issue 46): vLLM serves it on CUDA and CPU from vllm/models/kimi_k3/nvidia/model.py, whose forward
+    appends the embedding tensor itself before its loop; ``apply`` makes that entry a copy (``vllm-before-loop``),
+    proven on the harness running the module (Kimi-K3's row through its language model), and the patched tree feeds
+    a copy of hs[0] on every platform that serves it; ``revert`` gives the release back byte for byte."""
+    package = _copy(version, tmp_path)
+    pristine = {path: path.read_bytes() for path in package.rglob("*.py")}
+    options = Options(targets=(str(package),), models=(KIMI_ROWS[0],), output_format="json", engine=ServingEngine.VLLM)
+    applied = run_trees(options, Mode.APPLY)
+    assert applied.code == 0
+    rows = {m.model: m for m in applied.results[0].models}
+    for label in KIMI_ROWS:
+        assert rows[label].status.value == "patched" and rows[label].proof.value == "harness-passed", rows[label]
+        assert {e.kind.value for e in rows[label].edits} == {"vllm-before-loop"}
+    diff = unified_diffs(applied.results[0].changes)
+    golden = GOLDEN / "vllm" / version / "kimi_k3.diff"
+    if update_golden:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(diff)
+    assert diff == golden.read_text()
+    assert "vllm/models/kimi_k3/nvidia/model.py" in diff and diff.count("\n+ ") == 2
+    assert run_trees(options, Mode.VERIFY).code == 0
+    assert run_trees(options, Mode.CHECK).code == 0
+    for platform in ("cuda", "cpu"):  # the platforms serving this module: a copy of hs[0], no alias warning
+        explain = ("explain", str(package), "--model", KIMI_ROWS[0], "--layer-ids", "0,2,4", "--num-layers", "8")
+        code, out, _ = run_cli(capsys, *explain, "--platform", platform)
+        assert code == 0 and "warning" not in out and "): hs[0], hs[2], hs[4]\n" in out, out
+    wrapper = ("explain", str(package), "--model", "KimiK3ForConditionalGeneration", "--layer-ids", "0,2,4")
+    code, out, _ = run_cli(capsys, *wrapper, "--num-layers", "8")
+    assert "cuda: hs[0], hs[2], hs[4]; " in out and "; cpu: hs[0], hs[2], hs[4]\n" in out, out
+    assert run_trees(options, Mode.REVERT).code == 0
+    assert {path: path.read_bytes() for path in package.rglob("*.py")} == pristine

@@ -72,7 +72,10 @@ def test_kimi_k3_builds_another_language_model_on_each_platform() -> None:
         assert [s.kind for s in plans[label].sites] == [EditKind.VLLM_MIXIN]
         assert plans[label].sites[0].cls == "EagleModelMixin"  # past amd/linear.py's override calling super()
     cuda = plans["kimi_k3.nvidia.cuda-cpu.KimiK3ForConditionalGeneration"]
-    assert not cuda.sites and "captures before the layer loop (model.py:1151, :1153)" in cuda.unsupported
+    assert [(s.kind, s.cls, s.method) for s in cuda.sites] == [
+        (EditKind.VLLM_BEFORE_LOOP, "KimiLinearModel", "forward")
+    ]
+    assert cuda.platforms == ("cuda", "cpu") and not cuda.unsupported
     rocm_linear = plans["kimi_k3.amd.KimiLinearForCausalLM"]
     assert rocm_linear.not_applicable and "has no set_aux_hidden_state_layers" in rocm_linear.unsupported
 
@@ -87,14 +90,29 @@ def test_naming_a_family_selects_its_rows() -> None:
 
 
 def test_a_capture_before_the_loop_is_read_by_what_it_does() -> None:
-    """0.32.0's Cohere2MoeModel.forward captures before its loop and after each layer: not 'not needed'."""
+    """0.32.0's Cohere2MoeModel.forward captures the embedding tensor itself before its loop: the entry is made a
+    copy there (``vllm-before-loop``), by what the capture does, as Kimi-Linear's (issue 46)."""
     plan = _plans(vllm_release_package("0.32.0"))["cohere2_moe.Cohere2MoeForCausalLM"]
-    assert not plan.not_applicable and not plan.sites
-    assert plan.unsupported == (
-        "cohere2_moe.Cohere2MoeModel.forward (cohere2_moe.py:422) captures before the layer loop (cohere2_moe.py:442) "
-        "and after each layer (cohere2_moe.py:449): id 0 is the embedding tensor itself, not a copy (layer 0 takes it "
-        "as its residual; an in-place fused add-norm overwrites it); no edit for this capture yet"
-    )
+    assert not plan.not_applicable and not plan.unsupported
+    assert [(s.kind, s.path.name, s.cls) for s in plan.sites] == [
+        (EditKind.VLLM_BEFORE_LOOP, "cohere2_moe.py", "Cohere2MoeModel")
+    ]
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_kimi_linear_before_the_loop_is_planned_on_cuda_and_cpu_only(version: str) -> None:
+    """Kimi-Linear's CUDA/CPU module (``nvidia/model.py``) appends the embedding tensor itself before its loop: both
+    rows serving it get the ``vllm-before-loop`` edit in that file; ROCm and XPU keep the mixin's (issue 46)."""
+    package = vllm_release_package(version)
+    plans = _plans(package)
+    path = package / "models" / "kimi_k3" / "nvidia" / "model.py"
+    for label in ("kimi_k3.nvidia.KimiLinearForCausalLM", "kimi_k3.nvidia.cuda-cpu.KimiK3ForConditionalGeneration"):
+        plan = plans[label]
+        assert not plan.unsupported and plan.platforms == ("cuda", "cpu"), (label, plan.unsupported)
+        assert [(s.kind, s.path, s.cls, s.method) for s in plan.sites] == [
+            (EditKind.VLLM_BEFORE_LOOP, path, "KimiLinearModel", "forward")
+        ]
+    assert [s.kind for s in plans["kimi_k3.nvidia.xpu.KimiK3ForConditionalGeneration"].sites] == [EditKind.VLLM_MIXIN]
 
 
 def test_vl_wrappers_follow_the_language_model_their_code_builds() -> None:
@@ -132,12 +150,23 @@ def test_explain_on_an_architecture_served_by_a_fallback_runs_that_class(capsys)
     assert answers[0] == answers[1] and answers[0][0] == 1 and "deepseek_v2.py" in answers[0][1]
 
 
-def test_explain_on_a_family_only_architecture_is_one_line_exit_2(capsys) -> None:
-    package = str(vllm_release_package("0.33.0"))
-    args = ("explain", package, "--engine", "vllm", "--model", "KimiK3ForConditionalGeneration", "--layer-ids", "0,2")
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_explain_on_a_family_only_architecture_answers_per_platform(version: str, capsys) -> None:
+    """KimiK3ForConditionalGeneration is served from each platform's own module: explain runs each platform's
+    (CUDA and CPU through the language model its code names, ``KimiLinearForCausalLM``), and says each answer."""
+    pytest.importorskip("torch")
+    package = str(vllm_release_package(version))
+    args = ("explain", package, "--engine", "vllm", "--model", "KimiK3ForConditionalGeneration", "--layer-ids", "0,2,4")
     code, out, err = run_cli(capsys, *args, "--num-layers", "8")
-    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
-    assert "cuda: models/kimi_k3/nvidia/model.py; rocm: models/kimi_k3/amd/model.py" in err
+    assert code == 1 and err == "", err
+    fed = next(line for line in out.splitlines() if line.startswith("vLLM feeds the draft"))
+    assert "cuda: hs[0] (not a copy: hs[7] where the add-norm runs in place: cuda eager), hs[2], hs[4]" in fed
+    assert (
+        "cpu: hs[0] (not a copy; kept: the add-norm runs out of place on cpu eager, cpu compiled), hs[2], hs[4]" in fed
+    )
+    assert "rocm: not run: " in fed and "xpu: not run: " in fed
+    code, out, _ = run_cli(capsys, *args, "--num-layers", "8", "--platform", "cuda")
+    assert code == 1 and "KimiLinearForCausalLM, the language model of KimiK3ForConditionalGeneration" in out
     assert "does not read yet" not in err and "no such model class" not in err
 
 
