@@ -52,7 +52,7 @@ from patchcraft.base.target import SglangTree
 from patchcraft.planning.records import EditSite, ModelPlan
 from patchcraft.planning.vllm_family_plans import Dispatch, fallback_notes, family_rows, named_architecture
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
-from patchcraft.reading.vllm_captures import ALIAS, BEFORE, COPY, CRASH, read_captures
+from patchcraft.reading.vllm_captures import ALIAS, BEFORE, COPY, CRASH, DROPPED, read_captures
 from patchcraft.reading.vllm_families import family_dispatch, read_tables
 from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
 from patchcraft.reading.vllm_runner import read_registry
@@ -181,11 +181,13 @@ def _plan(
         # id 0 appended before the loop as the embedding tensor itself (Kimi-Linear): that entry made a copy
         site = replace(site, kind=EditKind.VLLM_BEFORE_LOOP)
         return ModelPlan(**common, sites=(site,), notes=notes)
+    read_from: ast.AST = forward
     if not reading.captures:  # a forward handing its layer loop to a method of its own (0.33's DeepSeek-V4.1)
         for name in dict.fromkeys(_self_calls(forward)):
             helper = graph.find_method(inner, name)
             if helper is not None and name != "forward" and read_captures(helper[1]).captures:
                 reading = read_captures(helper[1])
+                read_from = helper[1]
                 where = f"{where} through {helper[0].label}.{name} ({helper[0].path.name}:{helper[1].lineno}), which"
                 break
     if not reading.captures:
@@ -208,11 +210,33 @@ def _plan(
             "residual, which the harness cannot run, so no edit is offered unproven (an overlay would refuse it)",
             notes=notes,
         )
+    threaded = _layer_call_targets(read_from)
+    if reading.id0 == DROPPED and len(threaded) > 2:  # DeepSeek-V4's hyper-connection streams: nothing to prove on
+        return ModelPlan(
+            **common,
+            unsupported=f"{where} {reading.said(owner.path.name)}; an embedding capture before the loop would have "
+            f"to be proven on the harness, whose stand-in layers thread the stream and the residual only, not this "
+            f"layer call's `{', '.join(threaded)} = ...` (nothing unproven is written)",
+            notes=notes,
+        )
     return ModelPlan(
         **common,
         unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet",
         notes=notes,
     )
+
+
+def _layer_call_targets(function: ast.AST) -> tuple[str, ...]:
+    """The names a layer loop's call binds (``hidden_states, residual, post_mix, res_mix = layer(...)``), or ()."""
+    for loop in ast.walk(function):
+        if not isinstance(loop, ast.For):
+            continue
+        for stmt in loop.body:
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and len(stmt.targets) == 1:
+                target = stmt.targets[0]
+                if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
+                    return tuple(e.id for e in target.elts if isinstance(e, ast.Name))
+    return ()
 
 
 def _captures_nothing(forward: ast.AST, where: str, owner: ClassNode) -> str:

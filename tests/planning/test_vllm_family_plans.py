@@ -59,7 +59,11 @@ def test_each_served_family_class_is_a_row_naming_its_platforms() -> None:
         v4 = plans[f"deepseek_v4.{platform}.DeepseekV4ForCausalLM"]
         assert (
             not v4.sites and "captures after each layer" in v4.unsupported and "id 0 captures nothing" in v4.unsupported
-        )
+        )  # and why no edit: the harness does not model its hyper-connection streams (issue 46)
+        assert v4.unsupported.endswith(
+            "stand-in layers thread the stream and the residual only, not this layer call's "
+            "`hidden_states, residual, post_mix, res_mix = ...` (nothing unproven is written)"
+        ), v4.unsupported
     glm5 = plans["glm5next.common.Glm5NextForCausalLM"]
     assert any(n.startswith("not served on xpu: NotImplementedError") for n in glm5.notes)
 
