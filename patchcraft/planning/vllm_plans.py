@@ -171,6 +171,11 @@ def _plan(
     notes = (f"ids reach {inner.label} through {via}",) if via else ()
     if _reaches_mixin(graph, inner):
         return _mixin_plan(graph, inner, where, common, notes, family)
+    handed, owner = owner, _past_super_forwards(graph, inner, owner)
+    if owner is not handed:  # 0.15-0.17's MistralModel.forward: ``return super().forward(...)``
+        forward = owner.methods["forward"]
+        notes = (*notes, f"{where} hands its work to {owner.label}.forward (super().forward)")
+        where = f"{owner.label}.forward ({owner.path.name}:{forward.lineno})"
     site = EditSite(kind=EditKind.VLLM_FORWARD, path=owner.path, module=owner.module, cls=owner.name, method="forward")
     top = _top_of_layer_capture(forward)
     if top and (not family or _top_of_layer_capture(forward, patched=True)):  # the edit's site (revert finds it)
@@ -211,12 +216,13 @@ def _plan(
             notes=notes,
         )
     threaded = _layer_call_targets(read_from)
-    if reading.id0 == DROPPED and len(threaded) > 2:  # DeepSeek-V4's hyper-connection streams: nothing to prove on
+    if len(threaded) > 2:  # DeepSeek-V4's hyper-connection streams, GLM-5-next's post/comb: nothing to prove on
+        edit = "an embedding capture before the loop" if reading.id0 == DROPPED else "an edit for id 0"
         return ModelPlan(
             **common,
-            unsupported=f"{where} {reading.said(owner.path.name)}; an embedding capture before the loop would have "
-            f"to be proven on the harness, whose stand-in layers thread the stream and the residual only, not this "
-            f"layer call's `{', '.join(threaded)} = ...` (nothing unproven is written)",
+            unsupported=f"{where} {reading.said(owner.path.name)}; {edit} would have to be proven on the harness, "
+            "whose stand-in layers thread the stream and the residual only, not this layer call's "
+            f"`{', '.join(threaded)} = ...` (nothing unproven is written)",
             notes=notes,
         )
     return ModelPlan(
@@ -237,6 +243,20 @@ def _layer_call_targets(function: ast.AST) -> tuple[str, ...]:
                 if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
                     return tuple(e.id for e in target.elts if isinstance(e, ast.Name))
     return ()
+
+
+def _past_super_forwards(graph: ModelGraph, inner: ClassNode, owner: ClassNode) -> ClassNode:
+    """The class whose forward does the work: past each forward of ``inner``'s MRO that captures nothing itself and
+    calls ``super().forward`` (0.15-0.17's ``MistralModel``, whose layer loop is ``LlamaModel.forward``'s)."""
+    mro = graph.mro(inner)
+    while True:
+        forward = owner.methods["forward"]
+        if read_captures(forward).captures or _top_of_layer_capture(forward) or not _calls_super_forward(forward):
+            return owner
+        base = next((c for c in mro[mro.index(owner) + 1 :] if "forward" in c.methods), None)
+        if base is None:
+            return owner
+        owner = base
 
 
 def _captures_nothing(forward: ast.AST, where: str, owner: ClassNode) -> str:
