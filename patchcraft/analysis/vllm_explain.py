@@ -144,6 +144,7 @@ def explain_vllm(
     tp: int = 1,
     platform: Optional[str] = None,
     compilation: Optional[str] = None,
+    per_platform: bool = False,
 ) -> VllmExplanation:
     """Read the runners and the gate, then run the model's getter, setter and forward (torch needed for the run).
 
@@ -151,8 +152,10 @@ def explain_vllm(
     read reduced states (a note) or per-rank partial sums (a warning). ``platform`` (cpu, cuda, rocm, xpu)
     and ``compilation`` (eager, compiled) narrow what is judged where the platform decides (the add-norm
     that may overwrite an embedding entry, the runner a platform without Triton uses); None judges every one.
+    ``per_platform`` (explain's own report): an architecture each platform serves from its own module, with no
+    ``platform``, is run on each and said per platform (a draft's check needs one platform's states: not there).
     """
-    if platform is None:
+    if platform is None and per_platform:
         platforms = _family_platforms(tree, model_name)
         if platforms:  # each platform runs its own module: one answer per platform
             return _per_platform(tree, model_name, layer_ids, num_layers, tp, compilation, platforms)

@@ -136,6 +136,7 @@ def _explain_vllm(options: ExplainOptions, tree: VllmTree) -> int:
         options.tp,
         platform=options.platform or tree.build_platform,
         compilation=options.compilation,
+        per_platform=True,
     )
     code = verdict_code(not result.findings)
     return console.print_report(

@@ -303,10 +303,10 @@ def _outer(graph: ModelGraph, package: Path, name: str) -> ClassNode:
     return found
 
 
-#: Why a class of ``vllm/models/<family>/`` is not run (its rows say what its forward captures).
+#: What a name served from ``vllm/models/<family>/`` needs where no one class answers for every platform.
 NOT_RUN_WHY = (
-    "whose modules the harness does not run yet: `patchcraft apply --engine vllm --check` names each platform's "
-    "class and says what its forward captures"
+    "each platform running its own module: name one with --platform (explain answers for each without it), or a "
+    "row's label (`patchcraft apply --engine vllm --check` names each platform's class and says what it captures)"
 )
 NOT_RUN = f"serves it from vllm/models/, {NOT_RUN_WHY}"
 
