@@ -117,3 +117,28 @@ def test_a_mixin_row_that_cannot_show_the_edit_is_skipped_only_when_another_prov
     assert [r.status for r in rows] == [HarnessStatus.PASS, HarnessStatus.SKIPPED, HarnessStatus.FAIL]
     assert rows[1].message.endswith("the edit is EagleModelMixin's alone, proven on llama.LlamaForCausalLM")
     assert _mixin_rows([unshown], mixin) == [unshown]  # nothing proved it: the error withholds the edit
+
+
+def test_a_row_whose_forward_the_harness_cannot_follow_is_skipped_when_its_shared_edit_is_proven(
+    tmp_path: Path,
+) -> None:
+    """0.17.0's ``MistralModel.forward`` is ``return super().forward(...)``: its edit is ``LlamaModel.forward``'s,
+    which Llama's row proves, while the harness finds no layer call in Mistral's own forward (not run). That row is
+    skipped, naming the rows that proved the edit; it no longer withholds llama.py from every apply (issue 45)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "vllm"
+    shutil.copytree(vllm_release_package("0.17.0"), copy)
+    command = [sys.executable, "-m", "patchcraft", "apply", str(copy), "--engine", "vllm", "--format", "json"]
+    proc = subprocess.run([*command, "--model", "mistral.MistralForCausalLM"], capture_output=True, text=True)
+    document = json.loads(proc.stdout)
+    rows = {m["model"]: m for m in document["models"]}
+    mistral = rows["mistral.MistralForCausalLM"]
+    assert proc.returncode == 0, mistral["message"]
+    assert mistral["status"] == "patched" and mistral["proof"] == "harness-skipped", mistral
+    assert "no call of a decoder layer" in mistral["notes"][-1] and "its edits are proven on" in mistral["notes"][-1]
+    assert rows["llama.LlamaForCausalLM"]["proof"] == "harness-passed"
+    assert document["summary"]["written"] == ["vllm/model_executor/models/llama.py"]

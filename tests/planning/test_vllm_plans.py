@@ -147,3 +147,17 @@ def test_a_forward_that_captures_nothing_says_eagle3_itself_cannot_work(version:
     assert not reason.startswith("not needed"), reason
     assert f"returns `hidden_states` alone (mimo.py:{returned})" in reason, reason
     assert "EAGLE-3 itself, not only id 0 (hs[0]), does not work with this class" in reason, reason
+
+
+def test_a_forward_handing_its_work_to_super_forward_gets_the_edit_of_the_base() -> None:
+    """0.15-0.17's ``MistralModel.forward`` is ``return super().forward(...)``: ``LlamaModel.forward``'s capture at the
+    top of each layer is Mistral's too (id 0 raises there as on Llama), so its row shares Llama's edit, and does not
+    say "not needed: ... has no layer loop that captures" (issue 45, found re-sweeping the rows of item 7)."""
+    plans = {p.label: p for p in plan_vllm(_tree(vllm_release_package("0.17.0")))}
+    mistral, llama = plans["mistral.MistralForCausalLM"], plans["llama.LlamaForCausalLM"]
+    assert not mistral.unsupported and not mistral.not_applicable, mistral.unsupported
+    assert [(s.kind, s.cls, s.method) for s in mistral.sites] == [(EditKind.VLLM_FORWARD, "LlamaModel", "forward")]
+    assert mistral.sites == llama.sites
+    assert any("super().forward" in note and "llama.LlamaModel.forward" in note for note in mistral.notes), (
+        mistral.notes
+    )
