@@ -31,23 +31,21 @@ from __future__ import annotations
 import enum
 import hashlib
 import importlib.util
-import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from patchcraft import __version__
-from patchcraft.engine import result_cache
+from patchcraft.engine import cache_entries, result_cache
 from patchcraft.base import digests
-from patchcraft.base.cache_root import ensure_directory, keep_newest, remove_quietly, root
+from patchcraft.base.cache_root import root
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.safetensors_header import header_bytes
 from patchcraft.base.target import SglangTree
 
 #: Bump when the entry format changes.
-FORMAT = 1
+FORMAT = 2
 #: Entries kept; the oldest are removed when one is stored.
 KEEP = 64
 #: The environment that decides where a hub name is looked up.
@@ -149,18 +147,15 @@ def directory() -> Path:
 
 
 def load(lookup: str) -> dict | None:
-    """The stored entry for ``lookup`` when every input it recorded is unchanged; else None."""
+    """The stored entry for ``lookup`` when it is ours, intact, and every input it recorded is unchanged; else None."""
     if not enabled():
         return None
     try:
         path = directory() / f"{lookup}.json"
-        with open(path, "rb") as handle:
-            if os.fstat(handle.fileno()).st_uid != os.getuid():
-                return None  # another user's "ok" would skip the check: only ever trust our own
-            entry = json.loads(handle.read())
-    except (PatchcraftError, OSError, ValueError):
+    except PatchcraftError:
         return None
-    if not isinstance(entry, dict) or entry.get("format") != FORMAT or not isinstance(entry.get("inputs"), list):
+    entry = cache_entries.read_entry(path, FORMAT, lookup)
+    if entry is None or not isinstance(entry.get("inputs"), list):
         return None
     try:
         for kind, name, digest in entry["inputs"]:
@@ -168,10 +163,7 @@ def load(lookup: str) -> dict | None:
                 return None
     finally:
         digests.save()
-    try:
-        os.utime(path)  # recently used: kept by keep_newest
-    except OSError:
-        pass
+    cache_entries.used(path)
     return entry
 
 
@@ -187,22 +179,9 @@ def store(lookup: str, recorded: list[list[str]], stdout: str, stderr: str) -> N
     """Store an ok verdict under ``lookup`` atomically, if its inputs are still as ``recorded``; failures are ignored."""
     if not enabled() or record([Dependency(InputKind(k), p) for k, p, _ in recorded if k in _KINDS]) != recorded:
         return
-    entry = {
-        "format": FORMAT,
-        "inputs": recorded,
-        "stdout": stdout,
-        "stderr": stderr,
-    }
+    entry = {"format": FORMAT, "key": lookup, "inputs": recorded, "stdout": stdout, "stderr": stderr}
     try:
-        folder = ensure_directory(directory(), private=True)
-        handle, tmp = tempfile.mkstemp(prefix=".entry.", dir=folder)  # mode 0600
-    except (PatchcraftError, OSError):
+        folder = directory()
+    except PatchcraftError:
         return
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(entry, out)
-        os.replace(tmp, folder / f"{lookup}.json")
-    except OSError:
-        remove_quietly(Path(tmp))
-        return
-    keep_newest(folder, "*.json", KEEP)
+    cache_entries.write_entry(folder, lookup, entry, KEEP)

@@ -37,19 +37,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import json
 import os
-import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
 from patchcraft import __version__
 from patchcraft.base import digests
-from patchcraft.base.cache_root import ensure_directory, keep_newest, remove_quietly, root
+from patchcraft.base.cache_root import remove_quietly, root
 from patchcraft.base.errors import PatchcraftError
-from patchcraft.engine import result_cache
+from patchcraft.engine import cache_entries, result_cache
 from patchcraft.base.target import SglangTree
 from patchcraft.engine.preflight_cache import _KINDS, Dependency, InputKind, draft_dependencies, tree_dependencies
 
@@ -234,8 +231,7 @@ def recording(roots: Iterable[str | Path]) -> Iterator[Recorder]:
 
 
 def _body_digest(entry: dict) -> str:
-    body = {name: value for name, value in entry.items() if name != "sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8", "surrogateescape")).hexdigest()
+    return cache_entries.body_digest(entry)
 
 
 def load(lookup: str) -> dict | None:
@@ -244,20 +240,13 @@ def load(lookup: str) -> dict | None:
         return None
     try:
         path = directory() / f"{lookup}.json"
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                return None  # another user's verdict would answer for them: only ever trust our own
-            data = handle.read()
-    except (PatchcraftError, OSError):
+    except PatchcraftError:
         return None
-    try:
-        entry = json.loads(data)
-        intact = isinstance(entry, dict) and entry.get("sha256") == _body_digest(entry)
-    except (ValueError, TypeError):
-        intact = False
-    if not intact or entry.get("format") != FORMAT or entry.get("key") != lookup or not _well_formed(entry):
-        remove_quietly(path)  # damaged, or another key's: computed again and stored anew
+    entry = cache_entries.read_entry(path, FORMAT, lookup)
+    if entry is None:
+        return None
+    if not _well_formed(entry):
+        remove_quietly(path)
         return None
     try:
         for kind, name, digest in entry["inputs"]:
@@ -265,10 +254,7 @@ def load(lookup: str) -> dict | None:
                 return None
     finally:
         digests.save()
-    try:
-        os.utime(path)  # recently used: kept by keep_newest
-    except OSError:
-        pass
+    cache_entries.used(path)
     return entry
 
 
@@ -307,20 +293,11 @@ def store(lookup: str, recorded: list[list[str]], code: int, output: list[list[s
     if record(Dependency(InputKind(k), p) for k, p, _ in recorded) != recorded:
         return  # an input changed while the verdict was computed: it may pair one content with another's verdict
     entry: dict = {"format": FORMAT, "key": lookup, "inputs": recorded, "code": code, "output": output}
-    entry["sha256"] = _body_digest(entry)
     try:
-        folder = ensure_directory(directory(), private=True)
-        handle, tmp = tempfile.mkstemp(prefix=".entry.", dir=folder)  # mode 0600
-    except (PatchcraftError, OSError):
+        folder = directory()
+    except PatchcraftError:
         return
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(entry, out)
-        os.replace(tmp, folder / f"{lookup}.json")
-    except OSError:
-        remove_quietly(Path(tmp))
-        return
-    keep_newest(folder, "*.json", KEEP)
+    cache_entries.write_entry(folder, lookup, entry, KEEP)
 
 
 # -- one verdict ---------------------------------------------------------------------------------------
