@@ -23,7 +23,7 @@ from tools.sweep_vllm import RELEASES, WHOLE, Row
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "coverage.md"
 
-#: 0.34.0 in the fast tier: a class of each kind (patched, not-needed through the mixin, not-needed with no
+#: 0.34.0 in the fast tier: a class of each kind (patched, not-needed through the mixin, not-applicable with no
 #: capture loop, unsupported wrapper, a setter that crashes), not all 79.
 FAST_034 = (
     "deepseek_v2.DeepseekV3ForCausalLM",
@@ -98,6 +98,19 @@ def test_write_docs_replaces_only_the_named_releases(tmp_path: Path) -> None:
     assert [r for r in after if r.release != "0.11.2"] == [
         r for r in sweep_vllm.documented(text) if r.release != "0.11.2"
     ]
+
+
+def test_write_docs_with_classes_replaces_only_their_rows(tmp_path: Path) -> None:
+    """``--class``: one class's rows of a release are rewritten, every other row of that release kept."""
+    page = tmp_path / "coverage.md"
+    text = PAGE.read_text(encoding="utf-8")
+    page.write_text(text, encoding="utf-8")
+    before = sweep_vllm.documented(text)
+    mimo = next(r for r in before if r.release == "0.11.2" and r.cls == "mimo.MiMoForCausalLM")
+    changed = Row(**{**mimo.__dict__, "patch": "unsupported: planted"})
+    sweep_vllm.write_docs([changed], page, only=[mimo.cls])
+    after = sweep_vllm.documented(page.read_text(encoding="utf-8"))
+    assert after == [changed if r == mimo else r for r in before]
 
 
 def test_an_unfetchable_release_is_a_row_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@
     python -m tools.sweep_vllm --all --write-docs      # every release from 0.8.5; rewrite docs/coverage.md's vLLM section
     python -m tools.sweep_vllm 0.11.2 0.34.0           # print those releases' rows
     python -m tools.sweep_vllm 0.18.1 --write-docs     # replace just those releases' rows (the rest kept)
+    python -m tools.sweep_vllm 0.18.1 --class mimo.MiMoForCausalLM --write-docs   # just that class's rows
 
 For each release (fetched slim into the cache with ``patchcraft fetch
 --engine vllm``, docs/vllm.md) and each class with
@@ -116,16 +117,18 @@ def sweep(
     num_layers: int = NUM_LAYERS,
     ids: tuple[int, ...] = IDS,
     only: Optional[Sequence[str]] = None,
+    named: bool = False,
 ) -> list[Row]:
     """The rows of ``version`` (its cached package, fetched if needed, unless ``package`` is given);
-    ``only``: just these classes' rows (labels, ``file.Class``)."""
+    ``only``: just these classes' rows (labels, ``file.Class``), from a whole-tree apply, or with ``named`` from
+    an apply naming them with ``--model`` (``--class``: minutes less per release)."""
     try:
         package = package if package is not None else fetch(version)
     except Exception as exc:  # noqa: BLE001 - a release that cannot be fetched is a row saying so
         return [_whole(version, f"not fetched: {_one_line(exc)}")]
     try:
         with _memo():
-            return _rows(version, package, num_layers, ids, only)
+            return _rows(version, package, num_layers, ids, only, named)
     except Exception as exc:  # noqa: BLE001 - nor is one whose code cannot be followed skipped
         return [_whole(version, f"not followed: {type(exc).__name__}: {_one_line(exc)}")]
 
@@ -135,7 +138,12 @@ def _whole(version: str, why: str) -> Row:
 
 
 def _rows(
-    version: str, package: Path, num_layers: int, ids: tuple[int, ...], only: Optional[Sequence[str]]
+    version: str,
+    package: Path,
+    num_layers: int,
+    ids: tuple[int, ...],
+    only: Optional[Sequence[str]],
+    named: bool = False,
 ) -> list[Row]:
     from patchcraft.base.vllm_tree import resolve_vllm_target
     from patchcraft.harness.vllm_served import eagle3_classes
@@ -145,7 +153,7 @@ def _rows(
     with tempfile.TemporaryDirectory(prefix="sweep-vllm-") as scratch:
         copy = Path(scratch) / "vllm"
         shutil.copytree(tree.package, copy)
-        applied, apply_problem = _apply(copy)
+        applied, apply_problem = _apply(copy, only, named)
         # vllm/models/<family>/ rows (family.subpackage.Class) are run as explain runs them: that module's forward
         classes += [c for c in applied if c.count(".") > 1 and c not in classes and (only is None or c in only)]
         patched = resolve_vllm_target(str(copy))
@@ -166,7 +174,7 @@ def _rows(
             for cls, status in applied.items()
             if only is None or cls in only
         ]
-    if not found:
+    if not found and only is None:
         found.append(_whole(version, "no class with set_aux_hidden_state_layers"))
     return found
 
@@ -212,9 +220,11 @@ def _id0(found) -> str:
     return "dropped" if not alone.states else "other"
 
 
-def _apply(copy: Path) -> tuple[dict[str, str], str]:
-    """``{class: status cell}`` from ``patchcraft apply --engine vllm --format json`` on ``copy``, or why none."""
+def _apply(copy: Path, only: Optional[Sequence[str]] = None, named: bool = False) -> tuple[dict[str, str], str]:
+    """``{class: status cell}`` from ``patchcraft apply --engine vllm --format json`` on ``copy``, or why none
+    (``only``: those classes' rows; with ``named``, named with ``--model``, the rows they bring along left out)."""
     command = [sys.executable, "-m", "patchcraft", "apply", str(copy), "--engine", "vllm", "--format", "json"]
+    command += [f"--model={label}" for label in (only or ()) if named]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     try:
         document = json.loads(proc.stdout)
@@ -222,7 +232,8 @@ def _apply(copy: Path) -> tuple[dict[str, str], str]:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {}, f"apply failed (exit {proc.returncode}): {_cell(last)}"
     where = str(copy.parent) + os.sep  # the scratch copy's place is no part of the answer
-    return {m["model"]: _status(m).replace(where, "") for m in document.get("models", [])}, ""
+    models = [m for m in document.get("models", []) if only is None or m["model"] in only]
+    return {m["model"]: _status(m).replace(where, "") for m in models}, ""
 
 
 def _unlisted(cls: str) -> str:
@@ -305,7 +316,9 @@ release:
 - **findings**: the kinds `explain --engine vllm` reports for `[0, 2, 4]`.
 - **apply**: what `apply` did, with the edit or its reason: `patched`
   (`vllm-forward` or `vllm-mixin`, docs/edits.md, proven on the harness
-  before it is written), `not-needed`, `unsupported`, `would-patch` (not
+  before it is written), `not-needed`, `not-applicable` (no edit can help:
+  EAGLE-3 itself does not work with the class, or it is no EAGLE-3 target
+  on that platform), `unsupported`, `would-patch` (not
   written: the harness could not prove it) or `error`; **[0, 2, 4] after
   apply**: what the patched copy feeds.
 
@@ -341,7 +354,7 @@ def _order(version: str) -> tuple[int, str]:
 
 
 #: apply's statuses, as the counts name them (``would-patch``: proven wrong or not provable, so not written).
-STATUSES = ("patched", "not-needed", "unsupported", "would-patch", "error")
+STATUSES = ("patched", "not-needed", "not-applicable", "unsupported", "would-patch", "error")
 
 
 def _counts(by_release: dict[str, list[Row]]) -> list[str]:
@@ -513,12 +526,13 @@ def _split_cells(line: str) -> list[str]:
     return cells
 
 
-def write_docs(rows: Sequence[Row], page: Path = PAGE, wall: str = "") -> None:
-    """Put ``rows``' releases into the vLLM section of ``page`` (other releases' rows kept)."""
+def write_docs(rows: Sequence[Row], page: Path = PAGE, wall: str = "", only: Optional[Sequence[str]] = None) -> None:
+    """Put ``rows``' releases into the vLLM section of ``page`` (other releases' rows kept; with ``only``, every
+    row but those classes' rows of those releases kept)."""
     text = page.read_text(encoding="utf-8") if page.is_file() else ""
     before, found, after = split_page(text)
     swept = {r.release for r in rows}
-    kept = [r for r in documented(text) if r.release not in swept]
+    kept = [r for r in documented(text) if r.release not in swept or (only is not None and r.cls not in only)]
     if not wall and found:
         wall = (found.partition("The last `--all` run took ")[2].partition(".\n")[0]) if "run took" in found else ""
     if found is None:  # before the SGLang release history, which scripts/sweep.py keeps last
@@ -539,6 +553,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument(
         "--load", type=Path, action="append", default=[], help="rows saved with --save, not swept again"
     )
+    parser.add_argument("--class", dest="only", action="append", metavar="LABEL", help="only these classes' rows")
     parser.add_argument("--num-layers", type=int, default=NUM_LAYERS, help=argparse.SUPPRESS)
     parser.add_argument("--ids", default=",".join(map(str, IDS)), help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -560,7 +575,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     began = time.monotonic()
     for version in versions:
         clock = time.monotonic()
-        found = sweep(version, num_layers=options.num_layers, ids=ids)
+        found = sweep(version, num_layers=options.num_layers, ids=ids, only=options.only, named=bool(options.only))
         rows += found
         if options.save:
             options.save.write_text(json.dumps([r.__dict__ for r in rows], indent=0), encoding="utf-8")
@@ -568,7 +583,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     minutes = (time.monotonic() - began) / 60
     wall = f"{minutes:.0f} minutes for {len(versions)} releases (fetches included) on 2 shared cores under nice -n 19"
     if options.write_docs:
-        write_docs(rows, wall=wall if options.all and not loaded else "")
+        write_docs(rows, wall=wall if options.all and not loaded and not options.only else "", only=options.only)
     else:
         print("| " + " | ".join(COLUMNS) + " |")
         print("|" + "---|" * len(COLUMNS))
