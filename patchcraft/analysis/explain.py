@@ -48,7 +48,7 @@ from patchcraft.planning.runner_resets import RunnerReset, runner_resets
 from patchcraft.reading.capture_reading import conversion_rule, setter_variant
 
 if TYPE_CHECKING:
-    from patchcraft.harness.served import RunOutcome
+    from patchcraft.harness.outcomes import RunOutcome
 
 
 @dataclass(frozen=True)

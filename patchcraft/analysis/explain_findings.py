@@ -29,7 +29,7 @@ from patchcraft.reading.class_graph import classes_assigned_to
 from patchcraft.reading.setter_sandbox import SetterRun
 
 if TYPE_CHECKING:
-    from patchcraft.harness.served import RunOutcome
+    from patchcraft.harness.outcomes import RunOutcome
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from patchcraft.reading.class_graph import ClassNode, ModelGraph
 from patchcraft.reading.setter_sandbox import NotEvaluable, SetterRun, run_setter
 
 if TYPE_CHECKING:
-    from patchcraft.harness.served import RunOutcome
+    from patchcraft.harness.outcomes import RunOutcome
 
 #: The source of the served states: the code ran on the CPU harness, or the static reading.
 RUN, STATIC = "run", "static"
@@ -196,14 +196,23 @@ def run_served(
     tree as they are (the install, patched or not, or an overlay's tree),
     or with ``after_apply`` the texts ``patchcraft apply`` would write.
     """
-    from patchcraft.harness import torch_problem
-
-    if torch_problem() is not None:
-        return None
-    from patchcraft.harness.served import run_ids
+    from patchcraft.harness import run_cache
+    from patchcraft.harness.outcomes import outcome_data, outcome_of
 
     texts = model.patched_texts if after_apply else None
-    return run_ids(model.tree.package, model.graph, model.plan, layer_ids, num_layers, texts)
+    asked = (model.plan.label, None if layer_ids is None else tuple(layer_ids), num_layers)
+
+    def run() -> "RunOutcome | None":
+        from patchcraft.harness import torch_problem
+
+        if torch_problem() is not None:
+            return None
+        from patchcraft.harness.served import run_ids
+
+        return run_ids(model.tree.package, model.graph, model.plan, layer_ids, num_layers, texts)
+
+    # the same run on the same bytes answers from the cache, before torch is imported
+    return run_cache.remembered("served", model.tree.package, texts, asked, run, outcome_data, outcome_of)
 
 
 def fusion_defect(model: Model) -> str | None:

@@ -24,7 +24,7 @@ from patchcraft.reading.vllm_norm_dispatch import NormSetting, read_norm_dispatc
 from patchcraft.reading.vllm_runner import PLACES, TOP_LEVEL, Gate, RunnerIds, read_gate, read_runners
 
 if TYPE_CHECKING:  # torch-free at import: the harness loads only when a run happens
-    from patchcraft.harness.served import RunOutcome
+    from patchcraft.harness.outcomes import RunOutcome
     from patchcraft.harness.vllm_served import VllmRun
 
 #: ``model_type`` of the architectures whose class name does not give it by the rule in :func:`model_type_of`.
@@ -317,7 +317,7 @@ def _explain(
             False,
             model_name,
         )
-    from patchcraft.harness.served import fed_text
+    from patchcraft.harness.outcomes import fed_text
     from patchcraft.harness.standins import HarnessError
     from patchcraft.harness.vllm_served import NotATarget, default_ids, find_model, run_ids
 

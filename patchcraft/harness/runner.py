@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import torch
 
 from patchcraft.reading.class_graph import ModelGraph
 from patchcraft.planning.records import ModelPlan
+from patchcraft.harness import run_cache
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.scenarios import ERROR, FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, Scenarios
@@ -191,6 +192,56 @@ def smoke_tree(
         if on_row is not None:
             on_row(label, ran, to_run)
         ran += 1
-        with torch.no_grad():
-            rows.append(check(graph, plans[label], programs, path))
+        rows.append(_row(tree, texts, check, graph, plans[label], programs, path))
     return SmokeRun(tree=tree, version=tree.version, results=tuple(rows))
+
+
+def _row(
+    tree: SglangTree,
+    texts: Optional[Mapping[Path, str]],
+    check: Callable[[ModelGraph, ModelPlan, dict[str, Program], str], SmokeResult],
+    graph: ModelGraph,
+    plan: ModelPlan,
+    programs: dict[str, Program],
+    path: str,
+) -> SmokeResult:
+    """One row; the scenarios' row of the same class on the same bytes from the cache (:mod:`patchcraft.harness.run_cache`)."""
+
+    def run() -> SmokeResult:
+        with torch.no_grad():
+            return check(graph, plan, programs, path)
+
+    if check is not smoke_model:  # another check (compile, a test's) is run every time
+        return run()
+    row = run_cache.remembered("scenarios", tree.package, texts, (plan.label, path), run, row_data, row_of)
+    assert row is not None
+    return row
+
+
+def row_data(row: SmokeResult) -> dict:
+    """``row`` as JSON data (:func:`row_of` reads it back)."""
+    return {
+        "model": row.model,
+        "path": row.path,
+        "status": row.status.value,
+        "message": row.message,
+        "checks": [[c.name, c.status.value, c.detail, c.note] for c in row.checks],
+        "seconds": row.seconds,
+        "shape": row.shape,
+        "notes": row.notes,
+    }
+
+
+def row_of(data: Any) -> SmokeResult:
+    """The row :func:`row_data` wrote (any other shape raises)."""
+    checks = tuple(Check(str(n), HarnessStatus(s), str(d), str(note)) for n, s, d, note in data["checks"])
+    return SmokeResult(
+        str(data["model"]),
+        str(data["path"]),
+        HarnessStatus(data["status"]),
+        str(data["message"]),
+        checks,
+        float(data["seconds"]),
+        str(data["shape"]),
+        str(data["notes"]),
+    )

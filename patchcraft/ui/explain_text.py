@@ -46,7 +46,7 @@ def fed_line(result: Explanation) -> str:
     """The states fed: the run's (each named, a copy or not) or the static reading's ("unknown" where it cannot tell)."""
     if result.outcome is None:
         return "unknown" if result.static_unknown else states_text(result.served)
-    from patchcraft.harness.served import fed_text  # a run happened: torch is there
+    from patchcraft.harness.outcomes import fed_text
 
     return fed_text(result.outcome)
 

@@ -1,0 +1,158 @@
+"""Harness runs remembered by the bytes they ran: the same class, ids and files answer without running again.
+
+A harness run is a function of what it compiles and what it is asked: one
+model class's scenarios (``apply``'s proof, ``smoke``, ``verify --smoke``),
+or one id list's setter and forward (``explain``, and every fix
+``check-draft`` proves). Each is kept in the cache under a key made, by
+content and never by path, of:
+
+- the sha256 of every ``*.py`` file under the tree's ``srt/models/`` (read
+  through :mod:`patchcraft.base.digests`, remembered by stat), each text
+  handed in instead of a file (what ``apply`` would write) replacing that
+  file's (both digests are in the key: the plan reads the file, the run
+  the text), any such text outside ``srt/models/`` by its path in the package,
+  and the release's ``srt/layers/aux_hidden_states.py`` (the one other file
+  the harness loads);
+- what is asked: the kind of run, the model class's label, the ids and the
+  layer count, or the check;
+- the code that ran it: patchcraft's version and the digest of its sources,
+  torch's version (read from its files), Python's version and platform.
+
+So a second copy of the same release (another checkout, a test's private
+copy, an install patched the same way) is answered by the first one's run,
+and any byte changed in any model file is another key. A run is stored only
+when it opened nothing else under the package while it ran (an audit of
+what it opened: :func:`patchcraft.engine.verdict_cache.recording`); one that
+did is run every time. Entries are checked as every verdict cache's are
+(:mod:`patchcraft.engine.cache_entries`: owned by this user, written by no
+one else, intact, of this key); a damaged or foreign entry is removed and
+the run made again. ``PATCHCRAFT_NO_CACHE=1`` turns the cache off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, TypeVar
+
+from patchcraft import __version__
+from patchcraft.base import digests
+from patchcraft.base.cache_root import remove_quietly, root
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.engine import cache_entries, result_cache, verdict_cache
+
+#: Bump when an entry's shape changes.
+FORMAT = 1
+#: Entries kept; the least recently used are removed when one is stored.
+KEEP = 2048
+#: The one file outside ``srt/models/`` the harness reads (harness.assemble.load_aux_module).
+AUX = os.path.join("srt", "layers", "aux_hidden_states.py")
+
+T = TypeVar("T")
+
+
+def directory() -> Path:
+    return root() / "harness-runs"
+
+
+def content(package: Path, texts: Optional[Mapping[Path, str]] = None) -> str:
+    """The digest of what a harness run on ``package`` compiles (see the module docstring)."""
+    package = Path(package).resolve()
+    models = package / "srt" / "models"
+    given = {Path(p).resolve(): t for p, t in (texts or {}).items()}
+    parts: list[str] = []
+    try:
+        for folder, dirs, names in os.walk(models):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(n for n in names if n.endswith(".py")):
+                path = Path(folder) / name
+                text = given.pop(path, None)  # the file as planned (on disk) and as run (the text handed in)
+                ran = "" if text is None else f" ran {_text_digest(text)}"
+                parts.append(f"{path.relative_to(models)} {digests.sha256(path)}{ran}")
+        aux = package / AUX
+        parts.append(f"aux {digests.sha256(aux) if aux.is_file() else '-'}")
+    finally:
+        digests.save()
+    for path, text in sorted(given.items()):  # a text for a file not under srt/models (or not there yet)
+        where = os.path.relpath(path, package)
+        parts.append(f"text {where} {_text_digest(text)}")
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def key(kind: str, tree_content: str, asked: object) -> str:
+    """The lookup key of one run: its kind, what it compiles, what is asked (by ``repr``) and the code that runs it."""
+    header = (
+        FORMAT,
+        __version__,
+        result_cache.code_hash(),
+        sys.version,
+        sys.platform,
+        verdict_cache.version_text("torch", "version.py"),
+        kind,
+        tree_content,
+        repr(asked),
+    )
+    return hashlib.sha256(repr(header).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def remembered(
+    kind: str,
+    package: Path,
+    texts: Optional[Mapping[Path, str]],
+    asked: object,
+    compute: Callable[[], Optional[T]],
+    encode: Callable[[T], Any],
+    decode: Callable[[Any], T],
+) -> Optional[T]:
+    """``compute()``, or the stored value of the same run (see the module docstring).
+
+    ``encode`` turns the value into JSON data and ``decode`` back; a stored
+    value ``decode`` refuses (any exception) is removed and computed again.
+    ``compute()`` returning None (nothing ran: no torch) is passed on and not kept.
+    """
+    if not result_cache.enabled():
+        return compute()
+    try:
+        lookup = key(kind, content(package, texts), asked)
+        path = directory() / f"{lookup}.json"
+    except (OSError, PatchcraftError):
+        return compute()
+    entry = cache_entries.read_entry(path, FORMAT, lookup)
+    if entry is not None:
+        try:
+            stored = decode(entry["value"])
+        except Exception:  # noqa: BLE001 - a stored value of another shape is never used
+            remove_quietly(path)
+        else:
+            cache_entries.used(path)
+            return stored
+    with verdict_cache.recording([package]) as recorder:
+        value = compute()
+    if value is None:  # nothing ran (no torch): nothing to keep
+        return None
+    data = encode(value)
+    if _read_only_known(recorder, Path(package)) and not _names_a_path(data, Path(package)):
+        cache_entries.write_entry(directory(), lookup, {"format": FORMAT, "key": lookup, "value": data}, KEEP)
+    return value
+
+
+def _names_a_path(data: Any, package: Path) -> bool:
+    """Whether the value names this tree's own location (it would answer for another copy with the wrong one)."""
+    text = json.dumps(data)
+    return any(base in text for base in {os.path.abspath(package), os.path.realpath(package)})
+
+
+def _read_only_known(recorder: verdict_cache.Recorder, package: Path) -> bool:
+    """Whether the run opened nothing under ``package`` but model files and the aux module (the key's inputs)."""
+    known: list[str] = []
+    for base in {os.path.abspath(package), os.path.realpath(package)}:
+        known += [os.path.join(base, "srt", "models") + os.sep, os.path.join(base, AUX)]
+    # bytecode is Python's cache of a source it read (the aux module's): the source is what the key holds
+    return all(name.endswith(".pyc") or any(name.startswith(k) for k in known) for name in recorder.files)
