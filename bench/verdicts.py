@@ -14,8 +14,10 @@ load on a shared machine hits every row alike; each row is the median of
 - ``explain --layer-ids 2,30,58 --num-layers 61 --model deepseek_v2``;
 
 each **cold** (the cache emptied before the run: every verdict computed,
-torch imported, the harness run) and **warm** (the same inputs again: the
-verdict replayed by engine.verdict_cache). Wall time, CPU time (user +
+torch imported, the harness run), with the **runs kept** (the verdict cache
+emptied, harness.run_cache's runs kept: a changed draft or target config on
+the same tree) and **warm** (the same inputs again: the verdict replayed by
+engine.verdict_cache). Wall time, CPU time (user +
 system of the child) and peak memory (the child's maxrss, from ``wait4``).
 The warm runs' output is compared byte for byte with the cold runs'.
 
@@ -52,8 +54,9 @@ class Row:
     name: str
     argv: list[str]
     cold: list[tuple[float, float, float]] = field(default_factory=list)
+    kept: list[tuple[float, float, float]] = field(default_factory=list)
     warm: list[tuple[float, float, float]] = field(default_factory=list)
-    outputs: dict[str, set[str]] = field(default_factory=lambda: {"cold": set(), "warm": set()})
+    outputs: dict[str, set[str]] = field(default_factory=lambda: {"cold": set(), "kept": set(), "warm": set()})
 
 
 def run(argv: list[str], env: dict[str, str]) -> tuple[tuple[float, float, float], int, str]:
@@ -117,8 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         for _ in range(args.repeat):
             for row in rows:
-                shutil.rmtree(cache / "verdicts", ignore_errors=True)
-                for kind in ("cold", "warm"):
+                for kind in ("cold", "kept", "warm"):
+                    if kind != "warm":  # cold: nothing kept; kept: the verdict computed again, the harness runs kept
+                        shutil.rmtree(cache / "verdicts", ignore_errors=True)
+                    if kind == "cold":
+                        shutil.rmtree(cache / "harness-runs", ignore_errors=True)
                     sample, _, out = run(row.argv, env)
                     getattr(row, kind).append(sample)
                     row.outputs[kind].add(out)
@@ -151,11 +157,14 @@ def report(args: argparse.Namespace, rows: list[Row], before: tuple, after: tupl
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores; load average (1, 5, 15 min) "
         f"before {', '.join(f'{x:.2f}' for x in before)}, after {', '.join(f'{x:.2f}' for x in after)} "
         f"({elapsed:.0f} s). SGLang {args.release}, the Kimi-K2.5-shaped target of tests/drafts.py (61 layers). "
-        "Whole processes, medians, interleaved; cold: the verdict cache emptied first (torch imported, the harness "
-        "run, every fix proven); warm: the same inputs again. CPU is user + system of the process; peak is its maxrss.",
+        "Whole processes, medians, interleaved; cold: the verdict cache and the harness runs emptied first (torch "
+        "imported, the harness run, every fix proven); runs kept: the verdict cache emptied, the harness runs kept "
+        "(harness.run_cache: what a changed draft config or target config costs on the same tree); warm: the same "
+        "inputs again. CPU is user + system of the process; peak is its maxrss.",
         "",
-        "| command | cold wall | cold CPU | cold peak | warm wall | warm CPU | warm peak | goal | met |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| command | cold wall | cold CPU | cold peak | runs kept: CPU | runs kept: peak | warm wall | warm CPU "
+        "| warm peak | goal | met |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         cold_cpu, warm_cpu, warm_mib = _median(row.cold, 1), _median(row.warm, 1), _median(row.warm, 2)
@@ -167,12 +176,14 @@ def report(args: argparse.Namespace, rows: list[Row], before: tuple, after: tupl
             verdict += f", cold {'yes' if cold_cpu <= COLD_CPU[row.name] else '**no**'}"
         lines.append(
             f"| {row.name} | {_median(row.cold, 0):.2f} s | {cold_cpu:.2f} s | {_median(row.cold, 2):.0f} MiB | "
-            f"{_median(row.warm, 0):.2f} s | {warm_cpu:.2f} s | {warm_mib:.0f} MiB | {'; '.join(goals)} | {verdict} |"
+            f"{_median(row.kept, 1):.2f} s | {_median(row.kept, 2):.0f} MiB | {_median(row.warm, 0):.2f} s | {warm_cpu:.2f} s | {warm_mib:.0f} MiB | {'; '.join(goals)} | {verdict} |"
         )
-    same = all(len(r.outputs["cold"]) == 1 and r.outputs["cold"] == r.outputs["warm"] for r in rows)
+    same = all(
+        len(r.outputs["cold"]) == 1 and r.outputs["cold"] == r.outputs["warm"] == r.outputs["kept"] for r in rows
+    )
     lines += [
         "",
-        f"- the warm runs print byte for byte what the cold runs print: {'yes' if same else '**no**'}",
+        f"- the warm and runs-kept runs print byte for byte what the cold runs print: {'yes' if same else '**no**'}",
         "- the warm goal is judged on CPU time, as the warm `run` goal is: on a machine as loaded as the load "
         "average above, a process waits for a core longer than it runs, and its wall time says how long it waited",
         "- `run`'s preflight on a hit (the same verdict, kept by engine.preflight_cache): `python bench/warm_run.py`, "
