@@ -25,7 +25,6 @@ from patchcraft.reading.vllm_runner import PLACES, TOP_LEVEL, Gate, RunnerIds, r
 
 if TYPE_CHECKING:  # torch-free at import: the harness loads only when a run happens
     from patchcraft.harness.outcomes import RunOutcome
-    from patchcraft.harness.vllm_served import VllmRun
 
 #: ``model_type`` of the architectures whose class name does not give it by the rule in :func:`model_type_of`.
 MODEL_TYPES = {
@@ -318,57 +317,53 @@ def _explain(
             model_name,
         )
     from patchcraft.harness.outcomes import fed_text
-    from patchcraft.harness.standins import HarnessError
-    from patchcraft.harness.vllm_served import NotATarget, default_ids, find_model, run_ids
+    from patchcraft.harness.vllm_runs import class_runs
 
-    try:
-        model = find_model(tree.package, model_name, platform=platform)  # a family's class on that platform
-    except HarnessError as exc:
-        findings += _gate_findings(gate, _model_type(model_name, model_name))
-        findings.append(Finding(FindingKind.NOT_RUN, str(exc)))
-        fed = NO_TARGET if isinstance(exc, NotATarget) else f"not run: {exc}"
-        return _record(
-            tree, model_name, num_layers, ids, gate, runners, (), (), fed, (), (), findings, True, model_name
-        )
     getter = (
         runner.default_getter if runner is not None and runner.default_getter else "get_eagle3_aux_hidden_state_layers"
     )
-    defaults, why = default_ids(model, getter, num_layers)
-    if why:
-        findings.append(Finding(FindingKind.NOT_RUN, f"the defaults could not be read: {why}"))
-    served = set_ids if set_ids else defaults
-    run = run_ids(model, served, num_layers)
-    alone = tuple(_alone(run_ids(model, (i,), num_layers), i, fed_text) for i in dict.fromkeys(served))
-    holds = dict(run.aliased_holds)
+    ran = class_runs(tree.package, model_name, platform, num_layers, set_ids, getter)  # kept by the bytes it ran
+    if ran.error:
+        findings += _gate_findings(gate, _model_type(model_name, model_name))
+        findings.append(Finding(FindingKind.NOT_RUN, ran.error))
+        fed = NO_TARGET if ran.not_a_target else f"not run: {ran.error}"
+        return _record(
+            tree, model_name, num_layers, ids, gate, runners, (), (), fed, (), (), findings, True, model_name
+        )
+    defaults, served, outcome = ran.defaults, ran.served, ran.outcome
+    if ran.why:
+        findings.append(Finding(FindingKind.NOT_RUN, f"the defaults could not be read: {ran.why}"))
+    alone = tuple(_alone(run, i, fed_text) for i, run in ran.alone)
+    holds = dict(ran.holds)
     aliases = tuple(sorted(holds.items()))
     findings += _findings(
         gate,
-        _model_type(model_name, model.outer.name),
+        _model_type(model_name, ran.outer_name),
         runners,
         runner,
         ids,
         served,
         defaults,
-        run.outcome,
+        outcome,
         alone,
         holds,
     )
     return _record(
         tree,
-        model.label,
+        ran.label,
         num_layers,
         ids,
         gate,
         runners,
         defaults,
         served,
-        fed_text(run.outcome),
-        run.outcome.states if not run.outcome.crash else (),
+        fed_text(outcome),
+        outcome.states if not outcome.crash else (),
         alone,
         findings,
         True,
         model_name,
-        model.via,
+        ran.via,
         aliases,
     )
 
@@ -439,8 +434,7 @@ def _record(
     )
 
 
-def _alone(run: "VllmRun", layer_id: int, fed_text: Callable[["RunOutcome"], str]) -> IdAlone:
-    outcome = run.outcome
+def _alone(outcome: "RunOutcome", layer_id: int, fed_text: Callable[["RunOutcome"], str]) -> IdAlone:
     states = outcome.states if not outcome.crash else ()
     return IdAlone(layer_id, fed_text(outcome), states, outcome.all_copies, outcome.crash, outcome.not_run)
 

@@ -12,7 +12,9 @@ content and never by path, of:
   file's (both digests are in the key: the plan reads the file, the run
   the text), any such text outside ``srt/models/`` by its path in the package,
   and the release's ``srt/layers/aux_hidden_states.py`` (the one other file
-  the harness loads);
+  the harness loads); for vLLM (:mod:`patchcraft.harness.vllm_runs`), every
+  ``*.py`` file of the parts of the package patchcraft reads
+  (:data:`patchcraft.base.vllm_fetch.PARTS`) the same way;
 - what is asked: the kind of run, the model class's label, the ids and the
   layer count, or the check;
 - the code that ran it: patchcraft's version and the digest of its sources,
@@ -35,6 +37,7 @@ import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, TypeVar
 
@@ -42,6 +45,7 @@ from patchcraft import __version__
 from patchcraft.base import digests
 from patchcraft.base.cache_root import remove_quietly, root
 from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.vllm_fetch import PARTS as VLLM_PARTS
 from patchcraft.engine import cache_entries, result_cache, verdict_cache
 
 #: Bump when an entry's shape changes.
@@ -58,28 +62,60 @@ def directory() -> Path:
     return root() / "harness-runs"
 
 
-def content(package: Path, texts: Optional[Mapping[Path, str]] = None) -> str:
+@dataclass(frozen=True)
+class Inputs:
+    """The parts of a package a kind of harness run reads: folders (every ``*.py`` under them) and single files."""
+
+    folders: tuple[str, ...]
+    files: tuple[str, ...] = ()
+
+    def known(self, package: Path) -> list[str]:
+        """Each part as a path prefix (folders end with a separator), under both spellings of ``package``."""
+        found: list[str] = []
+        for base in {os.path.abspath(package), os.path.realpath(package)}:
+            found += [os.path.join(base, folder) + os.sep for folder in self.folders]
+            found += [os.path.join(base, name) for name in self.files]
+        return found
+
+
+#: SGLang's harness: the model files, and the release's own aux collector.
+SGLANG_INPUTS = Inputs(("srt/models",), (AUX,))
+#: vLLM's harness: the Python of every part of the package patchcraft keeps (its slim archive's).
+VLLM_INPUTS = Inputs(
+    tuple(part.rstrip("/") for part in VLLM_PARTS if part.endswith("/")),
+    tuple(part for part in VLLM_PARTS if not part.endswith("/")),
+)
+
+
+def content(package: Path, texts: Optional[Mapping[Path, str]] = None, inputs: Inputs = SGLANG_INPUTS) -> str:
     """The digest of what a harness run on ``package`` compiles (see the module docstring)."""
     package = Path(package).resolve()
-    models = package / "srt" / "models"
     given = {Path(p).resolve(): t for p, t in (texts or {}).items()}
     parts: list[str] = []
     try:
-        for folder, dirs, names in os.walk(models):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for name in sorted(n for n in names if n.endswith(".py")):
-                path = Path(folder) / name
+        for folder in inputs.folders:
+            for path in _python_files(package / folder):
                 text = given.pop(path, None)  # the file as planned (on disk) and as run (the text handed in)
                 ran = "" if text is None else f" ran {_text_digest(text)}"
-                parts.append(f"{path.relative_to(models)} {digests.sha256(path)}{ran}")
-        aux = package / AUX
-        parts.append(f"aux {digests.sha256(aux) if aux.is_file() else '-'}")
+                parts.append(f"{path.relative_to(package)} {digests.sha256(path)}{ran}")
+        for name in inputs.files:
+            path = package / name
+            text = given.pop(path, None)
+            on_disk = digests.sha256(path) if path.is_file() else "-"
+            parts.append(f"{name} {on_disk}" + ("" if text is None else f" ran {_text_digest(text)}"))
     finally:
         digests.save()
-    for path, text in sorted(given.items()):  # a text for a file not under srt/models (or not there yet)
-        where = os.path.relpath(path, package)
-        parts.append(f"text {where} {_text_digest(text)}")
+    for path, text in sorted(given.items()):  # a text for a file outside the parts read (or not there yet)
+        parts.append(f"text {os.path.relpath(path, package)} {_text_digest(text)}")
     return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _python_files(folder: Path) -> list[Path]:
+    found: list[Path] = []
+    for where, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        found += [Path(where) / name for name in sorted(names) if name.endswith(".py")]
+    return found
 
 
 def _text_digest(text: str) -> str:
@@ -110,6 +146,7 @@ def remembered(
     compute: Callable[[], Optional[T]],
     encode: Callable[[T], Any],
     decode: Callable[[Any], T],
+    inputs: Inputs = SGLANG_INPUTS,
 ) -> Optional[T]:
     """``compute()``, or the stored value of the same run (see the module docstring).
 
@@ -120,7 +157,7 @@ def remembered(
     if not result_cache.enabled():
         return compute()
     try:
-        lookup = key(kind, content(package, texts), asked)
+        lookup = key(kind, content(package, texts, inputs), asked)
         path = directory() / f"{lookup}.json"
     except (OSError, PatchcraftError):
         return compute()
@@ -138,7 +175,7 @@ def remembered(
     if value is None:  # nothing ran (no torch): nothing to keep
         return None
     data = encode(value)
-    if _read_only_known(recorder, Path(package)) and not _names_a_path(data, Path(package)):
+    if _read_only(recorder, inputs.known(Path(package))) and not _names_a_path(data, Path(package)):
         cache_entries.write_entry(directory(), lookup, {"format": FORMAT, "key": lookup, "value": data}, KEEP)
     return value
 
@@ -149,10 +186,7 @@ def _names_a_path(data: Any, package: Path) -> bool:
     return any(base in text for base in {os.path.abspath(package), os.path.realpath(package)})
 
 
-def _read_only_known(recorder: verdict_cache.Recorder, package: Path) -> bool:
-    """Whether the run opened nothing under ``package`` but model files and the aux module (the key's inputs)."""
-    known: list[str] = []
-    for base in {os.path.abspath(package), os.path.realpath(package)}:
-        known += [os.path.join(base, "srt", "models") + os.sep, os.path.join(base, AUX)]
+def _read_only(recorder: verdict_cache.Recorder, known: list[str]) -> bool:
+    """Whether the run opened nothing under the package but the parts its key holds."""
     # bytecode is Python's cache of a source it read (the aux module's): the source is what the key holds
-    return all(name.endswith(".pyc") or any(name.startswith(k) for k in known) for name in recorder.files)
+    return all(name.endswith(".pyc") or any(name.startswith(k) or name == k for k in known) for name in recorder.files)
