@@ -57,7 +57,15 @@ from patchcraft.harness.vllm_standins import HELPERS, method_builtins
 from patchcraft.planning.vllm_plans import served_outside
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
 from patchcraft.reading.vllm_families import read_tables, served
-from patchcraft.reading.vllm_graph import DRAFTS, FAMILY_ROOT, PACKAGE, SETTER, VllmGraph, language_model
+from patchcraft.reading.vllm_graph import (
+    DRAFTS,
+    FAMILY_ROOT,
+    PACKAGE,
+    SETTER,
+    VllmGraph,
+    family_module,
+    language_model,
+)
 from patchcraft.reading.vllm_runner import read_registry
 
 INNER = "model"
@@ -103,6 +111,9 @@ class VllmModel:
     #: A multimodal wrapper the ids go through to this language model: ``kimi_k25.py:394
     #: KimiK25ForConditionalGeneration`` ("" when the class is the language model itself).
     via: str = ""
+    #: The wrapper's language model, no EAGLE-3 target of its own, holding ``inner`` as its ``self.model``: the
+    #: wrapper (``outer``) is run, its setter reaching ``self.language_model.model`` (0.27's CUDA Kimi-K3).
+    language_model: Optional[ClassNode] = None
 
     @property
     def label(self) -> str:
@@ -110,7 +121,8 @@ class VllmModel:
 
     @property
     def files(self) -> set[str]:
-        return {str(c.path) for c in self.graph.mro(self.outer) + self.graph.mro(self.inner)}
+        held = self.graph.mro(self.language_model) if self.language_model is not None else []
+        return {str(c.path) for c in self.graph.mro(self.outer) + self.graph.mro(self.inner) + held}
 
 
 @dataclass(frozen=True)
@@ -248,11 +260,37 @@ def _through_language_model(
         else:
             found = _family_model(graph, package, chosen, texts, platform)
     except (NotATarget, PatchcraftError) as exc:
-        raise HarnessError(
-            f"{plan.label} on {platform} builds its language model {architecture} ({where}), which the harness "
-            f"cannot run as a target of its own: {exc}"
-        ) from exc
+        held = _held_language_model(graph, package, architecture, platform)
+        if held is None:
+            raise HarnessError(
+                f"{plan.label} on {platform} builds its language model {architecture} ({where}), which the harness "
+                f"cannot run as a target of its own: {exc}"
+            ) from exc
+        lm, inner, owner = held  # no setter of its own: the wrapper's setter reaches its `self.model`
+        program = VllmProgram(graph, Sources(package, texts), PATCHED)
+        return VllmModel(graph, outer, inner, owner, program, via="", language_model=lm)
     return replace(found, via=f"{where} {outer.name}")
+
+
+def _held_language_model(
+    graph: VllmGraph, package: Path, architecture: str, platform: str
+) -> Optional[tuple[ClassNode, ClassNode, ClassNode]]:
+    """The class ``platform`` serves for ``architecture`` from a family, its ``self.model`` class and that class's
+    forward owner, when the class holds the mixin's model without a setter of its own; else None."""
+    tables = read_tables(package)
+    if architecture not in tables or not served_outside(tables, architecture):
+        return None
+    module, cls = tables[architecture]
+    found = next((s for s in served(package, architecture, module, cls) if s.platform == platform), None)
+    if found is None or found.refused or found.in_models or not found.module:
+        return None
+    stem = family_module(found.module)
+    lm = graph.classes.get((stem, found.cls)) if graph.load(stem) else None
+    inners = classes_assigned_to(graph, lm, INNER) if lm is not None else []
+    if lm is None or not inners or graph.find_method(lm, SETTER) is not None:
+        return None
+    owner = next((c for c in graph.mro(inners[0]) if "forward" in c.methods), None)
+    return (lm, inners[0], owner) if owner is not None else None
 
 
 def eagle3_classes(package: Path) -> list[str]:
@@ -414,7 +452,15 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
     inner.equip("hidden_size", HIDDEN)
     outer: Any = program.stand_in(model.outer)()
     outer.equip("config", StandInConfig(num_layers, HIDDEN, VOCAB))
-    setattr(outer, INNER, inner)
+    if model.language_model is not None:  # the wrapper's setter reaches `self.language_model.model`
+        held: Any = program.stand_in(model.language_model)()
+        setattr(held, INNER, inner)
+        setattr(outer, "language_model", held)
+        # What vLLM's get_language_model() finds, the module `_mark_language_model` recorded in __init__ (its
+        # helpers, module functions of interfaces.py, are not the harness's to run).
+        outer.get_language_model = lambda: held
+    else:
+        setattr(outer, INNER, inner)
     return outer, inner, embedding
 
 

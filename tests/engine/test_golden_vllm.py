@@ -182,3 +182,21 @@ def test_kimi_linear_capture_before_the_loop(version: str, tmp_path: Path, updat
     assert "cuda: hs[0], hs[2], hs[4]; " in out and "; cpu: hs[0], hs[2], hs[4]\n" in out, out
     assert run_trees(options, Mode.REVERT).code == 0
     assert {path: path.read_bytes() for path in package.rglob("*.py")} == pristine
+
+
+def test_kimi_k3_whose_language_model_has_no_setter_runs_its_own_setter(tmp_path: Path, capsys) -> None:
+    """0.27.0's Kimi-K3 (CUDA, XPU, CPU): its language model ``KimiLinearForCausalLM`` (nvidia/model.py) has no
+    setter of its own, so the wrapper's setter runs, reaching ``self.language_model.model``; the edit is proven
+    there (it was withheld, nothing else running that forward), and explain answers per platform."""
+    package = _copy("0.27.0", tmp_path)
+    pristine = {path: path.read_bytes() for path in package.rglob("*.py")}
+    label = "kimi_k3.nvidia.KimiK3ForConditionalGeneration"
+    options = Options(targets=(str(package),), models=(label,), output_format="json", engine=ServingEngine.VLLM)
+    applied = run_trees(options, Mode.APPLY)
+    rows = {m.model: m for m in applied.results[0].models}
+    assert applied.code == 0 and rows[label].proof.value == "harness-passed", rows[label]
+    wrapper = ("explain", str(package), "--model", "KimiK3ForConditionalGeneration", "--layer-ids", "0,2,4")
+    code, out, _ = run_cli(capsys, *wrapper, "--num-layers", "8")
+    assert "cuda: hs[0], hs[2], hs[4]; " in out and "; cpu: hs[0], hs[2], hs[4]\n" in out, out
+    assert run_trees(options, Mode.REVERT).code == 0
+    assert {path: path.read_bytes() for path in package.rglob("*.py")} == pristine
