@@ -69,13 +69,15 @@ class Inputs:
     folders: tuple[str, ...]
     files: tuple[str, ...] = ()
 
-    def known(self, package: Path) -> list[str]:
-        """Each part as a path prefix (folders end with a separator), under both spellings of ``package``."""
-        found: list[str] = []
+    def holds(self, package: Path, name: str) -> bool:
+        """Whether the file ``name`` (absolute) is one the key is made of: a ``*.py`` under a folder, or a file."""
         for base in {os.path.abspath(package), os.path.realpath(package)}:
-            found += [os.path.join(base, folder) + os.sep for folder in self.folders]
-            found += [os.path.join(base, name) for name in self.files]
-        return found
+            if any(name == os.path.join(base, file) for file in self.files):
+                return True
+            folders = tuple(os.path.join(base, folder) + os.sep for folder in self.folders)
+            if name.endswith(".py") and name.startswith(folders):
+                return True
+        return False
 
 
 #: SGLang's harness: the model files, and the release's own aux collector.
@@ -175,7 +177,7 @@ def remembered(
     if value is None:  # nothing ran (no torch): nothing to keep
         return None
     data = encode(value)
-    if _read_only(recorder, inputs.known(Path(package))) and not _names_a_path(data, Path(package)):
+    if _read_only(recorder, Path(package), inputs) and not _names_a_path(data, Path(package)):
         cache_entries.write_entry(directory(), lookup, {"format": FORMAT, "key": lookup, "value": data}, KEEP)
     return value
 
@@ -186,7 +188,7 @@ def _names_a_path(data: Any, package: Path) -> bool:
     return any(base in text for base in {os.path.abspath(package), os.path.realpath(package)})
 
 
-def _read_only(recorder: verdict_cache.Recorder, known: list[str]) -> bool:
-    """Whether the run opened nothing under the package but the parts its key holds."""
+def _read_only(recorder: verdict_cache.Recorder, package: Path, inputs: Inputs) -> bool:
+    """Whether the run opened nothing under ``package`` but the files its key is made of."""
     # bytecode is Python's cache of a source it read (the aux module's): the source is what the key holds
-    return all(name.endswith(".pyc") or any(name.startswith(k) or name == k for k in known) for name in recorder.files)
+    return all(name.endswith(".pyc") or inputs.holds(package, name) for name in recorder.files)
