@@ -33,6 +33,7 @@ FAST_034 = (
     "llava.LlavaForConditionalGeneration",
     "lilicorr.LiLiCorrForCausalLM",
     "deepseek_v32.nvidia.DeepseekV32ForCausalLM",  # a vllm/models/<family>/ platform module (issue 46)
+    "kimi_k3.nvidia.KimiLinearForCausalLM",  # a capture before the layer loop, made a copy (issue 46)
 )
 
 
