@@ -170,7 +170,7 @@ def explained(
     model: Model, ids: tuple[int, ...] | None, num_layers: int, tp: int, allreduce_fusion: bool = True
 ) -> Explanation:
     """:func:`patchcraft.analysis.explain.explain`, once per (model, ids, layers, TP, torch there or not)."""
-    from patchcraft.harness import torch_problem
+    import patchcraft.harness
 
     entry = _EXPLAINED.get(id(model))
     if entry is None or entry[0] is not model:
@@ -179,7 +179,9 @@ def explained(
         while len(_EXPLAINED) > 8:
             _EXPLAINED.popitem(last=False)
     _EXPLAINED.move_to_end(id(model))
-    key = (ids, num_layers, tp, allreduce_fusion, torch_problem() is None)
+    # "torch there or not" by the function that tells (a test replaces it to have none), not by importing
+    # torch: a check answered from kept harness runs never imports it (harness.run_cache)
+    key = (ids, num_layers, tp, allreduce_fusion, patchcraft.harness.torch_problem)
     if key not in entry[1]:
         entry[1][key] = explain(model, ids, num_layers, tp=tp, allreduce_fusion=allreduce_fusion)
     return entry[1][key]

@@ -160,25 +160,56 @@ def remembered(
         return compute()
     try:
         lookup = key(kind, content(package, texts, inputs), asked)
-        path = directory() / f"{lookup}.json"
     except (OSError, PatchcraftError):
         return compute()
-    entry = cache_entries.read_entry(path, FORMAT, lookup)
-    if entry is not None:
-        try:
-            stored = decode(entry["value"])
-        except Exception:  # noqa: BLE001 - a stored value of another shape is never used
-            remove_quietly(path)
-        else:
-            cache_entries.used(path)
-            return stored
+    stored = _stored(lookup, decode)
+    if stored is not None:
+        return stored
     with verdict_cache.recording([package]) as recorder:
         value = compute()
     if value is None:  # nothing ran (no torch): nothing to keep
         return None
     data = encode(value)
     if _read_only(recorder, Path(package), inputs) and not _names_a_path(data, Path(package)):
-        cache_entries.write_entry(directory(), lookup, {"format": FORMAT, "key": lookup, "value": data}, KEEP)
+        try:
+            cache_entries.write_entry(directory(), lookup, {"format": FORMAT, "key": lookup, "value": data}, KEEP)
+        except PatchcraftError:  # no cache folder (no home): the run stands, nothing is kept
+            pass
+    return value
+
+
+def recall(
+    kind: str,
+    package: Path,
+    texts: Optional[Mapping[Path, str]],
+    asked: object,
+    decode: Callable[[Any], T],
+    inputs: Inputs = SGLANG_INPUTS,
+) -> Optional[T]:
+    """The kept value of this run, or None (nothing runs): :func:`remembered` without its computing half."""
+    if not result_cache.enabled():
+        return None
+    try:
+        return _stored(key(kind, content(package, texts, inputs), asked), decode)
+    except (OSError, PatchcraftError):
+        return None
+
+
+def _stored(lookup: str, decode: Callable[[Any], T]) -> Optional[T]:
+    """The value kept under ``lookup`` when its entry is ours, intact and of this key, and ``decode`` takes it."""
+    try:
+        path = directory() / f"{lookup}.json"
+    except PatchcraftError:
+        return None
+    entry = cache_entries.read_entry(path, FORMAT, lookup)
+    if entry is None:
+        return None
+    try:
+        value = decode(entry["value"])
+    except Exception:  # noqa: BLE001 - a stored value of another shape is never used
+        remove_quietly(path)
+        return None
+    cache_entries.used(path)
     return value
 
 

@@ -19,7 +19,8 @@ from patchcraft.planning.records import ModelPlan
 from patchcraft.harness import run_cache
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import ORIGINAL, PATCHED
-from patchcraft.harness.scenarios import ERROR, FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, Scenarios
+from patchcraft.harness.rows import SCENARIOS, Check, SmokeResult, SmokeRun, row_data, row_of
+from patchcraft.harness.scenarios import ERROR, FAIL, NOT_APPLICABLE, PASS, SKIPPED, Scenarios
 from patchcraft.harness.shapes import ShapeError
 from patchcraft.harness.standins import HarnessError
 from patchcraft.harness.subject import Subject, subjects
@@ -42,41 +43,6 @@ __all__ = [
     "smoke_model",
     "smoke_tree",
 ]
-
-
-@dataclass(frozen=True)
-class SmokeResult:
-    """One row: a model class, its verdict, the first problem, and the time taken."""
-
-    model: str
-    path: str
-    status: HarnessStatus
-    message: str = ""
-    checks: tuple[Check, ...] = ()
-    seconds: float = 0.0
-    shape: str = ""
-    #: Facts about the release itself that a reader should know (see :attr:`Check.note`).
-    notes: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status in (PASS, SKIPPED)
-
-    @property
-    def scenario(self) -> str:
-        """The scenario that failed (or erred) first, or "" (passed, skipped, or no scenario could be set up)."""
-        if self.status not in (FAIL, ERROR):
-            return ""
-        return next((c.name for c in self.checks if c.status == self.status), "")
-
-
-@dataclass(frozen=True)
-class SmokeRun:
-    """The rows of one target tree."""
-
-    tree: SglangTree
-    version: str
-    results: tuple[SmokeResult, ...] = ()
 
 
 def shape_of(subject: Subject) -> str:
@@ -213,35 +179,6 @@ def _row(
 
     if check is not smoke_model:  # another check (compile, a test's) is run every time
         return run()
-    row = run_cache.remembered("scenarios", tree.package, texts, (plan.label, path), run, row_data, row_of)
+    row = run_cache.remembered(SCENARIOS, tree.package, texts, (plan.label, path), run, row_data, row_of)
     assert row is not None
     return row
-
-
-def row_data(row: SmokeResult) -> dict:
-    """``row`` as JSON data (:func:`row_of` reads it back)."""
-    return {
-        "model": row.model,
-        "path": row.path,
-        "status": row.status.value,
-        "message": row.message,
-        "checks": [[c.name, c.status.value, c.detail, c.note] for c in row.checks],
-        "seconds": row.seconds,
-        "shape": row.shape,
-        "notes": row.notes,
-    }
-
-
-def row_of(data: Any) -> SmokeResult:
-    """The row :func:`row_data` wrote (any other shape raises)."""
-    checks = tuple(Check(str(n), HarnessStatus(s), str(d), str(note)) for n, s, d, note in data["checks"])
-    return SmokeResult(
-        str(data["model"]),
-        str(data["path"]),
-        HarnessStatus(data["status"]),
-        str(data["message"]),
-        checks,
-        float(data["seconds"]),
-        str(data["shape"]),
-        str(data["notes"]),
-    )

@@ -26,6 +26,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from patchcraft.base.status import HarnessStatus
+from patchcraft.harness.rows import Check
 from patchcraft.reading.class_graph import FLAG, SETTER
 from patchcraft.harness.extract import ORIGINAL, PATCHED
 from patchcraft.harness.standins import (
@@ -65,17 +66,6 @@ PASS, FAIL, ERROR, SKIPPED, NOT_APPLICABLE = (
 
 #: What a setter raises on purpose to refuse ids (a deliberate raise, in the model file).
 REFUSALS = (ValueError, RuntimeError, NotImplementedError, AssertionError)
-
-
-@dataclass(frozen=True)
-class Check:
-    """One scenario's verdict for one model class."""
-
-    name: str
-    status: HarnessStatus
-    detail: str = ""
-    #: Something true of the release itself, not of the patch (shown, never a failure).
-    note: str = ""
 
 
 # -- judging ------------------------------------------------------------------------

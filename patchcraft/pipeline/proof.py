@@ -64,6 +64,9 @@ def gate(mode_value: str, smoke: bool, quiet: bool = False) -> Callable[[RunResu
             return result
         if not smoke:
             return _mark(result, chosen, Proof.SKIPPED)
+        kept = _kept_run(result, [m for m in result.models if chosen(m)])
+        if kept is not None:  # every row kept for exactly these bytes (harness.run_cache): nothing runs, no torch
+            return record(result, kept)
         if torch_problem() is not None:
             if not said and not quiet:
                 said.append(True)
@@ -100,6 +103,16 @@ def prove(result: RunResult, chosen: Callable[[ModelResult], bool], shown: bool 
                 result.tree, (), models=[as_written(m) for m in models], texts=texts_of(result), on_row=status.update
             )
     return record(result, run)
+
+
+def _kept_run(result: RunResult, models: list[ModelResult]) -> Any:
+    """The harness's run of ``models`` as kept by harness.run_cache for the bytes apply would write, or None."""
+    if result.tree.engine != "sglang":  # vLLM's proof (harness.vllm_proof) is run every time
+        return None
+    from patchcraft.harness.rows import SmokeRun, kept_rows
+
+    rows = kept_rows(result.tree, [as_written(m) for m in models], texts_of(result))
+    return None if rows is None else SmokeRun(tree=result.tree, version=result.tree.version, results=rows)
 
 
 def texts_of(result: RunResult) -> dict:
