@@ -72,13 +72,15 @@ class FindingKind(str, enum.Enum):
     NOTHING = "captures-nothing"
     COUNT = "count"
     NOT_RUN = "not-run"
+    #: The build serves a platform from a package outside the tree, which is not read (a note).
+    PLATFORM = "platform-not-read"
 
     def __str__(self) -> str:
         return str(self.value)
 
 
 #: Kinds reported as notes: they change nothing for ids kept at top level on one rank (no effect on the exit code).
-_NOTES = (FindingKind.PLACE, FindingKind.TP, FindingKind.ALIAS_KEPT)
+_NOTES = (FindingKind.PLACE, FindingKind.TP, FindingKind.ALIAS_KEPT, FindingKind.PLATFORM)
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,7 @@ def _explain(
     findings: list[Finding] = []
     if tp > 1:
         findings.append(tp_finding(tree, model_name, tp))
+    findings += _outside_platform(tree)
     if importlib.util.find_spec("torch") is None:
         label = model_name
         findings.append(Finding(FindingKind.NOT_RUN, "torch is not installed: the model's code was not run"))
@@ -366,6 +369,22 @@ def _explain(
         ran.via,
         aliases,
     )
+
+
+def _outside_platform(tree: VllmTree) -> list[Finding]:
+    """A build serving a platform from outside the tree (vllm-tpu): what is judged is the tree's, not that platform."""
+    from patchcraft.base.vllm_tree import outside_platform
+
+    found = outside_platform(tree.package)
+    if found is None:
+        return []
+    build, platform, serving = found
+    text = (
+        f"this build ({build}) serves {platform.upper()} through {serving} (platforms/{platform}.py), a package "
+        f"outside this tree whose platform and model runner patchcraft does not read: what a {platform.upper()} "
+        "server feeds the draft is not judged here; the platforms judged are the tree's own (cuda, rocm, xpu, cpu)"
+    )
+    return [Finding(FindingKind.PLATFORM, text)]
 
 
 def tp_finding(tree: VllmTree, model_name: str, tp: int) -> Finding:

@@ -61,6 +61,23 @@ def build_platform(package: Path) -> Optional[str]:
     return None
 
 
+#: Installed builds of vLLM that serve a platform from another package (by dist-info name): vllm-tpu's
+#: ``platforms/tpu.py`` takes ``TpuPlatform`` from ``tpu_inference``, whose platform and model runner are not in the tree.
+OUTSIDE_PLATFORMS = {"vllm_tpu": ("tpu", "tpu_inference"), "vllm_torchtpu": ("tpu", "tpu_inference")}
+
+
+def outside_platform(package: Path) -> Optional[tuple[str, str, str]]:
+    """``(build, platform, package serving it)`` for an installed build serving a platform from outside the tree."""
+    for dist, (platform, serving) in OUTSIDE_PLATFORMS.items():
+        try:
+            found = sorted(package.parent.glob(f"{dist}-*.dist-info"))
+        except OSError:
+            return None
+        if found:
+            return found[0].name[: -len(".dist-info")], platform, serving
+    return None
+
+
 def _is_package(path: Path) -> bool:
     return (path / MODELS).is_dir()
 

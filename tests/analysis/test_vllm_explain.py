@@ -147,3 +147,18 @@ def test_0_32_0_llama_id_0_is_judged_per_platform_and_compilation() -> None:
     assert FindingKind.ALIAS not in _kinds(compiled)
     every = explain_vllm(tree, "LlamaForCausalLM", (0, 2, 3), 6)
     assert FindingKind.ALIAS in _kinds(every) and next(r for r in every.runners if r.default).name.startswith("V2")
+
+
+def test_a_build_serving_tpu_from_outside_the_tree_says_it_is_not_judged(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """vllm-tpu's platforms/tpu.py takes TPU from tpu_inference, outside the tree: the platforms judged are said."""
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(vllm_release_package("0.32.0"), site / "vllm")
+    plain = explain_vllm(resolve_vllm_target(str(site / "vllm")), "LlamaForCausalLM", (0, 2, 3), 6)
+    assert FindingKind.PLATFORM not in [n.kind for n in plain.notes]
+    (site / "vllm_tpu-0.32.0.dist-info").mkdir()
+    built = explain_vllm(resolve_vllm_target(str(site / "vllm")), "LlamaForCausalLM", (0, 2, 3), 6)
+    (note,) = [n for n in built.notes if n.kind == FindingKind.PLATFORM]
+    assert "vllm_tpu-0.32.0" in note.text and "tpu_inference" in note.text and "not judged" in note.text
+    assert built.findings == plain.findings and built.fed == plain.fed  # nothing else changes
