@@ -78,19 +78,6 @@ def configure(config: pytest.Config) -> None:
     _state.update(cache=cache, store=store, linked=linked, user_cache=user_cache)
     _state["before"] = _snapshot(user_cache) if user_cache is not None else {}
     os.environ[SESSION_ENV] = os.environ["PATCHCRAFT_CACHE"] = str(cache)
-    _bytecode_once(cache)
-
-
-def _bytecode_once(cache: Path) -> None:
-    """Let the suite's processes compile each module once, into the run's cache, as ``pip install`` leaves it.
-
-    Where ``PYTHONDONTWRITEBYTECODE`` is set (as on some CI machines), every
-    ``python -m patchcraft`` a test starts would compile every module it
-    imports again (about 0.3 s each); the bytecode goes to a prefix inside the
-    run's cache instead, never beside the sources (the checkout, a release tree).
-    """
-    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None and not os.environ.get("PYTHONPYCACHEPREFIX"):
-        os.environ["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")
 
 
 def _link_wheels(store: Path, wheels: Path) -> set[str]:
