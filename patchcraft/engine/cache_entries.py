@@ -24,7 +24,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from patchcraft.base.cache_root import ensure_directory, keep_newest, remove_quietly
 from patchcraft.base.errors import PatchcraftError
@@ -55,6 +55,17 @@ def read_entry(path: Path, fmt: int, lookup: Optional[str] = None) -> Optional[d
         remove_quietly(path)  # damaged, or another key's: computed again and stored anew
         return None
     return entry
+
+
+def entry_in(folder: Callable[[], Path], lookup: str, fmt: int) -> Optional[tuple[Path, dict]]:
+    """The entry named ``lookup`` in the cache folder ``folder()`` (see :func:`read_entry`), with its path; None
+    when there is none, it may not be used, or the cache has no folder (no home directory)."""
+    try:
+        path = folder() / f"{lookup}.json"
+    except PatchcraftError:
+        return None
+    entry = read_entry(path, fmt, lookup)
+    return None if entry is None else (path, entry)
 
 
 def used(path: Path) -> None:

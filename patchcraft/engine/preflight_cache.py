@@ -150,13 +150,10 @@ def load(lookup: str) -> dict | None:
     """The stored entry for ``lookup`` when it is ours, intact, and every input it recorded is unchanged; else None."""
     if not enabled():
         return None
-    try:
-        path = directory() / f"{lookup}.json"
-    except PatchcraftError:
+    found = cache_entries.entry_in(directory, lookup, FORMAT)
+    if found is None or not isinstance(found[1].get("inputs"), list):
         return None
-    entry = cache_entries.read_entry(path, FORMAT, lookup)
-    if entry is None or not isinstance(entry.get("inputs"), list):
-        return None
+    path, entry = found
     try:
         for kind, name, digest in entry["inputs"]:
             if kind not in _KINDS or Dependency(InputKind(kind), name).digest() != digest:

@@ -238,13 +238,10 @@ def load(lookup: str) -> dict | None:
     """The stored verdict for ``lookup`` when it is ours, intact, and every input it recorded is unchanged; else None."""
     if not enabled():
         return None
-    try:
-        path = directory() / f"{lookup}.json"
-    except PatchcraftError:
+    found = cache_entries.entry_in(directory, lookup, FORMAT)
+    if found is None:
         return None
-    entry = cache_entries.read_entry(path, FORMAT, lookup)
-    if entry is None:
-        return None
+    path, entry = found
     if not _well_formed(entry):
         remove_quietly(path)
         return None

@@ -197,13 +197,10 @@ def recall(
 
 def _stored(lookup: str, decode: Callable[[Any], T]) -> Optional[T]:
     """The value kept under ``lookup`` when its entry is ours, intact and of this key, and ``decode`` takes it."""
-    try:
-        path = directory() / f"{lookup}.json"
-    except PatchcraftError:
+    found = cache_entries.entry_in(directory, lookup, FORMAT)
+    if found is None:
         return None
-    entry = cache_entries.read_entry(path, FORMAT, lookup)
-    if entry is None:
-        return None
+    path, entry = found
     try:
         value = decode(entry["value"])
     except Exception:  # noqa: BLE001 - a stored value of another shape is never used
