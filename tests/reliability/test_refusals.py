@@ -92,6 +92,8 @@ def test_write_failing_half_way_is_rolled_back(tree: Path, monkeypatch: pytest.M
     real_replace = os.replace
 
     def failing_replace(src, dst):
+        if not str(dst).startswith(str(tree)):  # a cache entry outside the tree (the harness-run cache)
+            return real_replace(src, dst)
         calls.append(dst)
         if len(calls) == 2:
             raise OSError(28, "No space left on device")
