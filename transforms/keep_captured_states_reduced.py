@@ -40,6 +40,7 @@ from typing import Optional
 
 import libcst as cst
 
+from patchcraft.reading.parsed import parse_python
 from patchcraft import MARKER
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading import fusion_reading
@@ -147,7 +148,7 @@ def plan(package: Path, models_dir: Optional[Path] = None) -> FusionPlan:
     path = communicator_path(package)
     text = read_source(path).text
     try:
-        module = ast.parse(text)
+        module = parse_python(text)
     except SyntaxError as exc:
         raise PatchcraftError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}; nothing was changed") from None
     func = _decision(module)

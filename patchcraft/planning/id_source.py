@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from patchcraft.reading.parsed import parse_python
 from patchcraft.base.sources import decode
 from patchcraft.base.target import SglangTree
 from patchcraft.planning.runner_edits import SetterCall, setter_calls
@@ -133,7 +134,7 @@ def _modules(directory: Path) -> Iterator[tuple[Path, ast.Module]]:
             data = path.read_bytes()
             if KEY.encode() not in data and b"server_args" not in data:
                 continue
-            yield path, ast.parse(decode(path, data).text)
+            yield path, parse_python(decode(path, data).text)
         except (OSError, SyntaxError, ValueError):
             continue
 

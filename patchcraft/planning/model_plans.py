@@ -15,6 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.sources import decode
+from patchcraft.reading.parsed import parse_python
 from patchcraft.reading.class_graph import (
     SETTER,
     ClassNode,
@@ -123,8 +126,8 @@ def _inherited_row(graph: ModelGraph, cls: ClassNode, plans: dict[tuple[str, str
 def _is_entry_class(cls: ClassNode) -> bool:
     """Whether ``cls``'s file names it in ``EntryClass``: the classes SGLang serves from that file."""
     try:
-        tree = ast.parse(cls.path.read_bytes())
-    except (OSError, SyntaxError, ValueError):
+        tree = parse_python(decode(cls.path, cls.path.read_bytes()).text)
+    except (OSError, SyntaxError, ValueError, PatchcraftError):
         return False
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
@@ -449,8 +452,8 @@ def collector_copies(models_dir: Path, collector: str) -> bool:
     """
     path = models_dir.parent / "layers" / "aux_hidden_states.py"
     try:
-        tree = ast.parse(path.read_bytes())
-    except (OSError, SyntaxError, ValueError):
+        tree = parse_python(decode(path, path.read_bytes()).text)
+    except (OSError, SyntaxError, ValueError, PatchcraftError):
         return False
     for stmt in tree.body:
         if isinstance(stmt, ast.ClassDef) and stmt.name == collector:

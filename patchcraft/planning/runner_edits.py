@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence, Union
 
+from patchcraft.reading.parsed import parse_python
 from patchcraft import MARKER
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.class_graph import SETTER, SiteParams
@@ -125,7 +126,7 @@ def setter_calls(executor_dir: Path, strict: bool = True) -> list[SetterCall]:
             continue
         text = decode(path, data).text
         try:
-            module = ast.parse(text)
+            module = parse_python(text)
         except SyntaxError as exc:
             if not strict:
                 continue

@@ -24,6 +24,7 @@ from typing import Iterator, Optional, Union
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.sources import decode
+from patchcraft.reading.parsed import parse_python  # noqa: F401 - planning's readers import it from here
 
 SETTER = "set_eagle3_layers_to_capture"
 #: The attribute patchcraft adds to an inner model: its ``forward`` captures the embedding output.
@@ -35,15 +36,6 @@ MODELS_PACKAGE = "sglang.srt.models."
 RELEVANT = (SETTER.encode(),)
 
 FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
-
-
-@functools.lru_cache(maxsize=64)
-def parse_python(text: str) -> ast.Module:
-    """``ast.parse`` with a small cache: planning and slicing read the same files.
-
-    Callers never modify the tree.
-    """
-    return ast.parse(text)
 
 
 @dataclass

@@ -25,6 +25,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional
 
+from patchcraft.base.errors import PatchcraftError
+from patchcraft.base.sources import decode
+from patchcraft.reading.parsed import parse_python
 from patchcraft.reading.class_graph import (
     SETTER,
     ClassNode,
@@ -281,8 +284,8 @@ def overrides(layers_dir: Path, models_dir: Path) -> list[Override]:
         if DECISION.encode() not in data or b"LayerCommunicator" not in data:
             continue
         try:
-            module = ast.parse(data)
-        except (SyntaxError, ValueError):
+            module = parse_python(decode(path, data).text)
+        except (SyntaxError, ValueError, PatchcraftError):
             continue
         for stmt in module.body:
             if isinstance(stmt, ast.ClassDef) and any("LayerCommunicator" in ast.unparse(b) for b in stmt.bases):

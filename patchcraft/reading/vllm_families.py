@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from patchcraft.reading.parsed import parse_python, statements
 from patchcraft.base.sources import read_source
 
 #: The platforms read, as vLLM names them (``current_platform.device_type``: ROCm's is "cuda" too).
@@ -94,7 +95,7 @@ def read_tables(package: Path) -> dict[str, tuple[str, str]]:
     if not path.is_file():
         return {}
     try:
-        body = ast.parse(read_source(path).text).body
+        body = parse_python(read_source(path).text).body
     except (SyntaxError, ValueError):
         return {}
     found: dict[str, tuple[str, str]] = {}
@@ -285,7 +286,7 @@ def _defining(package: Path, module: str, cls: str, depth: int = 4) -> Optional[
         if not path.is_file():
             continue
         try:
-            tree = ast.parse(read_source(path).text)
+            tree = parse_python(read_source(path).text)
         except (SyntaxError, ValueError, OSError):
             return None
         if any(isinstance(n, ast.ClassDef) and n.name == cls for n in tree.body):
@@ -293,7 +294,7 @@ def _defining(package: Path, module: str, cls: str, depth: int = 4) -> Optional[
         if depth == 0:
             return None
         here = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(tree):
+        for node in statements(tree.body):
             if isinstance(node, ast.ImportFrom):
                 for alias in node.names:
                     if (alias.asname or alias.name) == cls:

@@ -18,6 +18,7 @@ from typing import Optional
 
 from patchcraft.base.sources import decode, read_source
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, parse_python
+from patchcraft.reading.parsed import statements
 
 PACKAGE = "vllm.model_executor.models"
 #: The setter vLLM's runners call with the draft's ids: a class with it in its MRO is an EAGLE-3 target.
@@ -87,7 +88,7 @@ def family_imports(tree: ast.Module, here: str) -> dict[str, tuple[str, str]]:
     """In a file of package ``here`` (``models.kimi_k3.nvidia``): ``from .x import C`` and ``from
     vllm.models.F.x import C`` -> ``{C: ("models.F.x", C)}`` (relative to ``here``)."""
     found: dict[str, tuple[str, str]] = {}
-    for node in ast.walk(tree):
+    for node in statements(tree.body):
         if not isinstance(node, ast.ImportFrom):
             continue
         if node.level:
@@ -111,7 +112,7 @@ def absolute_imports(tree: ast.Module) -> tuple[dict[str, tuple[str, str]], dict
     names: dict[str, tuple[str, str]] = {}
     modules: dict[str, str] = {}
     prefix = f"{PACKAGE}."
-    for node in ast.walk(tree):
+    for node in statements(tree.body):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module == PACKAGE:
                 modules.update({a.asname or a.name: a.name for a in node.names})

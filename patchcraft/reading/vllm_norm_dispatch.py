@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from patchcraft.reading.parsed import parse_python, statements
 from patchcraft.base.sources import read_source
 
 #: The platforms patchcraft reads, each with its file and the ``forward_*`` its CustomOp dispatch runs.
@@ -69,7 +70,7 @@ def read_norm_dispatch(package: Path) -> tuple[NormSetting, ...]:
     layernorm = package / LAYERNORM
     if not layernorm.is_file():
         return tuple(_unread(p, c, f"{LAYERNORM} is not in this tree") for p in PLATFORMS for c in COMPILATIONS)
-    module = ast.parse(read_source(layernorm).text)
+    module = parse_python(read_source(layernorm).text)
     rms = _class(module, "RMSNorm")
     if rms is None:
         return tuple(_unread(p, c, f"{LAYERNORM} defines no RMSNorm") for p in PLATFORMS for c in COMPILATIONS)
@@ -127,7 +128,7 @@ def _priority_function(package: Path, relative: str) -> tuple[Optional[ast.Funct
     for path in (package / relative, package / "platforms" / "interface.py"):
         if not path.is_file():
             continue
-        for node in ast.walk(ast.parse(read_source(path).text)):
+        for node in statements(parse_python(read_source(path).text).body):
             if isinstance(node, ast.FunctionDef) and node.name == "get_default_ir_op_priority":
                 return node, f"{path.relative_to(package)}:{node.lineno}"
     return None, f"no get_default_ir_op_priority in {relative} or platforms/interface.py"
@@ -193,7 +194,7 @@ def _run_priority(function: ast.FunctionDef, compilation: str) -> list[str]:
 def _provider_in_place(package: Path, provider: str) -> Optional[tuple[bool, str]]:
     kernels = package / "kernels"
     for path in sorted(kernels.rglob("*.py")) if kernels.is_dir() else ():
-        for node in ast.walk(ast.parse(read_source(path).text)):
+        for node in statements(parse_python(read_source(path).text).body):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for decorator in node.decorator_list:

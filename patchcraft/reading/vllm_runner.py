@@ -34,6 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from patchcraft.reading.parsed import parse_python, statements
 from patchcraft.base.sources import read_source
 
 V1_RUNNER = Path("v1") / "worker" / "gpu_model_runner.py"
@@ -136,7 +137,7 @@ def _v2_needs_triton(package: Path) -> bool:
     path = package / "config" / "vllm.py"
     if not path.is_file():
         return False
-    for node in ast.walk(ast.parse(read_source(path).text)):
+    for node in statements(parse_python(read_source(path).text).body):
         if isinstance(node, ast.FunctionDef) and node.name == "use_v2_model_runner":
             return any(isinstance(n, ast.If) and ast.unparse(n.test) == "not HAS_TRITON" for n in ast.walk(node))
     return False
@@ -145,7 +146,7 @@ def _v2_needs_triton(package: Path) -> bool:
 def _config_prefers_v2(path: Path) -> bool:
     if not path.is_file():
         return False
-    for node in ast.walk(ast.parse(read_source(path).text)):
+    for node in statements(parse_python(read_source(path).text).body):
         if isinstance(node, ast.FunctionDef) and node.name == "use_v2_model_runner" and node.body:
             last = node.body[-1]
             return isinstance(last, ast.Return) and isinstance(last.value, ast.Constant) and last.value.value is True
@@ -154,7 +155,7 @@ def _config_prefers_v2(path: Path) -> bool:
 
 def _env_default(path: Path) -> Optional[bool]:
     """The default of ``os.getenv(ENV, X)`` in envs.py: True for "1", False for "0" or no call, None for None."""
-    for node in ast.walk(ast.parse(read_source(path).text)):
+    for node in ast.walk(parse_python(read_source(path).text)):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -183,7 +184,7 @@ def _runner(
     name = f"{label} {runner_file.as_posix()}"
     path = package / relative
     tree = ast.parse(read_source(path).text, filename=str(path))
-    getters = _getters(tree) or _getters(ast.parse(read_source(package / runner_file).text))
+    getters = _getters(tree) or _getters(parse_python(read_source(package / runner_file).text))
     getter = getters[0] if getters else ""
     node = _function(tree, function)
     if node is None:
@@ -210,7 +211,7 @@ def _getters(tree: ast.Module) -> list[str]:
 
 
 def _function(tree: ast.Module, name: str) -> Optional[ast.FunctionDef]:
-    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
+    found = [n for n in statements(tree.body) if isinstance(n, ast.FunctionDef) and n.name == name]
     return found[0] if found else None
 
 
@@ -273,8 +274,8 @@ def read_gate(package: Path) -> Gate:
         path = package / relative
         if not path.is_file():
             continue
-        tree = ast.parse(read_source(path).text)
-        for node in ast.walk(tree):
+        tree = parse_python(read_source(path).text)
+        for node in statements(tree.body):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 gate = _gate_in(node, relative)
                 if gate is not None:
@@ -343,7 +344,7 @@ def read_registry(package: Path) -> dict[str, tuple[str, str]]:
     path = package / REGISTRY
     if not path.is_file():
         return {}
-    for node in ast.parse(read_source(path).text).body:
+    for node in parse_python(read_source(path).text).body:
         if isinstance(node, ast.Assign):
             targets, value = node.targets, node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:

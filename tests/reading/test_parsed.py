@@ -1,0 +1,88 @@
+"""reading.parsed: one parse per text per process, bounded; the statements-only walk finds what ast.walk finds."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from patchcraft.reading import parsed
+from patchcraft.reading.parsed import parse_python, statements
+
+SOURCE = """
+import os
+from a import b
+
+class C(Base):
+    from vllm.model_executor.models.llama import LlamaModel as Inner
+
+    def forward(self, x):
+        if x:
+            from .x import y
+        try:
+            import z
+        except ImportError:
+            from w import v
+        else:
+            pass
+        finally:
+            from q import r
+        for i in range(3):
+            def inner():
+                from deep import er
+        with open(x) as f:
+            import g
+        match x:
+            case 1:
+                from m import n
+        return lambda: x
+
+
+def top():
+    while True:
+        import last
+"""
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch: pytest.MonkeyPatch):
+    parsed.forget()
+    yield
+    parsed.forget()
+
+
+def test_the_same_text_is_parsed_once() -> None:
+    first = parse_python(SOURCE)
+    again = parse_python("".join(list(SOURCE)))  # an equal text, another string object (a second read of a file)
+    assert again is first
+    assert parsed.kept() == (1, len(SOURCE))
+    assert parse_python(SOURCE + "\n") is not first  # a changed byte is a new tree
+
+
+def test_the_kept_source_is_bounded_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [SOURCE + f"\nx = {i}\n" for i in range(3)]
+    monkeypatch.setattr(parsed, "LIMIT", 2 * len(texts[0]))  # two texts fit, not three
+    trees = [parse_python(t) for t in texts[:2]]
+    assert parse_python(texts[0]) is trees[0]  # texts[0] is now the most recently used
+    parse_python(texts[2])
+    count, size = parsed.kept()
+    assert count == 2 and size <= parsed.LIMIT
+    assert parse_python(texts[0]) is trees[0]  # kept
+    assert parse_python(texts[1]) is not trees[1]  # the least recently used went first
+
+
+def test_a_syntax_error_is_raised_and_nothing_kept() -> None:
+    with pytest.raises(SyntaxError):
+        parse_python("def broken(:\n")
+    assert parsed.kept() == (0, 0)
+
+
+def test_statements_are_ast_walks_statements_in_its_order() -> None:
+    tree = ast.parse(SOURCE)
+    holders = (ast.stmt, ast.excepthandler, ast.match_case)
+    walked = [n for n in ast.walk(tree) if isinstance(n, holders)]
+    found = list(statements(tree.body))
+    assert found == walked
+    imports = [n for n in found if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert len(imports) == 11  # every import, the nested ones too
+    assert not [n for n in found if isinstance(n, ast.expr)]
