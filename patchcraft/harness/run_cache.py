@@ -149,17 +149,20 @@ def remembered(
     encode: Callable[[T], Any],
     decode: Callable[[Any], T],
     inputs: Inputs = SGLANG_INPUTS,
+    tree_content: Optional[str] = None,
 ) -> Optional[T]:
     """``compute()``, or the stored value of the same run (see the module docstring).
 
     ``encode`` turns the value into JSON data and ``decode`` back; a stored
     value ``decode`` refuses (any exception) is removed and computed again.
     ``compute()`` returning None (nothing ran: no torch) is passed on and not kept.
+    ``tree_content``: :func:`content_of` the same package, texts and inputs, when the caller asks for many runs
+    of one tree (it is read once).
     """
     if not result_cache.enabled():
         return compute()
     try:
-        lookup = key(kind, content(package, texts, inputs), asked)
+        lookup = key(kind, tree_content or content(package, texts, inputs), asked)
     except (OSError, PatchcraftError):
         return compute()
     stored = _stored(lookup, decode)
@@ -185,12 +188,23 @@ def recall(
     asked: object,
     decode: Callable[[Any], T],
     inputs: Inputs = SGLANG_INPUTS,
+    tree_content: Optional[str] = None,
 ) -> Optional[T]:
     """The kept value of this run, or None (nothing runs): :func:`remembered` without its computing half."""
     if not result_cache.enabled():
         return None
     try:
-        return _stored(key(kind, content(package, texts, inputs), asked), decode)
+        return _stored(key(kind, tree_content or content(package, texts, inputs), asked), decode)
+    except (OSError, PatchcraftError):
+        return None
+
+
+def content_of(package: Path, texts: Optional[Mapping[Path, str]], inputs: Inputs = SGLANG_INPUTS) -> Optional[str]:
+    """:func:`content`, or None when the cache is off or the tree cannot be read (each run then finds out itself)."""
+    if not result_cache.enabled():
+        return None
+    try:
+        return content(package, texts, inputs)
     except (OSError, PatchcraftError):
         return None
 

@@ -35,17 +35,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.sources import read_source
-from patchcraft.base.status import EditKind, HarnessStatus, ModelStatus
+from patchcraft.base.status import HarnessStatus
 from patchcraft.base.target import SglangTree
 from patchcraft.engine.file_patch import revert_text
 from patchcraft.engine.records import ModelResult
-from patchcraft.harness.runner import SmokeResult, SmokeRun
+from patchcraft.harness import run_cache
+from patchcraft.harness.rows import SmokeResult, SmokeRun, row_data, row_of
+from patchcraft.harness.vllm_proof_rows import PROOF, UNSHOWN, _mixin_rows, _shared_rows, asked, proof_rows  # noqa: F401
 from patchcraft.harness.scenarios import Check
 from patchcraft.harness.served import Fed, RunOutcome
 from patchcraft.harness.standins import HarnessError
@@ -58,66 +59,29 @@ WITHOUT_0 = ((2, 5), (1, 4, LAYERS - 1), (3, LAYERS))
 
 
 def prove_tree(tree: SglangTree, models: Sequence[ModelResult], texts: Optional[Mapping[Path, str]] = None) -> SmokeRun:
-    """One row per model: run when patched (or already patched), skipped otherwise, saying why."""
-    rows = []
-    mixin = set()
-    only_id0 = (EditKind.VLLM_MIXIN, EditKind.VLLM_BEFORE_LOOP)
-    sites: dict[str, frozenset[tuple[str, str, str]]] = {}
-    for model in models:
-        if model.status not in (ModelStatus.PATCHED, ModelStatus.ALREADY):
-            rows.append(SmokeResult(model.model, model.path, HarnessStatus.SKIPPED, f"{model.status}: {model.message}"))
-            continue
-        if model.edits and all(e.kind == EditKind.VLLM_MIXIN for e in model.edits):
-            mixin.add(model.model)
-        sites[model.model] = frozenset((e.file, e.cls, e.method) for e in model.edits)
-        id0_only = bool(model.edits) and all(e.kind in only_id0 for e in model.edits)
-        rows.append(
-            prove_model(
-                tree.package, model.model, model.path, texts or {}, mixin=model.model in mixin, id0_only=id0_only
-            )
+    """One row per model: run when patched (or already patched), skipped otherwise, saying why; each model's row
+    kept by the bytes it ran (:mod:`patchcraft.harness.run_cache`), so another copy of the same tree, or the same
+    apply again, answers from it."""
+    known = run_cache.content_of(tree.package, texts, run_cache.VLLM_INPUTS)
+
+    def one(label: str, path: str, mixin: bool, id0_only: bool) -> SmokeResult:
+        row = run_cache.remembered(
+            PROOF,
+            tree.package,
+            texts,
+            asked(label, path, mixin, id0_only),
+            lambda: prove_model(tree.package, label, path, texts or {}, mixin=mixin, id0_only=id0_only),
+            row_data,
+            row_of,
+            inputs=run_cache.VLLM_INPUTS,
+            tree_content=known,
         )
-    return SmokeRun(tree=tree, version=tree.version, results=tuple(_shared_rows(_mixin_rows(rows, mixin), sites)))
+        assert row is not None
+        return row
 
-
-def _shared_rows(rows: list[SmokeResult], sites: Mapping[str, frozenset[tuple[str, str, str]]]) -> list[SmokeResult]:
-    """A row the harness cannot run whose every edit site is proven on rows that ran (a wrapper whose language
-    model shares another model's forward: 0.17's Llama4ForConditionalGeneration; a forward that is ``return
-    super().forward(...)``, whose layer call the harness does not find: 0.15-0.17's Mistral) is skipped, naming
-    them; with none, it stays the error that withholds the edit. A row's error is the harness not running it
-    (a wrong result is a failure, never an error)."""
-    passed = [r.model for r in rows if r.status == HarnessStatus.PASS]
-    out = []
-    for r in rows:
-        own = sites.get(r.model, frozenset())
-        if r.status == HarnessStatus.ERROR and own:
-            covering = [m for m in passed if sites.get(m, frozenset()) & own]
-            if covering and own <= frozenset().union(*(sites[m] for m in covering)):
-                shown = ", ".join(covering[:3]) + (f" and {len(covering) - 3} more" if len(covering) > 3 else "")
-                r = replace(r, status=HarnessStatus.SKIPPED, message=f"{r.message}; its edits are proven on {shown}")
-        out.append(r)
-    return out
-
-
-#: The message of a mixin row that could not show the edit (``error``, until another mixin model proves it).
-UNSHOWN = "cannot show the mixin's edit on this class"
-
-
-def _mixin_rows(rows: list[SmokeResult], mixin: set[str]) -> list[SmokeResult]:
-    """A mixin row that could not show the edit is skipped, naming the mixin rows that proved it (if any did)."""
-    proven = [r.model for r in rows if r.model in mixin and r.status == HarnessStatus.PASS]
-    if not proven:
-        return rows
-    shown = ", ".join(proven[:3]) + (f" and {len(proven) - 3} more" if len(proven) > 3 else "")
-    return [
-        replace(
-            r,
-            status=HarnessStatus.SKIPPED,
-            message=f"{r.message}; the edit is EagleModelMixin's alone, proven on {shown}",
-        )
-        if r.model in mixin and r.status == HarnessStatus.ERROR
-        else r
-        for r in rows
-    ]
+    run = proof_rows(tree, models, one)
+    assert run is not None
+    return run
 
 
 def prove_model(

@@ -107,8 +107,10 @@ def prove(result: RunResult, chosen: Callable[[ModelResult], bool], shown: bool 
 
 def _kept_run(result: RunResult, models: list[ModelResult]) -> Any:
     """The harness's run of ``models`` as kept by harness.run_cache for the bytes apply would write, or None."""
-    if result.tree.engine != "sglang":  # vLLM's proof (harness.vllm_proof) is run every time
-        return None
+    if result.tree.engine == "vllm":  # vLLM's proof rows (harness.vllm_proof), put together without torch
+        from patchcraft.harness.vllm_proof_rows import kept_proof_rows
+
+        return kept_proof_rows(result.tree, [as_written(m) for m in models], texts_of(result))
     from patchcraft.harness.rows import SmokeRun, kept_rows
 
     rows = kept_rows(result.tree, [as_written(m) for m in models], texts_of(result))
