@@ -131,6 +131,9 @@ class VllmExplanation:
     norms: tuple[NormSetting, ...] = ()
     #: Entries that are the embedding tensor itself: (position, the state the harness's in-place add-norm left there).
     aliases: tuple[tuple[int, str], ...] = ()
+    #: A ``vllm/models/<family>/`` row's class judged without ``--platform``: the platforms that serve it (only
+    #: their settings are judged); () when every platform may run the class.
+    served_on: tuple[str, ...] = ()
 
 
 def default_runner(runners: Sequence[RunnerIds]) -> Optional[RunnerIds]:
@@ -162,6 +165,9 @@ def explain_vllm(
             return _per_platform(tree, model_name, layer_ids, num_layers, tp, compilation, platforms)
     record = _explain(tree, model_name, layer_ids, num_layers, tp, platform)
     norms = read_norm_dispatch(tree.package)
+    served_on = _row_platforms(tree, model_name) if platform is None else ()
+    if served_on:  # a family module's class: the platforms that never run it are not judged
+        norms = tuple(n for n in norms if n.platform in served_on)
     judged = setting_for(norms, platform, compilation)
     findings, notes = _norm_findings(record.findings, judged)
     alias = next((f.text.partition(" | ")[2].split(" ")[0] for f in record.findings if f.kind is FindingKind.ALIAS), "")
@@ -175,7 +181,18 @@ def explain_vllm(
         platform=platform,
         compilation=compilation,
         norms=norms,
+        served_on=served_on,
     )
+
+
+def _row_platforms(tree: VllmTree, model_name: str) -> tuple[str, ...]:
+    """The platforms that serve a ``vllm/models/<family>/`` row's class (``deepseek_v32.nvidia.DeepseekV32ForCausalLM``:
+    cuda), in the plan's order; () for any other name (a class of ``model_executor/models`` any platform may run)."""
+    if model_name.count(".") < 2:
+        return ()
+    from patchcraft.planning.vllm_plans import plan_vllm
+
+    return next((p.platforms for p in plan_vllm(tree) if p.label == model_name and p.platforms), ())
 
 
 def _family_platforms(tree: VllmTree, model_name: str) -> tuple[str, ...]:

@@ -74,7 +74,8 @@ def _judged(result: VllmExplanation) -> str:
         if (result.platform is None or n.platform == result.platform)
         and (result.compilation is None or n.compilation == result.compilation)
     ]
-    which = result.platform or "every platform"
+    served = f"{', '.join(result.served_on)}: the platforms that serve this class" if result.served_on else ""
+    which = result.platform or served or "every platform"
     if result.compilation:
         which += f", {result.compilation}"
     marks = {True: "in place", False: "out of place", None: "not settled"}
@@ -113,6 +114,7 @@ def vllm_explanation_json(result: VllmExplanation, code: int) -> dict[str, Any]:
         ],
         "defaults": list(result.defaults),
         "platform": result.platform,
+        "served_on": list(result.served_on) or None,
         "compilation": result.compilation,
         "norms": [
             {

@@ -203,3 +203,25 @@ def test_explain_runs_each_platforms_module() -> None:
     assert fed["cuda"].fed.startswith("hs[0] (not a copy") and fed["cuda"].fed.endswith("hs[2], hs[4]")
     assert "crash" in fed["rocm"].fed and "model.py:222" in fed["rocm"].fed  # amd/model.py's own sum
     assert fed["cpu"].model == "deepseek_v2.DeepseekV3ForCausalLM" and "deepseek_v2.py:1562" in fed["cpu"].fed
+
+
+def test_explain_on_a_family_row_judges_only_the_platforms_that_serve_it(capsys) -> None:
+    """A row's label names one platform module (0.34.0 ``deepseek_v32.nvidia``: cuda serves it): without
+    ``--platform`` only cuda's add-norm settings are judged and printed, not cpu's, rocm's or xpu's, which
+    never run that module."""
+    pytest.importorskip("torch")
+    from patchcraft.analysis.vllm_explain import explain_vllm
+
+    tree = _tree(vllm_release_package("0.34.0"))
+    record = explain_vllm(tree, "deepseek_v32.nvidia.DeepseekV32ForCausalLM", (0, 2, 4), 8)
+    assert record.served_on == ("cuda",)
+    assert {n.platform for n in record.norms} == {"cuda"}
+    assert "cpu" not in " ".join(f.text for f in record.findings)
+    code, out, _ = run_cli(
+        capsys, "explain", str(tree.package), "--engine", "vllm", "--model", "deepseek_v32.nvidia.DeepseekV32ForCausalLM",
+        "--layer-ids", "0,2,4", "--num-layers", "8",
+    )  # fmt: skip
+    platform = next(line for line in out.splitlines() if line.startswith("platform"))
+    assert platform.startswith("platform cuda: the platforms that serve this class") and "cpu" not in platform, out
+    # an architecture (not a row's label) is judged on every platform as before
+    assert explain_vllm(tree, "LlamaForCausalLM", (0, 2, 4), 8).served_on == ()
