@@ -96,6 +96,27 @@ def release_package(version: str) -> Path:
         return fetch(version, cache_dir() / "test-releases" / version)
 
 
+#: ``python -c TORCH_DRIVER ARGV``: a patchcraft command in a fresh process that says on stderr its exit code and
+#: whether it imported torch (a verdict answered from kept harness runs imports none).
+TORCH_DRIVER = """
+import sys
+from patchcraft.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    sys.stderr.write("exit %s\\n" % exc.code)
+sys.stderr.write("torch imported: %s\\n" % ("torch" in sys.modules))
+"""
+
+
+def run_reporting_torch(argv: list[str], cache: Path) -> subprocess.CompletedProcess:
+    """``patchcraft ARGV`` through :data:`TORCH_DRIVER`, with its own cache ``cache`` (kept runs on: no
+    ``PATCHCRAFT_NO_CACHE``)."""
+    env = {**os.environ, "PATCHCRAFT_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    env.pop("PATCHCRAFT_NO_CACHE", None)
+    return subprocess.run([sys.executable, "-c", TORCH_DRIVER, *argv], env=env, capture_output=True, text=True)
+
+
 def vllm_release_package(version: str) -> Path:
     """The cached, pristine package root of vLLM ``version`` (its slim archive fetched on first use, shared like a wheel)."""
     from patchcraft.base.vllm_fetch import fetch_vllm

@@ -9,30 +9,17 @@ importing torch; a copy with one byte changed in a patched file runs again.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, flip_one_byte
+from conftest import flip_one_byte, run_reporting_torch
 from patchcraft.base.status import HarnessStatus
 from patchcraft.base.target import resolve_target
 from patchcraft.harness.rows import Check, SmokeResult, kept_rows, row_data, row_of
 
 pytest.importorskip("torch")
-
-DRIVER = """
-import sys
-from patchcraft.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit as exc:
-    sys.stderr.write("exit %s\\n" % exc.code)
-sys.stderr.write("torch imported: %s\\n" % ("torch" in sys.modules))
-"""
 
 
 def test_a_row_comes_back_as_it_was() -> None:
@@ -61,12 +48,10 @@ def test_nothing_kept_is_no_answer(package: Path, tmp_path: Path, monkeypatch: p
 
 
 def test_a_second_copy_is_proven_from_the_kept_rows_without_torch(package: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "PATCHCRAFT_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    env.pop("PATCHCRAFT_NO_CACHE", None)
 
     def apply(tree: Path) -> tuple[dict, str]:
         argv = ["apply", str(tree), "--no-runner", "--model", "llama", "--format", "json"]
-        done = subprocess.run([sys.executable, "-c", DRIVER, *argv], env=env, capture_output=True, text=True)
+        done = run_reporting_torch(argv, tmp_path / "cache")
         document = json.loads(done.stdout)
         for model in document["models"]:
             model.pop("seconds", None)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ import pytest
 from patchcraft.engine import result_cache, verdict_cache
 from patchcraft.harness import run_cache
 
-from conftest import ROOT, flip_one_byte
+from conftest import flip_one_byte, run_reporting_torch
 
 LLAMA = Path("srt") / "models" / "llama.py"
 
@@ -177,25 +175,12 @@ def test_no_cache_runs_every_time(package: Path, cache: Path, monkeypatch: pytes
     assert not cache.exists()
 
 
-DRIVER = """
-import sys
-from patchcraft.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit:
-    pass
-sys.stderr.write("torch imported: %s\\n" % ("torch" in sys.modules))
-"""
-
-
 def test_explain_answers_from_kept_runs_without_torch(package: Path, tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    env = {**os.environ, "PATCHCRAFT_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    env.pop("PATCHCRAFT_NO_CACHE", None)
     argv = ["explain", str(package), "--model", "llama", "--layer-ids", "2,3", "--num-layers", "6"]
 
     def explain() -> tuple[str, str]:
-        done = subprocess.run([sys.executable, "-c", DRIVER, *argv], env=env, capture_output=True, text=True)
+        done = run_reporting_torch(argv, tmp_path / "cache")
         return done.stdout, done.stderr
 
     first, said = explain()

@@ -11,16 +11,13 @@ apply withholds the patch as the first did.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ROOT, flip_one_byte, vllm_release_package
+from conftest import flip_one_byte, run_reporting_torch, vllm_release_package
 from types import SimpleNamespace
 
 from patchcraft.base.status import EditKind, EditStatus, HarnessStatus, ModelStatus
@@ -29,22 +26,11 @@ from patchcraft.harness.rows import SmokeResult
 from patchcraft.harness.vllm_proof_rows import UNSHOWN, proof_rows
 
 RELEASE = "0.11.2"
-DRIVER = """
-import sys
-from patchcraft.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit as exc:
-    sys.stderr.write("exit %s\\n" % exc.code)
-sys.stderr.write("torch imported: %s\\n" % ("torch" in sys.modules))
-"""
 
 
 def _apply(tree: Path, cache: Path) -> tuple[dict, str]:
-    env = {**os.environ, "PATCHCRAFT_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
-    env.pop("PATCHCRAFT_NO_CACHE", None)
     argv = ["apply", str(tree), "--engine", "vllm", "--no-runner", "--model", "llama", "--format", "json"]
-    done = subprocess.run([sys.executable, "-c", DRIVER, *argv], env=env, capture_output=True, text=True)
+    done = run_reporting_torch(argv, cache)
     document = json.loads(done.stdout)
     for model in document["models"]:
         model.pop("seconds", None)

@@ -8,41 +8,27 @@ the class again.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, flip_one_byte, vllm_release_package
+from conftest import flip_one_byte, run_reporting_torch, vllm_release_package
 
 pytest.importorskip("torch")
 
 RELEASE = "0.32.0"
-DRIVER = """
-import sys
-from patchcraft.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit as exc:
-    sys.stderr.write("exit %s\\n" % exc.code)
-sys.stderr.write("torch imported: %s\\n" % ("torch" in sys.modules))
-"""
 
 
 def test_a_kept_run_answers_without_torch_and_a_changed_part_runs_again(tmp_path: Path) -> None:
     package = tmp_path / "tree" / "vllm"
     shutil.copytree(vllm_release_package(RELEASE), package)
-    env = {**os.environ, "PATCHCRAFT_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    env.pop("PATCHCRAFT_NO_CACHE", None)
     argv = ["explain", str(package), "--engine", "vllm", "--model", "DeepseekV3ForCausalLM"]
     argv += ["--layer-ids", "0,2,3", "--num-layers", "6"]
 
     def explain() -> tuple[str, str]:
         shutil.rmtree(tmp_path / "cache" / "verdicts", ignore_errors=True)  # the verdict is computed again
-        done = subprocess.run([sys.executable, "-c", DRIVER, *argv], env=env, capture_output=True, text=True)
+        done = run_reporting_torch(argv, tmp_path / "cache")
         return done.stdout, done.stderr
 
     first, said = explain()
