@@ -46,7 +46,7 @@ from patchcraft.engine.file_patch import revert_text
 from patchcraft.engine.records import ModelResult
 from patchcraft.harness import run_cache
 from patchcraft.harness.rows import SmokeResult, SmokeRun, row_data, row_of
-from patchcraft.harness.vllm_proof_rows import PROOF, UNSHOWN, _mixin_rows, _shared_rows, asked, proof_rows  # noqa: F401
+from patchcraft.harness.vllm_proof_rows import PROOF, UNSHOWN, asked, proof_rows
 from patchcraft.harness.scenarios import Check
 from patchcraft.harness.served import Fed, RunOutcome
 from patchcraft.harness.standins import HarnessError

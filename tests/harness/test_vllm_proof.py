@@ -107,7 +107,7 @@ def test_a_mixin_edit_that_changes_ids_without_0_fails() -> None:
 
 def test_a_mixin_row_that_cannot_show_the_edit_is_skipped_only_when_another_proved_it() -> None:
     from patchcraft.harness.runner import SmokeResult
-    from patchcraft.harness.vllm_proof import UNSHOWN, _mixin_rows
+    from patchcraft.harness.vllm_proof_rows import UNSHOWN, _mixin_rows
 
     passed = SmokeResult("llama.LlamaForCausalLM", "llama.py", HarnessStatus.PASS)
     unshown = SmokeResult("gpt_oss.GptOssForCausalLM", "gpt_oss.py", HarnessStatus.ERROR, f"{UNSHOWN}: not run")
