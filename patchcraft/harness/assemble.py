@@ -111,6 +111,9 @@ def _source(path: Path, text: str) -> ModelSource:
 class Program:
     """The classes of a model graph compiled from one variant (patched or original) of the files."""
 
+    #: Whether the program runs one rank only (the first and last pipeline stage): see :func:`literal_init`.
+    ONE_RANK = False
+
     def __init__(self, graph: ModelGraph, sources: Sources, variant: str) -> None:
         self.graph = graph
         self.sources = sources
@@ -222,7 +225,7 @@ class Program:
         if init is not None:
             attributes = init_attributes(init)
             top_level = top_level_literals(init)
-            code = literal_init(init)
+            code = literal_init(init, one_rank=self.ONE_RANK)
             if code is not None:
                 literals = self._define(node.path, code, "__init_literals__", f"{node.name}.__init__")
         namespace["_standin_own_attributes"] = frozenset(attributes)

@@ -240,17 +240,27 @@ def _literal_self_assignment(stmt: ast.stmt) -> bool:
     return _self_target(target) is not None and _is_literal(value)
 
 
-def literal_init(init: MethodCode) -> Optional[types.CodeType]:
+def literal_init(init: MethodCode, one_rank: bool = False) -> Optional[types.CodeType]:
     """A code object running the literal ``self.x = <literal>`` statements of ``init``, in order.
 
     The statements are the file's own nodes at their own line numbers,
     wrapped in ``def __init_literals__(self)``; None when there are none.
     Branch conditions are not evaluated: in an ``if``/``else`` the later
     branch wins, which is the default in SGLang's inits (``else: self.x = None``).
-    :func:`top_level_literals` says which ones run unconditionally.
+    ``one_rank`` (vLLM's harness runs one rank, the first and the last
+    pipeline stage at once): an ``if <...>.is_last_rank:`` or
+    ``is_first_rank`` test is taken, so its ``else`` sets nothing (0.26's
+    DeepSeek-V4 allocates ``self._mtp_hidden_buffer`` on the last rank and
+    sets it to None elsewhere). :func:`top_level_literals` says which ones
+    run unconditionally.
     """
     func = init.tree().body[0]
-    kept = [stmt for stmt in _statements(func.body) if _literal_self_assignment(stmt)]  # type: ignore[attr-defined]
+    skipped = {id(s) for s in _rank_else_statements(func)} if one_rank else set()
+    kept = [
+        stmt
+        for stmt in _statements(func.body)  # type: ignore[attr-defined]
+        if _literal_self_assignment(stmt) and id(stmt) not in skipped
+    ]
     if not kept:
         return None
     wrapper = ast.FunctionDef(
@@ -266,6 +276,17 @@ def literal_init(init: MethodCode) -> Optional[types.CodeType]:
     module = ast.Module(body=[wrapper], type_ignores=[])
     ast.fix_missing_locations(module)
     return compile(module, str(init.path), "exec", dont_inherit=True)
+
+
+def _rank_else_statements(func: ast.AST) -> Iterator[ast.stmt]:
+    """The statements under the ``else`` of each ``if <...>.is_last_rank:`` / ``is_first_rank`` test."""
+    for node in ast.walk(func):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Attribute)
+            and node.test.attr in ("is_last_rank", "is_first_rank")
+        ):
+            yield from _statements(node.orelse)
 
 
 def top_level_literals(init: MethodCode) -> set[str]:

@@ -35,6 +35,9 @@ class LayerCall:
     outputs: Optional[tuple[str, ...]]  # None: the result is hidden_states itself
     captures: tuple[str, ...] = ()
     line: int = 0
+    #: State the call threads besides the stream and the residual, each (name, slot): passed in and rebound from
+    #: the result (DeepSeek-V4's hyper-connection ``post_mix, res_mix``; Kimi's attention-residual ``prefix_delta``).
+    threaded: tuple[tuple[str, Slot], ...] = ()
 
     @staticmethod
     def pick(args: tuple, kwargs: dict, slot: Optional[Slot]) -> Any:
@@ -141,6 +144,8 @@ def layer_call(forward: MethodCode) -> LayerCall:
     uses_stream = any(isinstance(n, ast.Name) and n.id == "residual_batch" for n in ast.walk(func))
     kind = "pair" if residual is not None else "stream" if uses_stream else "none"
     captures = tuple(k.arg for k in call.keywords if k.arg and "capture" in k.arg)
+    rebound = [n for n in _names(_assigned(func, call)) if n not in (hidden, "residual")]
+    threaded = tuple((n, slot) for n in rebound if (slot := _slot(call, n)) is not None)
     return LayerCall(
         hidden=_slot(call, hidden),  # type: ignore[arg-type]
         residual=residual,
@@ -149,6 +154,7 @@ def layer_call(forward: MethodCode) -> LayerCall:
         outputs=_outputs(func, call, residual is not None, hidden),
         captures=captures,
         line=call.lineno,
+        threaded=threaded,
     )
 
 

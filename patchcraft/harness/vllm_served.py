@@ -37,6 +37,7 @@ from torch import nn
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.tree_version import VersionLabel, identify
+from patchcraft.harness import hyper_connections
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import PATCHED, MethodCode, ModelSource
 from patchcraft.harness.served import Fed, RunOutcome
@@ -78,6 +79,8 @@ class NotATarget(HarnessError):
 class VllmProgram(Program):
     """A :class:`Program` over a vLLM models directory: sibling classes are stand-ins, helpers vLLM's."""
 
+    ONE_RANK = True  # run_ids and default_ids run World(): one rank, first and last stage
+
     def globals_for(self, path: Path) -> dict[str, Any]:
         namespace = super().globals_for(path)
         if not isinstance(namespace.get("__builtins__"), dict):
@@ -114,6 +117,8 @@ class VllmModel:
     #: The wrapper's language model, no EAGLE-3 target of its own, holding ``inner`` as its ``self.model``: the
     #: wrapper (``outer``) is run, its setter reaching ``self.language_model.model`` (0.27's CUDA Kimi-K3).
     language_model: Optional[ClassNode] = None
+    #: The platform whose module this is (``find_model``'s ``platform``), None when none was named.
+    platform: Optional[str] = None
 
     @property
     def label(self) -> str:
@@ -159,7 +164,7 @@ def find_model(
         elif chosen is not None:
             family = chosen
     if family is not None:
-        return _family_model(graph, package, family, texts, platform)
+        return replace(_family_model(graph, package, family, texts, platform), platform=platform)
     outer = _outer(graph, package, name)
     if graph.find_method(outer, SETTER) is None:
         raise NotATarget(f"{outer.label} has no {SETTER}: not an EAGLE-3 target on this release")
@@ -178,7 +183,9 @@ def find_model(
     owner = next((c for c in graph.mro(inner) if "forward" in c.methods), None)
     if owner is None:
         raise HarnessError(f"{inner.label} has no forward")
-    return VllmModel(graph, outer, inner, owner, VllmProgram(graph, Sources(package, texts), PATCHED))
+    return VllmModel(
+        graph, outer, inner, owner, VllmProgram(graph, Sources(package, texts), PATCHED), platform=platform
+    )
 
 
 def _family_row(graph: VllmGraph, package: Path, label: str) -> Optional[Any]:
@@ -444,14 +451,25 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
     embedding = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
     for name in {"embed_tokens"} | _embedders(model, forward):
         inner.equip(name, embedding)
-    inner.equip("layers", nn.ModuleList(StandInLayer(i, call) for i in range(num_layers)))
+    config: StandInConfig
+    if hyper_connections.has_streams(model.graph, model.inner, call):  # DeepSeek-V4's streams
+        fused = hyper_connections.fused_on(model.platform)
+        layers: list[nn.Module] = [hyper_connections.StreamsLayer(i, call, fused) for i in range(num_layers)]
+        config = hyper_connections.StreamsConfig(num_layers, HIDDEN, VOCAB)
+        for name in hyper_connections.stream_attributes(model.graph, model.inner):
+            inner.equip(name, hyper_connections.STREAMS)
+        inner.equip("hc_head_op", hyper_connections.head)  # CPU, ROCm, XPU: ``self.hc_head_op = HCHeadOp()``
+    else:
+        layers = [StandInLayer(i, call) for i in range(num_layers)]
+        config = StandInConfig(num_layers, HIDDEN, VOCAB)
+    inner.equip("layers", nn.ModuleList(layers))
     inner.equip("start_layer", 0)
     inner.equip("end_layer", num_layers)
     inner.equip("norm", StandInNorm())
-    inner.equip("config", StandInConfig(num_layers, HIDDEN, VOCAB))
+    inner.equip("config", config)
     inner.equip("hidden_size", HIDDEN)
     outer: Any = program.stand_in(model.outer)()
-    outer.equip("config", StandInConfig(num_layers, HIDDEN, VOCAB))
+    outer.equip("config", config)
     if model.language_model is not None:  # the wrapper's setter reaches `self.language_model.model`
         held: Any = program.stand_in(model.language_model)()
         setattr(held, INNER, inner)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import builtins
 from typing import Any, Callable
 
+from patchcraft.harness import hyper_connections
 from patchcraft.harness.standins import Nothing, active_world
 
 PACKAGE = "vllm"
@@ -54,6 +55,8 @@ HELPERS: dict[str, Callable[[], Any]] = {
     # vllm/models/common/ops (0.27+): at TP 1 the release's own first branch, ``return norm(hidden_states,
     # residual)`` (0.33.0 fused_allreduce_rms_norm.py:37-38); the harness runs one rank.
     "fused_allreduce_rms_norm": lambda: lambda hidden_states, residual, norm: norm(hidden_states, residual),
+    # DeepSeek-V4's mHC kernels called by name (nvidia/model.py): the stand-in streams' own post-mix and head.
+    **hyper_connections.HELPERS,
 }
 
 

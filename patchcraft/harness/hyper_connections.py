@@ -1,0 +1,141 @@
+"""Stand-in layers for hyper-connection (mHC) models: DeepSeek-V4's streams, run as the release's forward expects.
+
+DeepSeek-V4 (vLLM's ``vllm/models/deepseek_v4/<platform>/model.py``) widens the
+embedding output to ``hc_mult`` streams (``[tokens, hc_mult, hidden]``) and
+threads, besides the stream and the residual, each layer's post-mix and
+combine weights through its layer call::
+
+    hidden_states, residual, post_mix, res_mix = layer(
+        hidden_states, positions, input_ids, post_mix, res_mix, residual)
+
+On the fused path (``use_fused_mhc``: tilelang or aiter, i.e. CUDA and ROCm)
+a layer defers its last post-mix: it returns the branch output, the stream
+it mixed into and the weights, and the caller completes the stream with
+``layer.hc_post(...)`` (or ``mhc_post_tilelang(...)``) wherever it needs it
+whole, as every capture does before averaging the streams. On the unfused
+path (CPU and XPU: vLLM's ``_has_tilelang_mhc()`` is false off CUDA and
+ROCm, ``model_executor/layers/mhc.py`` of 0.32.0) the layer returns the
+completed stream and ``None`` for the rest.
+
+The stand-in keeps that contract, with :func:`~patchcraft.harness.standins.mix`
+as each layer's work: layer ``k`` completes the stream it was handed (a
+2-D embedding output is widened to :data:`STREAMS` equal streams, as the
+first layer of the NVIDIA module does itself) and adds ``mix(stream, k)``
+to every stream alike, out of place. The streams stay equal, so their mean
+after ``k`` layers is exactly ``hs[k]`` of
+:func:`~patchcraft.harness.standins.reference_states` (two streams: the
+mean of two equal floats is that float). What the harness judges is which
+state each id reaches the draft as, and that is the release's own forward.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any, Optional
+
+import torch
+
+from patchcraft.harness.nothing import HarnessError
+from patchcraft.harness.shapes import LayerCall
+from patchcraft.harness.standins import StandInConfig, StandInLayer, mix
+from patchcraft.reading.class_graph import ClassNode, ModelGraph
+
+#: Streams of the stand-in model (``config.hc_mult``).
+STREAMS = 2
+#: The config field of the stream count: a model reading it has hyper-connections.
+FIELD = "hc_mult"
+#: Platforms whose mHC layers defer their post-mix (fused kernels: tilelang on CUDA, tilelang or aiter on ROCm).
+FUSED_PLATFORMS = ("cuda", "rocm")
+
+
+def post(x: Any, residual: Any, post_mix: Any = None, res_mix: Any = None) -> Any:
+    """The completed stream: ``residual`` mixed with the branch output ``x``; ``x`` itself when nothing was deferred."""
+    if residual is None:
+        return x
+    return residual + x
+
+
+def head(x: Any, *args: Any, **kwargs: Any) -> Any:
+    """``hc_head``: the streams collapsed to ``[tokens, hidden]`` (their mean; the final output is not judged)."""
+    return x.mean(dim=1) if isinstance(x, torch.Tensor) and x.dim() == 3 else x
+
+
+#: The mHC kernels a forward calls by name (NVIDIA's ``deepseek_v4/nvidia/model.py``): their stand-ins.
+HELPERS = {
+    "mhc_post_tilelang": lambda: post,
+    "hc_head_fused_kernel_tilelang": lambda: head,
+}
+
+
+class StreamsConfig(StandInConfig):
+    """The stand-in config of a hyper-connection model: :data:`STREAMS` streams."""
+
+    def __init__(self, layers: int, hidden: int, vocab: int) -> None:
+        super().__init__(layers, hidden, vocab)
+        self.hc_mult = STREAMS
+
+
+class StreamsLayer(StandInLayer):
+    """Decoder layer ``index`` of a hyper-connection model: the stream completed, ``mix`` added, out of place."""
+
+    def __init__(self, index: int, call: LayerCall, fused: bool) -> None:
+        super().__init__(index, call)
+        self.use_fused_mhc = fused
+
+    def hc_post(self, x: Any, residual: Any, post_mix: Any = None, res_mix: Any = None) -> Any:
+        return post(x, residual, post_mix, res_mix)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        call = self.call
+        hidden = call.pick(args, kwargs, call.hidden)
+        residual = call.pick(args, kwargs, call.residual)
+        if not isinstance(hidden, torch.Tensor):
+            raise HarnessError(f"layer {self.index} got {type(hidden).__name__} as hidden_states")
+        weights = [call.pick(args, kwargs, slot) for _, slot in call.threaded]
+        stream = post(hidden, residual, *weights[:2])
+        if stream.dim() == 2:
+            stream = stream.unsqueeze(-2).repeat(1, STREAMS, 1)
+        branch = mix(stream, self.index)
+        extra = [name for name, _ in call.threaded]
+        if self.use_fused_mhc:  # deferred: the caller completes residual + branch
+            values: dict[str, Any] = {"hidden_states": branch, "residual": stream}
+            values.update({name: torch.ones(stream.shape[0], STREAMS) for name in extra})
+        else:
+            values = {"hidden_states": stream + branch, "residual": None}
+        if call.outputs is None:
+            return values["hidden_states"]
+        return tuple(values.get(name) for name in call.outputs)
+
+
+def has_streams(graph: ModelGraph, inner: ClassNode, call: LayerCall) -> bool:
+    """Whether ``inner`` is a hyper-connection model: its layer call threads more state and its classes read
+    ``<config>.hc_mult``."""
+    return bool(call.threaded) and bool(stream_attributes(graph, inner) or _reads_field(graph, inner))
+
+
+def stream_attributes(graph: ModelGraph, inner: ClassNode) -> set[str]:
+    """``self.X = <config>.hc_mult`` in the ``__init__`` of ``inner``'s classes: the attributes holding the count."""
+    found: set[str] = set()
+    for node in graph.mro(inner):
+        init = node.methods.get("__init__")
+        for stmt in ast.walk(init) if init is not None else ():
+            if isinstance(stmt, ast.Assign) and _is_field(stmt.value):
+                found |= {t.attr for t in stmt.targets if isinstance(t, ast.Attribute) and _is_self_attribute(t)}
+    return found
+
+
+def _reads_field(graph: ModelGraph, inner: ClassNode) -> bool:
+    return any(_is_field(n) for node in graph.mro(inner) for method in node.methods.values() for n in ast.walk(method))
+
+
+def _is_field(node: Optional[ast.AST]) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == FIELD
+
+
+def _is_self_attribute(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def fused_on(platform: Optional[str]) -> bool:
+    """Whether ``platform``'s mHC layers defer their post-mix (no platform named: the GPU path, fused)."""
+    return platform is None or platform in FUSED_PLATFORMS

