@@ -19,6 +19,7 @@ from . import (
     capture_embedding_output,
     init_capture_flag,
     mark_captured_outputs,
+    vllm_add_embedding_capture,
     vllm_capture_embedding,
     vllm_copy_before_loop_capture,
     vllm_copy_mixin_embedding,
@@ -40,6 +41,7 @@ VLLM_TRANSFORMS: tuple[RunnerTransform, ...] = (
     vllm_capture_embedding,
     vllm_copy_mixin_embedding,
     vllm_copy_before_loop_capture,
+    vllm_add_embedding_capture,
 )
 
 BY_KIND: dict[str, Transform] = {t.KIND: t for t in (*MODEL_TRANSFORMS, *VLLM_TRANSFORMS)}

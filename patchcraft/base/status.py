@@ -132,3 +132,5 @@ class EditKind(_Status):
     VLLM_MIXIN = "vllm-mixin"
     #: vLLM: a capture before the layer loop appends a copy of the embedding output, not the tensor itself.
     VLLM_BEFORE_LOOP = "vllm-before-loop"
+    #: vLLM: a forward capturing only after each layer (DeepSeek-V4) gets id 0's capture before its loop.
+    VLLM_ADD_CAPTURE = "vllm-add-capture"

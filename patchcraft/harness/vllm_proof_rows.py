@@ -42,7 +42,7 @@ def proof_rows(tree: "SglangTree", models: Sequence["ModelResult"], one: One) ->
     when ``one`` has no row for a model."""
     rows = []
     mixin = set()
-    only_id0 = (EditKind.VLLM_MIXIN, EditKind.VLLM_BEFORE_LOOP)
+    only_id0 = (EditKind.VLLM_MIXIN, EditKind.VLLM_BEFORE_LOOP, EditKind.VLLM_ADD_CAPTURE)
     sites: dict[str, frozenset[tuple[str, str, str]]] = {}
     for model in models:
         if model.status not in (ModelStatus.PATCHED, ModelStatus.ALREADY):

@@ -164,6 +164,8 @@ def find_model(
         elif chosen is not None:
             family = chosen
     if family is not None:
+        # a row's own module runs as its platform runs it (deepseek_v4.cpu's: unfused mHC streams)
+        platform = platform or (family.platforms[0] if family.platforms else None)
         return replace(_family_model(graph, package, family, texts, platform), platform=platform)
     outer = _outer(graph, package, name)
     if graph.find_method(outer, SETTER) is None:
