@@ -162,7 +162,7 @@ def _is_mean(node: cst.CSTNode) -> bool:
     )
 
 
-def _appends(stmts: list[cst.BaseStatement]) -> bool:
+def _appends(stmts: list) -> bool:
     return any(
         isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "append"
         for s in stmts
@@ -170,11 +170,11 @@ def _appends(stmts: list[cst.BaseStatement]) -> bool:
     )
 
 
-def _reads(stmt: cst.BaseStatement, names: set[str]) -> bool:
+def _reads(stmt: cst.CSTNode, names: set[str]) -> bool:
     return any(isinstance(n, cst.Name) and n.value in names for n in iter_nodes(stmt))
 
 
-def _bound(stmt: cst.BaseStatement) -> set[str]:
+def _bound(stmt: cst.CSTNode) -> set[str]:
     found: set[str] = set()
     for node in iter_nodes(stmt):
         if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
@@ -222,8 +222,9 @@ def analyse(func: cst.FunctionDef, site: EditSite) -> Site:
     before = set().union(*(_bound(s) for s in body[:index])) if index else set()
     value = cst.parse_expression(f"{stream}.clone() if {stream}.dim() == 2 else {stream}.{MEAN}(dim=1)")
     first = body[index].visit(_Replace(mean, value))
+    assert isinstance(first, cst.BaseStatement)
     kept = [first, *(s for s in body[index + 1 :] if not _reads(s, before - _bound(first)))]
-    if not _appends(kept):  # type: ignore[arg-type]
+    if not _appends(kept):
         raise AnchorError(site, f"{EXPECTED}; nothing after the `.mean(dim=1)` appends it")
     module = cst.Module(body=[])
     return Site(loop, module.code_for_node(start), stream, module.code_for_node(ids), kept)  # type: ignore[arg-type]

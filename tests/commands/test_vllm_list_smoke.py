@@ -36,6 +36,7 @@ def test_list_json_says_each_transforms_engine(capsys) -> None:
         "vllm_capture_embedding",
         "vllm_copy_mixin_embedding",
         "vllm_copy_before_loop_capture",
+        "vllm_add_embedding_capture",
     }
     assert {entry["engine"] for entry in document.values()} == {"vllm"}
     # 0.11.2 has no EagleModelMixin: Llama's own forward crashes on id 0, and is the forward edit's site.

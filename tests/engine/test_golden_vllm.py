@@ -200,3 +200,44 @@ def test_kimi_k3_whose_language_model_has_no_setter_runs_its_own_setter(tmp_path
     assert "cuda: hs[0], hs[2], hs[4]; " in out and "; cpu: hs[0], hs[2], hs[4]\n" in out, out
     assert run_trees(options, Mode.REVERT).code == 0
     assert {path: path.read_bytes() for path in package.rglob("*.py")} == pristine
+
+
+V4_ROWS = tuple(f"deepseek_v4.{p}.DeepseekV4ForCausalLM" for p in ("nvidia", "amd", "xpu", "cpu"))
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_deepseek_v4_capture_added_before_the_loop(version: str, tmp_path: Path, update_golden: bool, capsys) -> None:
+    """DeepSeek-V4 (issue 46): vllm/models/deepseek_v4/{nvidia,amd,xpu,cpu}/model.py capture after each layer only,
+    so id 0 captured nothing on any platform (the draft got one state fewer than its ids); ``apply`` adds id 0's
+    capture before the loop (``vllm-add-capture``) in each platform's module, proven on the harness running that
+    module as its platform runs it, and the patched tree feeds hs[0], hs[2], hs[4] on every platform, where the
+    release fed hs[2], hs[4]; ``revert`` gives the release back byte for byte."""
+    package = _copy(version, tmp_path)
+    pristine = {path: path.read_bytes() for path in package.rglob("*.py")}
+    explain = ("explain", str(package), "--model", "DeepseekV4ForCausalLM", "--layer-ids", "0,2,4", "--num-layers", "8")
+    code, out, _ = run_cli(capsys, *explain)
+    assert code == 1 and "id 0 captures nothing" in out and "cpu: hs[2], hs[4]\n" in out, out  # 1: a warning
+    options = Options(
+        targets=(str(package),), models=("DeepseekV4ForCausalLM",), output_format="json", engine=ServingEngine.VLLM
+    )
+    applied = run_trees(options, Mode.APPLY)
+    assert applied.code == 0
+    rows = {m.model: m for m in applied.results[0].models}
+    for label in V4_ROWS:
+        assert rows[label].status.value == "patched" and rows[label].proof.value == "harness-passed", rows[label]
+        assert {e.kind.value for e in rows[label].edits} == {"vllm-add-capture"}
+    diff = unified_diffs(applied.results[0].changes)
+    golden = GOLDEN / "vllm" / version / "deepseek_v4.diff"
+    if update_golden:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(diff)
+    assert diff == golden.read_text()
+    for platform in ("nvidia", "amd", "xpu", "cpu"):
+        assert f"vllm/models/deepseek_v4/{platform}/model.py" in diff
+    assert run_trees(options, Mode.VERIFY).code == 0
+    assert run_trees(options, Mode.CHECK).code == 0
+    code, out, _ = run_cli(capsys, *explain)
+    fed = "cuda: hs[0], hs[2], hs[4]; rocm: hs[0], hs[2], hs[4]; xpu: hs[0], hs[2], hs[4]; cpu: hs[0], hs[2], hs[4]\n"
+    assert code == 0 and "warning" not in out and fed in out, out
+    assert run_trees(options, Mode.REVERT).code == 0
+    assert {path: path.read_bytes() for path in package.rglob("*.py")} == pristine

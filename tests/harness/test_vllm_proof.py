@@ -142,3 +142,52 @@ def test_a_row_whose_forward_the_harness_cannot_follow_is_skipped_when_its_share
     assert "no call of a decoder layer" in mistral["notes"][-1] and "its edits are proven on" in mistral["notes"][-1]
     assert rows["llama.LlamaForCausalLM"]["proof"] == "harness-passed"
     assert document["summary"]["written"] == ["vllm/model_executor/models/llama.py"]
+
+
+V4_MODEL = "deepseek_v4.{}.DeepseekV4ForCausalLM"
+
+
+def _v4_patched(platform: str) -> tuple[Path, Path, str]:
+    package = vllm_release_package("0.34.0")
+    path = package / "models" / "deepseek_v4" / platform / "model.py"
+    site = EditSite(
+        EditKind.VLLM_ADD_CAPTURE, path, f"models.deepseek_v4.{platform}.model", "DeepseekV4Model", "forward"
+    )
+    patch = patch_text(path.read_text(), path, [site])
+    assert not patch.errors
+    return package, path, patch.after
+
+
+@pytest.mark.parametrize("platform", ["nvidia", "cpu"])
+def test_the_added_v4_capture_is_proven_and_the_release_fails(platform: str) -> None:
+    """DeepSeek-V4 (issue 46): the capture added before the loop feeds hs[0] then what the release fed; the release
+    itself drops id 0 (one state fewer than its ids)."""
+    package, path, after = _v4_patched(platform)
+    label = V4_MODEL.format(platform)
+    row = prove_model(package, label, "model.py", {path: after}, id0_only=True)
+    assert row.status is HarnessStatus.PASS, row.message
+    row = prove_model(package, label, "model.py", {}, id0_only=True)
+    assert (
+        row.status is HarnessStatus.FAIL
+        and row.scenario == "vllm-id-0"
+        and "expected a copy of hs[0], hs[2], hs[7]" in row.message
+    )
+
+
+@pytest.mark.parametrize(
+    "old, new, scenario, said",
+    [
+        # the streams appended whole, not their mean: no hidden state of the target
+        ("else hidden_states.mean(dim=1))", "else hidden_states)", "vllm-id-0", "an unknown tensor"),
+        # the added capture on every stage and id: ids without 0 get an extra entry
+        ("if self.start_layer == 0 and 0 in self.aux_hidden_state_layers:", "if True:", "vllm-same", "the release fed"),
+    ],
+    ids=["no mean", "no guard"],
+)
+def test_a_wrong_added_v4_capture_fails(old: str, new: str, scenario: str, said: str) -> None:
+    package, path, after = _v4_patched("cpu")
+    broken = after.replace(old, new, 1)
+    assert broken != after
+    row = prove_model(package, V4_MODEL.format("cpu"), "model.py", {path: broken}, id0_only=True)
+    assert row.status is HarnessStatus.FAIL and said in row.message, row.message
+    assert any(c.name == scenario and c.status is HarnessStatus.FAIL for c in row.checks)

@@ -18,6 +18,7 @@ from . import (
     init_capture_flag,
     keep_captured_states_reduced,
     mark_captured_outputs,
+    vllm_add_embedding_capture,
     vllm_capture_embedding,
     vllm_copy_before_loop_capture,
     vllm_copy_mixin_embedding,
@@ -33,6 +34,7 @@ _ALL: tuple[TransformExamples, ...] = (
     vllm_capture_embedding,
     vllm_copy_mixin_embedding,
     vllm_copy_before_loop_capture,
+    vllm_add_embedding_capture,
 )
 
 #: Transform name -> its examples module.
