@@ -346,7 +346,8 @@ def _explain(
     if ran.error:
         findings += _gate_findings(gate, _model_type(model_name, model_name))
         findings.append(Finding(FindingKind.NOT_RUN, ran.error))
-        fed = NO_TARGET if ran.not_a_target else f"not run: {ran.error}"
+        no_target = NO_TARGET.replace("this release", f"{platform} on this release") if platform else NO_TARGET
+        fed = no_target if ran.not_a_target else f"not run: {ran.error}"
         return _record(
             tree, model_name, num_layers, ids, gate, runners, (), (), fed, (), (), findings, True, model_name
         )

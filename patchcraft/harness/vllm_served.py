@@ -196,7 +196,10 @@ def _family_row(graph: VllmGraph, package: Path, label: str) -> Optional[Any]:
     from patchcraft.planning.vllm_plans import plan_vllm
 
     tree = VllmTree(package=package, root=package.parent)
-    return next((p for p in plan_vllm(tree) if p.label == label and p.platforms), None)
+    plan = next((p for p in plan_vllm(tree) if p.label == label), None)
+    if plan is not None and not plan.platforms and plan.not_applicable and plan.unsupported:
+        raise NotATarget(f"{label}: {plan.unsupported}")  # 0.25's deepseek_v4.amd: its platform's answer
+    return plan if plan is not None and plan.platforms else None
 
 
 def _on_platform(package: Path, architecture: str, platform: str) -> Any:
@@ -219,7 +222,10 @@ def _on_platform(package: Path, architecture: str, platform: str) -> Any:
     for plan in plan_vllm(tree):
         if plan.path == found.path and plan.cls == found.cls and platform in plan.platforms:
             return plan
-    raise PatchcraftError(f"{architecture}: {found.file}'s {found.cls}, which {platform} serves, is no EAGLE-3 target")
+    raise NotATarget(  # one platform's answer (explain says it for that platform), not a usage error
+        f"{architecture}: {found.file}'s {found.cls}, which {platform} serves, has no {SETTER}: not an EAGLE-3 "
+        f"target on {platform}"
+    )
 
 
 def _family_model(
