@@ -57,13 +57,9 @@ def test_each_served_family_class_is_a_row_naming_its_platforms() -> None:
     assert plans["deepseek_v32.amd.DeepseekV32ForCausalLM"].platforms == ("rocm",)
     for platform in ("nvidia", "amd", "xpu", "cpu"):  # DeepSeek-V4: one module per platform, none reads id 0
         v4 = plans[f"deepseek_v4.{platform}.DeepseekV4ForCausalLM"]
-        assert (
-            not v4.sites and "captures after each layer" in v4.unsupported and "id 0 captures nothing" in v4.unsupported
-        )  # and why no edit: the harness does not model its hyper-connection streams (issue 46)
-        assert v4.unsupported.endswith(
-            "stand-in layers thread the stream and the residual only, not this layer call's "
-            "`hidden_states, residual, post_mix, res_mix = ...` (nothing unproven is written)"
-        ), v4.unsupported
+        # its capture after each layer only: id 0's capture added before the loop in that platform's file (issue 46)
+        assert [(s.kind, s.path, s.cls) for s in v4.sites] == [(EditKind.VLLM_ADD_CAPTURE, v4.path, "DeepseekV4Model")]
+        assert v4.path == package / "models" / "deepseek_v4" / platform / "model.py" and not v4.unsupported
     glm5 = plans["glm5next.common.Glm5NextForCausalLM"]
     assert any(n.startswith("not served on xpu: NotImplementedError") for n in glm5.notes)
     assert not glm5.sites and "not this layer call's `hidden_states, residual, post, comb = ...`" in glm5.unsupported
