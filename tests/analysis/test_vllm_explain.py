@@ -162,3 +162,17 @@ def test_a_build_serving_tpu_from_outside_the_tree_says_it_is_not_judged(tmp_pat
     (note,) = [n for n in built.notes if n.kind == FindingKind.PLATFORM]
     assert "vllm_tpu-0.32.0" in note.text and "tpu_inference" in note.text and "not judged" in note.text
     assert built.findings == plain.findings and built.fed == plain.fed  # nothing else changes
+
+
+def test_0_25_0_deepseek_v4_answers_each_platform_a_platform_without_the_setter_included() -> None:
+    """0.25.0 serves DeepseekV4ForCausalLM per platform: nvidia/model.py (CUDA and CPU) has the setter, amd/ and xpu/
+    do not. explain answers each platform (it was one usage error for all), and a row label of a module without the
+    setter says it is no target there (it was "not followed")."""
+    tree = resolve_vllm_target(str(vllm_release_package("0.25.0")))
+    result = explain_vllm(tree, "DeepseekV4ForCausalLM", (0, 2, 4), 8, per_platform=True)
+    said = dict(part.split(": ", 1) for part in result.fed.split("; "))
+    assert said["cuda"] == "hs[2], hs[4]" and said["cpu"] == "hs[2], hs[4]", result.fed  # id 0: never captured
+    assert said["rocm"] == "no EAGLE-3 draft (not an EAGLE-3 target on rocm on this release)", result.fed
+    assert any(f.text.startswith("rocm: ") and "has no set_aux_hidden_state_layers" in f.text for f in result.findings)
+    label = explain_vllm(tree, "deepseek_v4.amd.DeepseekV4ForCausalLM", (0, 2, 4), 8)
+    assert label.fed == NO_TARGET and any("not an EAGLE-3 target on rocm" in f.text for f in label.findings)
