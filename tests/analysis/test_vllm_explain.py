@@ -164,6 +164,7 @@ def test_a_build_serving_tpu_from_outside_the_tree_says_it_is_not_judged(tmp_pat
     assert built.findings == plain.findings and built.fed == plain.fed  # nothing else changes
 
 
+@pytest.mark.slow  # 0.25.0 is fetched for this test alone
 def test_0_25_0_deepseek_v4_answers_each_platform_a_platform_without_the_setter_included() -> None:
     """0.25.0 serves DeepseekV4ForCausalLM per platform: nvidia/model.py (CUDA and CPU) has the setter, amd/ and xpu/
     do not. explain answers each platform (it was one usage error for all), and a row label of a module without the
