@@ -581,7 +581,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             options.save.write_text(json.dumps([r.__dict__ for r in rows], indent=0), encoding="utf-8")
         print(f"{version}: {len(found)} rows in {time.monotonic() - clock:.0f} s", file=sys.stderr, flush=True)
     minutes = (time.monotonic() - began) / 60
-    wall = f"{minutes:.0f} minutes for {len(versions)} releases (fetches included) on 2 shared cores under nice -n 19"
+    niceness = os.nice(0)  # what this process ran under, said as it was
+    under = f" under nice -n {niceness}" if niceness else ""
+    wall = f"{minutes:.0f} minutes for {len(versions)} releases (fetches included) on {os.cpu_count()} cores{under}"
     if options.write_docs:
         write_docs(rows, wall=wall if options.all and not loaded and not options.only else "", only=options.only)
     else:
