@@ -25,6 +25,10 @@ with id 0 decides the row:
   Cohere2-MoE): ``vllm-before-loop``, the transform
   ``vllm_copy_before_loop_capture``, a copy of that entry right after its
   append (planned again once there, so verify and revert find it);
+- it captures only after each layer, the completed hyper-connection streams' mean (DeepSeek-V4's
+  ``vllm/models/deepseek_v4/<platform>/model.py``: ``if idx + 1 in ...``), so id 0 captures nothing:
+  ``vllm-add-capture``, the transform ``vllm_add_embedding_capture``, id 0's capture added before the loop
+  (read by ``reading.vllm_captures.after_layer_loop``; planned again once there, so verify and revert find it);
 - it captures nothing in a layer loop: not applicable, said in the row; where it returns the hidden
   states alone (MiMo), the row says EAGLE-3 itself cannot work with the class.
 
@@ -52,7 +56,16 @@ from patchcraft.base.target import SglangTree
 from patchcraft.planning.records import EditSite, ModelPlan
 from patchcraft.planning.vllm_family_plans import Dispatch, fallback_notes, family_rows, named_architecture
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
-from patchcraft.reading.vllm_captures import ALIAS, BEFORE, COPY, CRASH, DROPPED, read_captures
+from patchcraft.reading.vllm_captures import (
+    ALIAS,
+    BEFORE,
+    COPY,
+    CRASH,
+    DROPPED,
+    added_capture,
+    after_layer_loop,
+    read_captures,
+)
 from patchcraft.reading.vllm_families import family_dispatch, read_tables
 from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
 from patchcraft.reading.vllm_runner import read_registry
@@ -186,7 +199,7 @@ def _plan(
         # id 0 appended before the loop as the embedding tensor itself (Kimi-Linear): that entry made a copy
         site = replace(site, kind=EditKind.VLLM_BEFORE_LOOP)
         return ModelPlan(**common, sites=(site,), notes=notes)
-    if _captures_after_layers_only(forward) and (reading.id0 == DROPPED or _added_capture(forward)):
+    if after_layer_loop(forward) is not None and (reading.id0 == DROPPED or added_capture(forward)):
         # DeepSeek-V4: after each layer only (``idx + 1``), id 0 never captured: its capture added before the loop
         site = replace(site, kind=EditKind.VLLM_ADD_CAPTURE)
         return ModelPlan(**common, sites=(site,), notes=notes)
@@ -234,86 +247,6 @@ def _plan(
         unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet",
         notes=notes,
     )
-
-
-def _after_layer_loop(function: ast.AST) -> Optional[ast.For]:
-    """The loop ``vllm_add_embedding_capture`` edits: ``for <idx>, <layer> in enumerate(..., start=...)`` holding one
-    ``if <idx> + 1 in <...>.aux_hidden_state_layers:`` with one ``.mean(dim=1)`` in it (DeepSeek-V4's capture of the
-    completed streams after each layer); None when there is none (the transform checks the rest, naming it)."""
-    for loop in ast.walk(function):
-        if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)):
-            continue
-        it, target = loop.iter, loop.target
-        if not (
-            isinstance(it.func, ast.Name)
-            and it.func.id == "enumerate"
-            and any(k.arg == "start" for k in it.keywords)
-            and isinstance(target, ast.Tuple)
-            and len(target.elts) == 2
-            and isinstance(target.elts[0], ast.Name)
-        ):
-            continue
-        index = target.elts[0].id
-        captures = [s for s in loop.body if isinstance(s, ast.If) and _after_layer_test(s.test, index)]
-        if len(captures) == 1 and sum(_is_stream_mean(n) for n in ast.walk(captures[0])) == 1:
-            return loop
-    return None
-
-
-def _captures_after_layers_only(function: ast.AST) -> bool:
-    return _after_layer_loop(function) is not None
-
-
-def _after_layer_test(test: ast.expr, index: str) -> bool:
-    """``<index> + 1 in <...>.aux_hidden_state_layers``."""
-    return (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.In)
-        and isinstance(test.comparators[0], ast.Attribute)
-        and test.comparators[0].attr == "aux_hidden_state_layers"
-        and isinstance(test.left, ast.BinOp)
-        and isinstance(test.left.op, ast.Add)
-        and isinstance(test.left.left, ast.Name)
-        and test.left.left.id == index
-        and isinstance(test.left.right, ast.Constant)
-        and test.left.right.value == 1
-    )
-
-
-def _is_stream_mean(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "mean"
-        and len(node.keywords) == 1
-        and node.keywords[0].arg == "dim"
-        and isinstance(node.keywords[0].value, ast.Constant)
-        and node.keywords[0].value.value == 1
-    )
-
-
-def _added_capture(function: ast.AST) -> bool:
-    """``vllm_add_embedding_capture``'s block right before that loop: ``if <first layer> == 0 and 0 in <ids>:``
-    (the patched shape, so verify and revert find the site)."""
-    loop = _after_layer_loop(function)
-    for node in ast.walk(function):
-        body = getattr(node, "body", None)
-        if not isinstance(body, list) or loop not in body:
-            continue
-        index = body.index(loop)
-        previous = body[index - 1] if index else None
-        test = previous.test if isinstance(previous, ast.If) else None
-        return (
-            isinstance(test, ast.BoolOp)
-            and isinstance(test.op, ast.And)
-            and len(test.values) == 2
-            and isinstance(zero := test.values[1], ast.Compare)
-            and isinstance(zero.left, ast.Constant)
-            and zero.left.value == 0
-            and isinstance(zero.ops[0], ast.In)
-        )
-    return False
 
 
 def _layer_call_targets(function: ast.AST) -> tuple[str, ...]:

@@ -305,3 +305,82 @@ def _is_none_test(test: ast.expr) -> bool:
 
 def _mentions(node: ast.AST, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+
+
+# -- the shape ``vllm_add_embedding_capture`` edits (DeepSeek-V4), and its patched shape --------------------------
+
+
+def after_layer_loop(function: ast.AST) -> Optional[ast.For]:
+    """The loop ``vllm_add_embedding_capture`` edits: ``for <idx>, <layer> in enumerate(..., start=...)`` holding one
+    ``if <idx> + 1 in <...>.aux_hidden_state_layers:`` with one ``.mean(dim=1)`` in it (DeepSeek-V4's capture of the
+    completed streams after each layer); None when there is none (the transform checks the rest, naming it)."""
+    for loop in ast.walk(function):
+        if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)):
+            continue
+        it, target = loop.iter, loop.target
+        if not (
+            isinstance(it.func, ast.Name)
+            and it.func.id == "enumerate"
+            and any(k.arg == "start" for k in it.keywords)
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+            and isinstance(target.elts[0], ast.Name)
+        ):
+            continue
+        index = target.elts[0].id
+        captures = [s for s in loop.body if isinstance(s, ast.If) and _after_layer_test(s.test, index)]
+        if len(captures) == 1 and sum(_is_stream_mean(n) for n in ast.walk(captures[0])) == 1:
+            return loop
+    return None
+
+
+def _after_layer_test(test: ast.expr, index: str) -> bool:
+    """``<index> + 1 in <...>.aux_hidden_state_layers``."""
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.In)
+        and isinstance(test.comparators[0], ast.Attribute)
+        and test.comparators[0].attr == "aux_hidden_state_layers"
+        and isinstance(test.left, ast.BinOp)
+        and isinstance(test.left.op, ast.Add)
+        and isinstance(test.left.left, ast.Name)
+        and test.left.left.id == index
+        and isinstance(test.left.right, ast.Constant)
+        and test.left.right.value == 1
+    )
+
+
+def _is_stream_mean(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "mean"
+        and len(node.keywords) == 1
+        and node.keywords[0].arg == "dim"
+        and isinstance(node.keywords[0].value, ast.Constant)
+        and node.keywords[0].value.value == 1
+    )
+
+
+def added_capture(function: ast.AST) -> bool:
+    """``vllm_add_embedding_capture``'s block right before that loop: ``if <first layer> == 0 and 0 in <ids>:``
+    (the patched shape, so verify and revert find the site)."""
+    loop = after_layer_loop(function)
+    for node in ast.walk(function):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list) or loop not in body:
+            continue
+        index = body.index(loop)
+        previous = body[index - 1] if index else None
+        test = previous.test if isinstance(previous, ast.If) else None
+        return (
+            isinstance(test, ast.BoolOp)
+            and isinstance(test.op, ast.And)
+            and len(test.values) == 2
+            and isinstance(zero := test.values[1], ast.Compare)
+            and isinstance(zero.left, ast.Constant)
+            and zero.left.value == 0
+            and isinstance(zero.ops[0], ast.In)
+        )
+    return False
