@@ -200,7 +200,17 @@ def _plan(
         site = replace(site, kind=EditKind.VLLM_BEFORE_LOOP)
         return ModelPlan(**common, sites=(site,), notes=notes)
     if after_layer_loop(forward) is not None and (reading.id0 == DROPPED or added_capture(forward)):
-        # DeepSeek-V4: after each layer only (``idx + 1``), id 0 never captured: its capture added before the loop
+        # DeepSeek-V4: after each layer only (``idx + 1``), id 0 never captured: its capture added before the loop,
+        # where the harness can run the class to prove it (else no edit: an overlay would refuse it unproven)
+        if not _harness_reaches(graph, outer):
+            return ModelPlan(
+                **common,
+                unsupported=f"{where} {reading.said(owner.path.name)}; its capture added before the loop "
+                "(vllm-add-capture) would have to be proven on the harness, which runs a class holding its "
+                f"`self.{INNER}` or a language model its code names, not one built as {via} (nothing unproven is "
+                "written)",
+                notes=notes,
+            )
         site = replace(site, kind=EditKind.VLLM_ADD_CAPTURE)
         return ModelPlan(**common, sites=(site,), notes=notes)
     read_from: ast.AST = forward
@@ -233,13 +243,20 @@ def _plan(
             notes=notes,
         )
     threaded = _layer_call_targets(read_from)
-    if len(threaded) > 2:  # DeepSeek-V4's hyper-connection streams, GLM-5-next's post/comb: nothing to prove on
-        edit = "an embedding capture before the loop" if reading.id0 == DROPPED else "an edit for id 0"
+    if top and len(threaded) > 2:  # GLM-5-Next's post/comb: its layer call is not one the harness runs
         return ModelPlan(
             **common,
-            unsupported=f"{where} {reading.said(owner.path.name)}; {edit} would have to be proven on the harness, "
-            "whose stand-in layers thread the stream and the residual only, not this layer call's "
+            unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet: an edit for id 0 "
+            "would have to be proven on the harness, which does not run this layer call's "
             f"`{', '.join(threaded)} = ...` (nothing unproven is written)",
+            notes=notes,
+        )
+    if read_from is not forward and reading.id0 == DROPPED:  # 0.33+'s ROCm DeepSeek-V4.1: through `_run_layers`
+        return ModelPlan(
+            **common,
+            unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet "
+            "(vllm-add-capture adds id 0's capture to a forward whose own loop captures after each layer, not to a "
+            "helper it calls)",
             notes=notes,
         )
     return ModelPlan(
@@ -250,7 +267,7 @@ def _plan(
 
 
 def _layer_call_targets(function: ast.AST) -> tuple[str, ...]:
-    """The names a layer loop's call binds (``hidden_states, residual, post_mix, res_mix = layer(...)``), or ()."""
+    """The names a layer loop's call binds (``hidden_states, residual, post, comb = layer(...)``), or ()."""
     for loop in ast.walk(function):
         if not isinstance(loop, ast.For):
             continue
@@ -260,6 +277,16 @@ def _layer_call_targets(function: ast.AST) -> tuple[str, ...]:
                 if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
                     return tuple(e.id for e in target.elts if isinstance(e, ast.Name))
     return ()
+
+
+def _harness_reaches(graph: ModelGraph, outer: ClassNode) -> bool:
+    """Whether the harness can run ``outer`` (``harness.vllm_served.find_model``): it holds its ``self.model``, or its
+    code names its language model's architecture; a language model it constructs (0.30-0.32's ROCm DeepSeek-V4.1)
+    is beyond it."""
+    if classes_assigned_to(graph, outer, INNER):
+        return True
+    named = language_model(graph, outer)
+    return named is not None and named[0] != outer.name
 
 
 def _past_super_forwards(graph: ModelGraph, inner: ClassNode, owner: ClassNode) -> ClassNode:

@@ -62,7 +62,7 @@ def test_each_served_family_class_is_a_row_naming_its_platforms() -> None:
         assert v4.path == package / "models" / "deepseek_v4" / platform / "model.py" and not v4.unsupported
     glm5 = plans["glm5next.common.Glm5NextForCausalLM"]
     assert any(n.startswith("not served on xpu: NotImplementedError") for n in glm5.notes)
-    assert not glm5.sites and "not this layer call's `hidden_states, residual, post, comb = ...`" in glm5.unsupported
+    assert not glm5.sites and "does not run this layer call's `hidden_states, residual, post, comb = ...`" in glm5.unsupported
 
 
 def test_kimi_k3_builds_another_language_model_on_each_platform() -> None:
@@ -221,3 +221,15 @@ def test_explain_on_a_family_row_judges_only_the_platforms_that_serve_it(capsys)
     assert platform.startswith("platform cuda: the platforms that serve this class") and "cpu" not in platform, out
     # an architecture (not a row's label) is judged on every platform as before
     assert explain_vllm(tree, "LlamaForCausalLM", (0, 2, 4), 8).served_on == ()
+
+
+def test_a_capture_the_harness_cannot_run_is_no_edit_but_said() -> None:
+    """0.32.0's ROCm DeepSeek-V4.1 captures after each layer as DeepSeek-V4 does, but its wrapper constructs its
+    language model, which the harness does not run: no ``vllm-add-capture`` (an overlay would refuse it unproven, and
+    ``patchcraft run`` with it), the row saying why. It was planned, withheld at apply, and broke ``run``."""
+    package = vllm_release_package("0.32.0")
+    plans = {p.label: p for p in plan_vllm(VllmTree(package=package, root=package.parent))}
+    v41 = plans["deepseek_v41.amd.DeepseekV41ForCausalLM"]
+    assert not v41.sites and "id 0 captures nothing" in v41.unsupported, v41.unsupported
+    assert "(vllm-add-capture) would have to be proven on the harness" in v41.unsupported
+    assert [s.kind for s in plans["deepseek_v4.amd.DeepseekV4ForCausalLM"].sites] == [EditKind.VLLM_ADD_CAPTURE]
