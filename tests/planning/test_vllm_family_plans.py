@@ -62,7 +62,10 @@ def test_each_served_family_class_is_a_row_naming_its_platforms() -> None:
         assert v4.path == package / "models" / "deepseek_v4" / platform / "model.py" and not v4.unsupported
     glm5 = plans["glm5next.common.Glm5NextForCausalLM"]
     assert any(n.startswith("not served on xpu: NotImplementedError") for n in glm5.notes)
-    assert not glm5.sites and "does not run this layer call's `hidden_states, residual, post, comb = ...`" in glm5.unsupported
+    assert (
+        not glm5.sites
+        and "does not run this layer call's `hidden_states, residual, post, comb = ...`" in glm5.unsupported
+    )
 
 
 def test_kimi_k3_builds_another_language_model_on_each_platform() -> None:
