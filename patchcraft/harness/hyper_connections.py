@@ -110,7 +110,7 @@ class StreamsLayer(StandInLayer):
 def has_streams(graph: ModelGraph, inner: ClassNode, call: LayerCall) -> bool:
     """Whether ``inner`` is a hyper-connection model: its layer call threads more state and its classes read
     ``<config>.hc_mult``."""
-    return bool(call.threaded) and bool(stream_attributes(graph, inner) or _reads_field(graph, inner))
+    return bool(call.threaded) and _reads_field(graph, inner)
 
 
 def stream_attributes(graph: ModelGraph, inner: ClassNode) -> set[str]:
