@@ -13,6 +13,7 @@ files for review.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from conftest import GOLDEN, run_cli, vllm_release_package
@@ -155,24 +156,10 @@ def test_kimi_linear_capture_before_the_loop(version: str, tmp_path: Path, updat
     appends the embedding tensor itself before its loop; ``apply`` makes that entry a copy (``vllm-before-loop``),
     proven on the harness running the module (Kimi-K3's row through its language model), and the patched tree feeds
     a copy of hs[0] on every platform that serves it; ``revert`` gives the release back byte for byte."""
-    package = _copy(version, tmp_path)
-    pristine = {path: path.read_bytes() for path in package.rglob("*.py")}
-    options = Options(targets=(str(package),), models=(KIMI_ROWS[0],), output_format="json", engine=ServingEngine.VLLM)
-    applied = run_trees(options, Mode.APPLY)
-    assert applied.code == 0
-    rows = {m.model: m for m in applied.results[0].models}
-    for label in KIMI_ROWS:
-        assert rows[label].status.value == "patched" and rows[label].proof.value == "harness-passed", rows[label]
-        assert {e.kind.value for e in rows[label].edits} == {"vllm-before-loop"}
-    diff = unified_diffs(applied.results[0].changes)
-    golden = GOLDEN / "vllm" / version / "kimi_k3.diff"
-    if update_golden:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(diff)
-    assert diff == golden.read_text()
+    package, options, pristine, diff = _family_golden(
+        version, tmp_path, update_golden, KIMI_ROWS[0], KIMI_ROWS, "vllm-before-loop", "kimi_k3"
+    )
     assert "vllm/models/kimi_k3/nvidia/model.py" in diff and diff.count("\n+ ") == 2
-    assert run_trees(options, Mode.VERIFY).code == 0
-    assert run_trees(options, Mode.CHECK).code == 0
     for platform in ("cuda", "cpu"):  # the platforms serving this module: a copy of hs[0], no alias warning
         explain = ("explain", str(package), "--model", KIMI_ROWS[0], "--layer-ids", "0,2,4", "--num-layers", "8")
         code, out, _ = run_cli(capsys, *explain, "--platform", platform)
@@ -217,27 +204,46 @@ def test_deepseek_v4_capture_added_before_the_loop(version: str, tmp_path: Path,
     explain = ("explain", str(package), "--model", "DeepseekV4ForCausalLM", "--layer-ids", "0,2,4", "--num-layers", "8")
     code, out, _ = run_cli(capsys, *explain)
     assert code == 1 and "id 0 captures nothing" in out and "cpu: hs[2], hs[4]\n" in out, out  # 1: a warning
-    options = Options(
-        targets=(str(package),), models=("DeepseekV4ForCausalLM",), output_format="json", engine=ServingEngine.VLLM
+    _, options, _, diff = _family_golden(
+        version, tmp_path, update_golden, "DeepseekV4ForCausalLM", V4_ROWS, "vllm-add-capture", "deepseek_v4", package
     )
-    applied = run_trees(options, Mode.APPLY)
-    assert applied.code == 0
-    rows = {m.model: m for m in applied.results[0].models}
-    for label in V4_ROWS:
-        assert rows[label].status.value == "patched" and rows[label].proof.value == "harness-passed", rows[label]
-        assert {e.kind.value for e in rows[label].edits} == {"vllm-add-capture"}
-    diff = unified_diffs(applied.results[0].changes)
-    golden = GOLDEN / "vllm" / version / "deepseek_v4.diff"
-    if update_golden:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(diff)
-    assert diff == golden.read_text()
     for platform in ("nvidia", "amd", "xpu", "cpu"):
         assert f"vllm/models/deepseek_v4/{platform}/model.py" in diff
-    assert run_trees(options, Mode.VERIFY).code == 0
-    assert run_trees(options, Mode.CHECK).code == 0
     code, out, _ = run_cli(capsys, *explain)
     fed = "cuda: hs[0], hs[2], hs[4]; rocm: hs[0], hs[2], hs[4]; xpu: hs[0], hs[2], hs[4]; cpu: hs[0], hs[2], hs[4]\n"
     assert code == 0 and "warning" not in out and fed in out, out
     assert run_trees(options, Mode.REVERT).code == 0
     assert {path: path.read_bytes() for path in package.rglob("*.py")} == pristine
+
+
+def _family_golden(
+    version: str,
+    tmp_path: Path,
+    update_golden: bool,
+    model: str,
+    labels: tuple[str, ...],
+    kind: str,
+    stem: str,
+    package: Optional[Path] = None,
+) -> tuple[Path, Options, dict, str]:
+    """``apply --model MODEL`` on a copy of ``version``: each of ``labels`` patched by ``kind`` and harness-passed, the
+    diff equal to golden/vllm/<version>/<stem>.diff, then ``verify`` and ``apply --check`` exit 0. Returns the package,
+    the options, the pristine bytes of every file and the diff."""
+    package = package or _copy(version, tmp_path)
+    pristine = {path: path.read_bytes() for path in package.rglob("*.py")}
+    options = Options(targets=(str(package),), models=(model,), output_format="json", engine=ServingEngine.VLLM)
+    applied = run_trees(options, Mode.APPLY)
+    assert applied.code == 0
+    rows = {m.model: m for m in applied.results[0].models}
+    for label in labels:
+        assert rows[label].status.value == "patched" and rows[label].proof.value == "harness-passed", rows[label]
+        assert {e.kind.value for e in rows[label].edits} == {kind}
+    diff = unified_diffs(applied.results[0].changes)
+    golden = GOLDEN / "vllm" / version / f"{stem}.diff"
+    if update_golden:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(diff)
+    assert diff == golden.read_text()
+    assert run_trees(options, Mode.VERIFY).code == 0
+    assert run_trees(options, Mode.CHECK).code == 0
+    return package, options, pristine, diff
