@@ -171,6 +171,9 @@ def _report(
         _check_range(explanation),
         _check_convention(expected, explanation),
     ]
+    assumed = next((f.text for f in explanation.notes if f.kind is FindingKind.ASSUMED), "")
+    if assumed:
+        checks.append(_check_assumed(assumed, target))
     if tp > 1:
         partial = next((f.text for f in explanation.findings if f.kind is FindingKind.PARTIAL), "")
         note = next((f.text for f in explanation.notes if f.kind is FindingKind.TP), "")
@@ -292,6 +295,25 @@ def _check_run(explanation: VllmExplanation) -> Check:
         "run",
         True,
         f"ran vLLM {explanation.version}'s setter and forward on the CPU harness: fed {explanation.fed}",
+    )
+
+
+def _check_assumed(assumed: str, target: TargetConfig | None) -> Check:
+    """The run took one side of a config switch (Kimi-K3's attention residuals): the target's config says whether
+    that side is this target's (a pass), another (a failure: what it feeds is not shown), or nothing (unknown)."""
+    from patchcraft.harness.attention_residuals import FIELD
+
+    if target is None:
+        return Check("config", None, f"{assumed} (give --target to tell which side the target runs)")
+    value = target.fields.get(FIELD)
+    if value is None:
+        return Check("config", True, f"{target.path} leaves {FIELD} unset: the side the harness ran is this target's")
+    return Check(
+        "config",
+        False,
+        f"{target.path} sets {FIELD} = {value!r}: this target runs the attention-residual side of its forward, "
+        f"which the harness does not model (it ran the side with {FIELD} None); what vLLM feeds this draft is not "
+        "shown",
     )
 
 

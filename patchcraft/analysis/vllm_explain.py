@@ -74,13 +74,16 @@ class FindingKind(str, enum.Enum):
     NOT_RUN = "not-run"
     #: The build serves a platform from a package outside the tree, which is not read (a note).
     PLATFORM = "platform-not-read"
+    #: The run took one side of a config switch the forward reads (Kimi-K3's attention residuals): a note
+    #: naming the side run and the side not shown.
+    ASSUMED = "config-assumed"
 
     def __str__(self) -> str:
         return str(self.value)
 
 
 #: Kinds reported as notes: they change nothing for ids kept at top level on one rank (no effect on the exit code).
-_NOTES = (FindingKind.PLACE, FindingKind.TP, FindingKind.ALIAS_KEPT, FindingKind.PLATFORM)
+_NOTES = (FindingKind.PLACE, FindingKind.TP, FindingKind.ALIAS_KEPT, FindingKind.PLATFORM, FindingKind.ASSUMED)
 
 
 @dataclass(frozen=True)
@@ -354,6 +357,8 @@ def _explain(
     defaults, served, outcome = ran.defaults, ran.served, ran.outcome
     if ran.why:
         findings.append(Finding(FindingKind.NOT_RUN, f"the defaults could not be read: {ran.why}"))
+    if ran.assumed:
+        findings.append(Finding(FindingKind.ASSUMED, ran.assumed))
     alone = tuple(_alone(run, i, fed_text) for i, run in ran.alone)
     holds = dict(ran.holds)
     aliases = tuple(sorted(holds.items()))

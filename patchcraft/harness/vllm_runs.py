@@ -40,6 +40,9 @@ class ClassRuns:
     holds: tuple[tuple[int, str], ...] = ()
     #: Each served id set alone, and what it fed.
     alone: tuple[tuple[int, RunOutcome], ...] = ()
+    #: The config the runs assumed where the forward switches on it (Kimi-K3's attention residuals), and what
+    #: that leaves unshown ("" when nothing was assumed).
+    assumed: str = ""
 
 
 def class_runs(
@@ -74,6 +77,7 @@ def _run(
     set_ids: Optional[tuple[int, ...]],
     getter: str,
 ) -> ClassRuns:
+    from patchcraft.harness import attention_residuals
     from patchcraft.harness.standins import HarnessError
     from patchcraft.harness.vllm_served import NotATarget, default_ids, find_model, run_ids
 
@@ -95,6 +99,7 @@ def _run(
         outcome=run.outcome,
         holds=tuple(run.aliased_holds),
         alone=alone,
+        assumed=attention_residuals.condition() if attention_residuals.reads_switch(model.graph, model.inner) else "",
     )
 
 
@@ -111,6 +116,7 @@ def _data(runs: ClassRuns) -> dict:
         "outcome": outcome_data(runs.outcome),
         "holds": [[position, held] for position, held in runs.holds],
         "alone": [[i, outcome_data(outcome)] for i, outcome in runs.alone],
+        "assumed": runs.assumed,
     }
 
 
@@ -127,4 +133,5 @@ def _of(data: Any) -> ClassRuns:
         outcome=outcome_of(data["outcome"]),
         holds=tuple((int(position), str(held)) for position, held in data["holds"]),
         alone=tuple((int(i), outcome_of(outcome)) for i, outcome in data["alone"]),
+        assumed=str(data["assumed"]),
     )

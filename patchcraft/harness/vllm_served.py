@@ -37,7 +37,7 @@ from torch import nn
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.tree_version import VersionLabel, identify
-from patchcraft.harness import hyper_connections
+from patchcraft.harness import attention_residuals, hyper_connections
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import PATCHED, MethodCode, ModelSource
 from patchcraft.harness.served import Fed, RunOutcome
@@ -476,6 +476,10 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
     inner.equip("norm", StandInNorm())
     inner.equip("config", config)
     inner.equip("hidden_size", HIDDEN)
+    if attention_residuals.reads_switch(model.graph, model.inner):  # Kimi-K3: the residual-stream side, said
+        setattr(config, attention_residuals.FIELD, None)
+        for name, value in attention_residuals.derived(model.graph, model.inner, config, 0, num_layers).items():
+            inner.equip(name, value)
     outer: Any = program.stand_in(model.outer)()
     outer.equip("config", config)
     if model.language_model is not None:  # the wrapper's setter reaches `self.language_model.model`

@@ -139,6 +139,9 @@ class TargetConfig:
     architectures: tuple[str, ...]
     num_layers: int | None
     hidden_size: int | None
+    #: Every top-level field of the config and of its text config (the text config's win): the switches a
+    #: forward reads (Kimi-K3's ``attn_res_block_size``), to tell which side of one this target runs.
+    fields: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def read_target(path: Path) -> TargetConfig:
@@ -153,6 +156,7 @@ def read_target(path: Path) -> TargetConfig:
         architectures=tuple(str(a) for a in config.get("architectures") or ()),
         num_layers=_int(layers, f"{config_path}: num_hidden_layers"),
         hidden_size=_int(hidden, f"{config_path}: hidden_size"),
+        fields={k: v for scope in scopes for k, v in scope.items()},
     )
 
 

@@ -304,3 +304,50 @@ def test_engine_vllm_takes_a_vllm_overlay_once_it_is_safe_to_serve(capsys, tmp_p
     (overlay / "sitecustomize.py").unlink()
     code, out, err = cli(capsys, *args, "--overlay", str(overlay))
     assert code == 2 and out == "" and "sitecustomize.py" in err and err.count("\n") == 1
+
+
+# -- a config switch the harness ran one side of (Kimi-K3's attention residuals) -----------------------------------
+
+
+def _k3_target(directory: Path, fields: dict) -> Path:
+    kimi_target(directory)
+    config = json.loads((directory / "config.json").read_text())
+    config["architectures"] = ["KimiK3ForConditionalGeneration"]
+    config["text_config"].update(fields)
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+@pytest.mark.parametrize(
+    "fields, ok",
+    [({}, True), ({"attn_res_block_size": None}, True), ({"attn_res_block_size": 6}, False)],
+    ids=["unset", "null", "set"],
+)
+def test_kimi_k3_the_target_config_says_whether_the_side_run_is_its_own(
+    tmp_path: Path, fields: dict, ok: bool
+) -> None:
+    """The harness runs Kimi-K3 without attention residuals (harness.attention_residuals): a target whose
+    config.json sets ``attn_res_block_size`` runs the other side, and check-draft fails rather than pass on a
+    run that is not that target's."""
+    draft = draft_dir(tmp_path / "draft", [2, 30, 58])
+    target = read_target(_k3_target(tmp_path / "target", fields))
+    report = check_vllm_draft(
+        tree("0.34.0"), "KimiK3ForConditionalGeneration", read_draft(draft), target, None, LAYERS, platform="cuda"
+    )
+    assert verdicts(report)["config"] is ok
+    if not ok:
+        assert report.verdict.startswith(f"{target.path} sets attn_res_block_size = 6")
+        assert "not shown" in report.verdict
+
+
+def test_kimi_k3_without_a_target_config_is_unknown(tmp_path: Path) -> None:
+    draft = draft_dir(tmp_path / "draft", [2, 30, 58])
+    report = check_vllm_draft(
+        tree("0.34.0"), "KimiK3ForConditionalGeneration", read_draft(draft), None, None, LAYERS, platform="cuda"
+    )
+    assert verdicts(report)["config"] is None
+
+
+def test_a_target_without_the_switch_has_no_config_check(tmp_path: Path) -> None:
+    draft = draft_dir(tmp_path / "draft", [2, 30, 58])
+    assert "config" not in verdicts(check(tmp_path, draft, None))

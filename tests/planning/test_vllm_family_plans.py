@@ -157,7 +157,8 @@ def test_explain_on_an_architecture_served_by_a_fallback_runs_that_class(capsys)
 @pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
 def test_explain_on_a_family_only_architecture_answers_per_platform(version: str, capsys) -> None:
     """KimiK3ForConditionalGeneration is served from each platform's own module: explain runs each platform's
-    (CUDA and CPU through the language model its code names, ``KimiLinearForCausalLM``), and says each answer."""
+    (CUDA and CPU through the language model its code names, ``KimiLinearForCausalLM``), and says each answer,
+    and on which side of the attention-residual switch it ran."""
     pytest.importorskip("torch")
     package = str(vllm_release_package(version))
     args = ("explain", package, "--engine", "vllm", "--model", "KimiK3ForConditionalGeneration", "--layer-ids", "0,2,4")
@@ -168,7 +169,9 @@ def test_explain_on_a_family_only_architecture_answers_per_platform(version: str
     assert (
         "cpu: hs[0] (not a copy; kept: the add-norm runs out of place on cpu eager, cpu compiled), hs[2], hs[4]" in fed
     )
-    assert "rocm: not run: " in fed and "xpu: not run: " in fed
+    for platform in ("rocm", "xpu"):  # the residual-stream side of attn_res_block_size (harness.attention_residuals)
+        assert f"{platform}: hs[0] (not a copy: hs[7] where the add-norm runs in place: {platform} eager), hs[2], hs[4]" in fed
+    assert "note: cuda, rocm, xpu, cpu: run with config.attn_res_block_size = None" in out
     code, out, _ = run_cli(capsys, *args, "--num-layers", "8", "--platform", "cuda")
     assert code == 1 and "KimiLinearForCausalLM, the language model of KimiK3ForConditionalGeneration" in out
     assert "does not read yet" not in err and "no such model class" not in err
