@@ -186,7 +186,10 @@ def _served(tree, cls: str, ids: tuple[int, ...], num_layers: int) -> tuple[str,
     if chosen is None:
         return ("—", _cell(defaults_fed), _cell(chosen_fed), "not run", "-")
     gate = "admitted" if chosen.gate.admits(chosen.model_type) else "refused"
-    kinds = ", ".join(sorted({str(f.kind) for f in chosen.findings})) or "-"
+    from patchcraft.analysis.vllm_explain import FindingKind
+
+    assumed = {str(f.kind) for f in chosen.notes if f.kind is FindingKind.ASSUMED}  # the side of a switch it ran
+    kinds = ", ".join(sorted({str(f.kind) for f in chosen.findings} | assumed)) or "-"
     return (gate, _cell(defaults_fed), _same(_cell(chosen_fed), _cell(defaults_fed)), _id0(chosen), kinds)
 
 
@@ -313,7 +316,11 @@ release:
 - **id 0**: id 0 set alone: `copy` (a copy of `hs[0]`), `alias`, `crash`,
   `dropped` (captures nothing), `not read` (the default runner never reads
   the draft's ids: the defaults are served), `not run`.
-- **findings**: the kinds `explain --engine vllm` reports for `[0, 2, 4]`.
+- **findings**: the kinds `explain --engine vllm` reports for `[0, 2, 4]`;
+  `config-assumed` (a note, not a warning) where the row is one side of a
+  config switch the forward reads: Kimi-K3's rows are run with
+  `attn_res_block_size` None (no attention residuals), and what a
+  checkpoint that sets it feeds the draft is not shown (docs/vllm.md).
 - **apply**: what `apply` did, with the edit or its reason: `patched`
   (`vllm-forward` or `vllm-mixin`, docs/edits.md, proven on the harness
   before it is written), `not-needed`, `not-applicable` (no edit can help:

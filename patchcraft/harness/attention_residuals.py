@@ -36,12 +36,20 @@ FIELD = "attn_res_block_size"
 
 
 def reads_switch(graph: ModelGraph, inner: ClassNode) -> bool:
-    """Whether a method of ``inner``'s classes reads ``<config>.attn_res_block_size``."""
+    """Whether a method of ``inner``'s classes reads ``config.attn_res_block_size`` (or ``self.config.``...): a
+    switch of the checkpoint's config, not an attribute of the model's own (AliceAI's ``self.attn_res_block_size``,
+    always on, is no switch)."""
     return any(
-        isinstance(n, ast.Attribute) and n.attr == FIELD
+        isinstance(n, ast.Attribute) and n.attr == FIELD and _is_config(n.value)
         for node in graph.mro(inner)
         for method in node.methods.values()
         for n in ast.walk(method)
+    )
+
+
+def _is_config(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "config") or (
+        isinstance(node, ast.Attribute) and node.attr == "config"
     )
 
 

@@ -323,9 +323,7 @@ def _k3_target(directory: Path, fields: dict) -> Path:
     [({}, True), ({"attn_res_block_size": None}, True), ({"attn_res_block_size": 6}, False)],
     ids=["unset", "null", "set"],
 )
-def test_kimi_k3_the_target_config_says_whether_the_side_run_is_its_own(
-    tmp_path: Path, fields: dict, ok: bool
-) -> None:
+def test_kimi_k3_the_target_config_says_whether_the_side_run_is_its_own(tmp_path: Path, fields: dict, ok: bool) -> None:
     """The harness runs Kimi-K3 without attention residuals (harness.attention_residuals): a target whose
     config.json sets ``attn_res_block_size`` runs the other side, and check-draft fails rather than pass on a
     run that is not that target's."""

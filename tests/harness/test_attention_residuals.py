@@ -10,6 +10,7 @@ count and CUDA took that side without saying it.
 
 from __future__ import annotations
 
+import ast
 import shutil
 from pathlib import Path
 
@@ -85,3 +86,15 @@ def test_explain_says_it_on_every_platform() -> None:
     assert len(assumed) == 1 and assumed[0].text.startswith("cuda, rocm, xpu, cpu: run with config.attn_res")
     assert not [f for f in result.findings if f.kind is FindingKind.ASSUMED]
     assert "rocm: hs[0] (not a copy: hs[7]" in result.fed
+
+
+def test_a_model_s_own_block_size_is_no_switch() -> None:
+    """0.34.0's AliceAI always runs attention residuals and keeps its block size as ``self.attn_res_block_size``
+    (from ``block_attn_res_block_size``): no config switch, nothing assumed; Kimi-K3's reads the config's."""
+    from patchcraft.reading.vllm_graph import VllmGraph
+
+    graph = VllmGraph(vllm_release_package("0.34.0") / "model_executor" / "models")
+    assert graph.load("alice_ai")
+    alice = graph.classes[("alice_ai", "AliceAIModel")]
+    assert "attn_res_block_size" in ast.dump(alice.node)
+    assert not attention_residuals.reads_switch(graph, alice)

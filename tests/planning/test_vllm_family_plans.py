@@ -170,7 +170,10 @@ def test_explain_on_a_family_only_architecture_answers_per_platform(version: str
         "cpu: hs[0] (not a copy; kept: the add-norm runs out of place on cpu eager, cpu compiled), hs[2], hs[4]" in fed
     )
     for platform in ("rocm", "xpu"):  # the residual-stream side of attn_res_block_size (harness.attention_residuals)
-        assert f"{platform}: hs[0] (not a copy: hs[7] where the add-norm runs in place: {platform} eager), hs[2], hs[4]" in fed
+        assert (
+            f"{platform}: hs[0] (not a copy: hs[7] where the add-norm runs in place: {platform} eager), hs[2], hs[4]"
+            in fed
+        )
     assert "note: cuda, rocm, xpu, cpu: run with config.attn_res_block_size = None" in out
     code, out, _ = run_cli(capsys, *args, "--num-layers", "8", "--platform", "cuda")
     assert code == 1 and "KimiLinearForCausalLM, the language model of KimiK3ForConditionalGeneration" in out
