@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from patchcraft.reading.parsed import parse_python
+from patchcraft.reading.parsed import parse_python, statements
 from patchcraft.base.sources import decode
 from patchcraft.base.target import SglangTree
 from patchcraft.planning.runner_edits import SetterCall, setter_calls
@@ -193,7 +193,7 @@ def _keyword_values(modules: list[tuple[Path, ast.Module]], keyword: str) -> Ite
 
 def _attribute_values(modules: list[tuple[Path, ast.Module]], attr: str) -> Iterator[tuple[Path, ast.expr]]:
     for path, module in modules:
-        for node in ast.walk(module):
+        for node in statements(module.body):  # an assignment is a statement: ast.walk's order, no expressions
             if not isinstance(node, ast.Assign) or _is_none(node.value):
                 continue
             if any(isinstance(t, ast.Attribute) and t.attr == attr for t in node.targets):
@@ -236,7 +236,7 @@ def _bound_to_eagle_config(path: Path, value: ast.expr, modules: list) -> bool:
     for module_path, module in modules:
         if module_path != path:
             continue
-        for node in ast.walk(module):
+        for node in statements(module.body):
             if (
                 isinstance(node, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id in names for t in node.targets)
