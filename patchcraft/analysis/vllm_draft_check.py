@@ -299,21 +299,25 @@ def _check_run(explanation: VllmExplanation) -> Check:
 
 
 def _check_assumed(assumed: str, target: TargetConfig | None) -> Check:
-    """The run took one side of a config switch (Kimi-K3's attention residuals): the target's config says whether
-    that side is this target's (a pass), another (a failure: what it feeds is not shown), or nothing (unknown)."""
-    from patchcraft.harness.attention_residuals import FIELD
+    """The run took one side of a config switch (:mod:`patchcraft.harness.switches`: Kimi-K3's attention residuals,
+    GLM-5-Next's hyper-connections): the target's config says whether that side is this target's (a pass), the
+    other (a failure: what it feeds is not shown), or nothing (unknown)."""
+    from patchcraft.harness.switches import named_in
 
-    if target is None:
+    switch = named_in(assumed)
+    if switch is None or target is None:
         return Check("config", None, f"{assumed} (give --target to tell which side the target runs)")
-    value = target.fields.get(FIELD)
-    if value is None:
-        return Check("config", True, f"{target.path} leaves {FIELD} unset: the side the harness ran is this target's")
+    side = switch.side_of(target.fields)
+    if side is None:
+        return Check("config", None, f"{target.path} does not set {switch.field}: {assumed}")
+    if side:
+        return Check("config", True, f"{target.path}: {switch.field} runs the side the harness ran ({switch.side})")
+    value = target.fields.get(switch.field)
     return Check(
         "config",
         False,
-        f"{target.path} sets {FIELD} = {value!r}: this target runs the attention-residual side of its forward, "
-        f"which the harness does not model (it ran the side with {FIELD} None); what vLLM feeds this draft is not "
-        "shown",
+        f"{target.path} sets {switch.field} = {value!r}: this target runs {switch.other}, which the harness does "
+        f"not model (it ran {switch.side}); what vLLM feeds this draft is not shown",
     )
 
 

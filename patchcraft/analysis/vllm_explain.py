@@ -14,11 +14,19 @@ draft keeps them, and a target the gate refuses. The text and the JSON are
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
+from patchcraft.analysis.vllm_findings import (
+    HARNESS_ALIAS,
+    INTACT,
+    NOTES,
+    Finding,
+    FindingKind,
+    alias_words,
+    norm_findings,
+)
 from patchcraft.base.vllm_tree import VllmTree
 from patchcraft.reading.vllm_norm_dispatch import NormSetting, read_norm_dispatch, setting_for
 from patchcraft.reading.vllm_runner import PLACES, TOP_LEVEL, Gate, RunnerIds, read_gate, read_runners
@@ -50,46 +58,6 @@ def model_type_of(cls: str) -> str:
         return MODEL_TYPES[cls]
     stem = re.sub(r"For(CausalLM|ConditionalGeneration)$", "", cls)
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", stem).lower()
-
-
-class FindingKind(str, enum.Enum):
-    """What a vLLM finding is about (the JSON's ``kind``)."""
-
-    GATE = "gate"
-    IGNORED = "ids-not-read"
-    #: A place of the draft's config (SGLang's ``eagle_config``) a runner does not read: a note, not a warning.
-    PLACE = "place-not-read"
-    #: ``--tp`` above 1: every captured state is reduced, or the reduction could not be read (a note).
-    TP = "tp-reduction"
-    #: ``--tp`` above 1: a capture reads a per-rank partial sum (a layer leaves its output unreduced).
-    PARTIAL = "partial-sums"
-    CRASH = "crash"
-    DROPPED = "dropped"
-    COLLAPSED = "collapsed"
-    ALIAS = "alias"
-    #: An entry that is the embedding tensor itself, where every judged setting's add-norm is out of place (a note).
-    ALIAS_KEPT = "alias-kept"
-    NOTHING = "captures-nothing"
-    COUNT = "count"
-    NOT_RUN = "not-run"
-    #: The build serves a platform from a package outside the tree, which is not read (a note).
-    PLATFORM = "platform-not-read"
-    #: The run took one side of a config switch the forward reads (Kimi-K3's attention residuals): a note
-    #: naming the side run and the side not shown.
-    ASSUMED = "config-assumed"
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-
-#: Kinds reported as notes: they change nothing for ids kept at top level on one rank (no effect on the exit code).
-_NOTES = (FindingKind.PLACE, FindingKind.TP, FindingKind.ALIAS_KEPT, FindingKind.PLATFORM, FindingKind.ASSUMED)
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: FindingKind
-    text: str
 
 
 @dataclass(frozen=True)
@@ -172,13 +140,13 @@ def explain_vllm(
     if served_on:  # a family module's class: the platforms that never run it are not judged
         norms = tuple(n for n in norms if n.platform in served_on)
     judged = setting_for(norms, platform, compilation)
-    findings, notes = _norm_findings(record.findings, judged)
+    findings, notes = norm_findings(record.findings, judged)
     alias = next((f.text.partition(" | ")[2].split(" ")[0] for f in record.findings if f.kind is FindingKind.ALIAS), "")
-    words = _alias_words(judged, alias)
+    words = alias_words(judged, alias)
     return replace(
         record,
-        fed=record.fed.replace(_HARNESS_ALIAS, words),
-        alone=tuple(replace(a, fed=a.fed.replace(_HARNESS_ALIAS, words)) for a in record.alone),
+        fed=record.fed.replace(HARNESS_ALIAS, words),
+        alone=tuple(replace(a, fed=a.fed.replace(HARNESS_ALIAS, words)) for a in record.alone),
         findings=findings,
         notes=record.notes + notes,
         platform=platform,
@@ -251,54 +219,6 @@ def _per_platform(
         aliases=(),
         ran=any(record.ran for _, record in each),
     )
-
-
-def _norm_findings(
-    findings: Sequence[Finding], judged: Sequence[NormSetting]
-) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
-    """Each alias finding judged on the settings asked: a warning where one writes in place or is unread, else a note."""
-    kept: list[Finding] = []
-    notes: list[Finding] = []
-    for finding in findings:
-        if finding.kind is not FindingKind.ALIAS:
-            kept.append(finding)
-            continue
-        head, _, held = finding.text.partition(" | ")
-        overwrites = [s for s in judged if s.in_place]
-        unread = [s for s in judged if s.in_place is None]
-        safe = [s for s in judged if s.in_place is False]
-        parts = []
-        if overwrites:
-            parts.append(f"where the fused add-norm runs in place ({_labels(overwrites)}) the draft reads {held}")
-        if unread:
-            parts.append(f"on {_labels(unread)} the code does not settle which add-norm runs ({unread[0].why})")
-        if safe:
-            parts.append(f"on {_labels(safe)} it runs out of place and the draft reads hs[0]")
-        text = f"{head}: " + "; ".join(parts) + " (`patchcraft apply --engine vllm` makes it a copy everywhere)"
-        if overwrites or unread or not judged:
-            kept.append(Finding(FindingKind.ALIAS, text if judged else f"{head}: {held}"))
-        else:
-            notes.append(Finding(FindingKind.ALIAS_KEPT, text))
-    return tuple(kept), tuple(notes)
-
-
-#: How the harness (its add-norm stand-in writes in place) names an entry that is the embedding tensor itself.
-_HARNESS_ALIAS = "(not a copy: layer 0 overwrites it in place)"
-
-
-def _alias_words(judged: Sequence[NormSetting], held: str) -> str:
-    """The harness's words for an embedding entry, said for the settings judged."""
-    if not judged:
-        return _HARNESS_ALIAS
-    if all(s.in_place is False for s in judged):
-        return f"(not a copy; kept: the add-norm runs out of place on {', '.join(s.label for s in judged)})"
-    if all(s.in_place for s in judged):
-        return f"(not a copy: overwritten in place, the draft reads {held})"
-    return f"(not a copy: {held} where the add-norm runs in place: {', '.join(s.label for s in judged if s.in_place is not False)})"
-
-
-def _labels(settings: Sequence[NormSetting]) -> str:
-    return ", ".join(f"{s.label}: {s.kernel}" for s in settings)
 
 
 def _explain(
@@ -453,7 +373,7 @@ def _record(
     via: str = "",
     aliases: tuple[tuple[int, str], ...] = (),
 ) -> VllmExplanation:
-    notes = tuple(f for f in findings if f.kind in _NOTES)
+    notes = tuple(f for f in findings if f.kind in NOTES)
     return VllmExplanation(
         version=tree.version,
         package=str(tree.package),
@@ -468,7 +388,7 @@ def _record(
         fed=fed,
         fed_states=tuple(states),
         alone=tuple(alone),
-        findings=tuple(f for f in findings if f.kind not in _NOTES),
+        findings=tuple(f for f in findings if f.kind not in NOTES),
         ran=ran,
         notes=notes,
         via=via,
@@ -520,11 +440,11 @@ def _findings(
             )
         )
     for position, held in sorted(holds.items()):
+        why = "" if held == INTACT else " (layer 0 takes it as its residual)"
         found.append(
             Finding(
                 FindingKind.ALIAS,
-                f"entry {position} is the embedding output itself, not a copy (layer 0 takes it as its residual) | "
-                f"{held} instead of hs[0]",
+                f"entry {position} is the embedding output itself, not a copy{why} | {held} instead of hs[0]",
             )
         )
     if not outcome.crash and not outcome.not_run and len(outcome.fed) != len(served):

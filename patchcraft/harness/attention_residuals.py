@@ -29,28 +29,18 @@ import ast
 from types import SimpleNamespace
 from typing import Any
 
+from patchcraft.harness.switches import ATTENTION_RESIDUALS, reads_config
 from patchcraft.reading.class_graph import ClassNode, ModelGraph
 
 #: The config field that switches attention residuals on (``None``: off).
-FIELD = "attn_res_block_size"
+FIELD = ATTENTION_RESIDUALS.field
 
 
 def reads_switch(graph: ModelGraph, inner: ClassNode) -> bool:
     """Whether a method of ``inner``'s classes reads ``config.attn_res_block_size`` (or ``self.config.``...): a
     switch of the checkpoint's config, not an attribute of the model's own (AliceAI's ``self.attn_res_block_size``,
     always on, is no switch)."""
-    return any(
-        isinstance(n, ast.Attribute) and n.attr == FIELD and _is_config(n.value)
-        for node in graph.mro(inner)
-        for method in node.methods.values()
-        for n in ast.walk(method)
-    )
-
-
-def _is_config(node: ast.expr) -> bool:
-    return (isinstance(node, ast.Name) and node.id == "config") or (
-        isinstance(node, ast.Attribute) and node.attr == "config"
-    )
+    return reads_config((m for node in graph.mro(inner) for m in node.methods.values()), FIELD)
 
 
 def derived(graph: ModelGraph, inner: ClassNode, config: Any, start: int, end: int) -> dict[str, Any]:
@@ -68,24 +58,20 @@ def derived(graph: ModelGraph, inner: ClassNode, config: Any, start: int, end: i
             if not _mentions(value, {FIELD} | set(found)):
                 continue
             try:
-                result = eval(  # noqa: S307: an expression of the release's own __init__, on plain values
+                result = eval(  # an expression of the release's own __init__, on plain values
                     compile(ast.Expression(value), "<init>", "eval"),
                     {"__builtins__": {}},
                     {**names, "self": SimpleNamespace(**known, **found)},
                 )
-            except Exception:
+            except Exception:  # noqa: BLE001 - an expression this cannot evaluate is left to the stand-ins
                 continue
             found[target] = result
     return found
 
 
-def condition(field_value: Any = None) -> str:
+def condition() -> str:
     """What the run assumed, and what it leaves unshown."""
-    return (
-        f"run with config.{FIELD} = {field_value!r} (no attention residuals): a checkpoint that sets it runs the "
-        "attention-residual path (block states mixed by attn_res), which the harness does not model; what that "
-        "path feeds the draft is not shown"
-    )
+    return ATTENTION_RESIDUALS.condition()
 
 
 def _self_assignments(init: Any) -> list[tuple[str, ast.expr]]:

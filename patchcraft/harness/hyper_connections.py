@@ -38,6 +38,7 @@ import torch
 from patchcraft.harness.nothing import HarnessError
 from patchcraft.harness.shapes import LayerCall
 from patchcraft.harness.standins import StandInConfig, StandInLayer, mix
+from patchcraft.harness.switches import HYPER_CONNECTIONS, reads_config
 from patchcraft.reading.class_graph import ClassNode, ModelGraph
 
 #: Streams of the stand-in model (``config.hc_mult``).
@@ -60,11 +61,20 @@ def head(x: Any, *args: Any, **kwargs: Any) -> Any:
     return x.mean(dim=1) if isinstance(x, torch.Tensor) and x.dim() == 3 else x
 
 
-#: The mHC kernels a forward calls by name (NVIDIA's ``deepseek_v4/nvidia/model.py``): their stand-ins.
+def contract(x: Any, hc_mult: Any = None) -> Any:
+    """``hc_contract``: the streams contracted back to ``[tokens, hidden]`` (their mean: ``hs[k]``)."""
+    return x.mean(dim=1) if isinstance(x, torch.Tensor) and x.dim() == 3 else x
+
+
+#: The mHC kernels a forward calls by name (NVIDIA's ``deepseek_v4/nvidia/model.py``; GLM-5-Next's ``hc_contract``,
+#: imported from ``model_executor/layers/mhc.py``): their stand-ins.
 HELPERS = {
     "mhc_post_tilelang": lambda: post,
     "hc_head_fused_kernel_tilelang": lambda: head,
+    "hc_contract": lambda: contract,
 }
+#: The attribute a forward asks whether a layer deferred its post-mix (DeepSeek-V4's ``layer.use_fused_mhc``).
+FUSED_FLAG = "use_fused_mhc"
 
 
 class StreamsConfig(StandInConfig):
@@ -87,6 +97,7 @@ class StreamsLayer(StandInLayer):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         call = self.call
+        self.calls += 1
         hidden = call.pick(args, kwargs, call.hidden)
         residual = call.pick(args, kwargs, call.residual)
         if not isinstance(hidden, torch.Tensor):
@@ -134,6 +145,41 @@ def _is_field(node: Optional[ast.AST]) -> bool:
 
 def _is_self_attribute(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def defers(forward_text: str, platform: Optional[str]) -> bool:
+    """Whether the stand-in layers defer their post-mix: per platform where the forward asks each layer
+    (:data:`FUSED_FLAG`, DeepSeek-V4), always where it does not and completes whatever deferred state it is handed
+    (GLM-5-Next: ``_aux_hidden_state(hidden_states, residual, post, comb)``, every mHC layer deferring to the next
+    one's fused pre-op on every platform)."""
+    return fused_on(platform) if FUSED_FLAG in forward_text else True
+
+
+def post_op_attributes(graph: ModelGraph, inner: ClassNode) -> set[str]:
+    """``self.X = <...>PostOp()`` in the ``__init__`` of ``inner``'s classes: the post-mix op the forward completes
+    deferred streams with (GLM-5-Next's ``self._aux_post_op = MHCPostOp()``)."""
+    found: set[str] = set()
+    for node in graph.mro(inner):
+        init = node.methods.get("__init__")
+        for stmt in ast.walk(init) if init is not None else ():
+            if (
+                isinstance(stmt, ast.Assign)
+                and isinstance(stmt.value, ast.Call)
+                and isinstance(stmt.value.func, ast.Name)
+                and stmt.value.func.id.endswith("PostOp")
+            ):
+                found |= {t.attr for t in stmt.targets if isinstance(t, ast.Attribute) and _is_self_attribute(t)}
+    return found
+
+
+def mhc_switch(graph: ModelGraph, inner: ClassNode) -> bool:
+    """Whether a class of ``inner``'s file reads ``config.mhc``: whether its layers have hyper-connections is the
+    checkpoint's (GLM-5-Next: its large model's layers do, its 70B model's do not). The stand-in layers are mHC
+    layers, so the run is that side (:data:`~patchcraft.harness.switches.HYPER_CONNECTIONS`)."""
+    return reads_config(
+        (m for (module, _), node in graph.classes.items() if module == inner.module for m in node.methods.values()),
+        HYPER_CONNECTIONS.field,
+    )
 
 
 def fused_on(platform: Optional[str]) -> bool:

@@ -51,22 +51,40 @@ class LayerCall:
         return None
 
 
-def _mentions_layers(node: ast.AST) -> bool:
+#: The attribute holding the decoder layers (a model may keep a slice of it under another name: ``stacks``).
+LAYERS = frozenset(("layers",))
+
+
+def _mentions_layers(node: ast.AST, stacks: frozenset[str] = LAYERS) -> bool:
     return any(
-        isinstance(n, ast.Attribute) and n.attr == "layers" and isinstance(n.value, ast.Name) and n.value.id == "self"
+        isinstance(n, ast.Attribute) and n.attr in stacks and isinstance(n.value, ast.Name) and n.value.id == "self"
         for n in ast.walk(node)
     )
 
 
-def _layer_names(func: ast.AST) -> set[str]:
+def _layer_names(func: ast.AST, stacks: frozenset[str] = LAYERS) -> set[str]:
     """Local names bound to a decoder layer: loop targets over ``self.layers`` or ``x = self.layers[i]``."""
     names: set[str] = set()
     for node in ast.walk(func):
-        if isinstance(node, ast.For) and _mentions_layers(node.iter):
+        if isinstance(node, ast.For) and _mentions_layers(node.iter, stacks):
             names |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript) and _mentions_layers(node.value):
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Subscript)
+            and _mentions_layers(node.value, stacks)
+        ):
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     return names
+
+
+def layer_stacks(init: Optional[ast.AST]) -> frozenset[str]:
+    """``layers`` and each ``self.X = self.layers[...]`` in ``init``: GLM-5-Next's ``self._active_layers =
+    self.layers[self.start_layer : self.end_layer]``, which its forward loops over."""
+    found = set(LAYERS)
+    for node in ast.walk(init) if init is not None else ():
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript) and _mentions_layers(node.value):
+            found |= {t.attr for t in node.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)}
+    return frozenset(found)
 
 
 def _slot(call: ast.Call, name: str) -> Optional[Slot]:
@@ -79,13 +97,13 @@ def _slot(call: ast.Call, name: str) -> Optional[Slot]:
     return None
 
 
-def _is_layer_call(node: ast.AST, layer_names: set[str]) -> bool:
+def _is_layer_call(node: ast.AST, layer_names: set[str], stacks: frozenset[str] = LAYERS) -> bool:
     if not isinstance(node, ast.Call):
         return False
     func = node.func
     if isinstance(func, ast.Name):
         return func.id in layer_names
-    return isinstance(func, ast.Subscript) and _mentions_layers(func)
+    return isinstance(func, ast.Subscript) and _mentions_layers(func, stacks)
 
 
 def _assigned(func: ast.AST, call: ast.Call) -> Optional[ast.expr]:
@@ -126,11 +144,12 @@ def _outputs(func: ast.AST, call: ast.Call, residual: bool, hidden: str) -> Opti
     return None
 
 
-def layer_call(forward: MethodCode) -> LayerCall:
-    """The first decoder-layer call in ``forward`` and its convention."""
+def layer_call(forward: MethodCode, stacks: frozenset[str] = LAYERS) -> LayerCall:
+    """The first decoder-layer call in ``forward`` and its convention (``stacks``: the attributes holding the
+    layers, :func:`layer_stacks`)."""
     func = forward.tree().body[0]
-    names = _layer_names(func)
-    layer_calls = [n for n in ast.walk(func) if isinstance(n, ast.Call) and _is_layer_call(n, names)]
+    names = _layer_names(func, stacks)
+    layer_calls = [n for n in ast.walk(func) if isinstance(n, ast.Call) and _is_layer_call(n, names, stacks)]
     # a call passing hidden_states first; else one threading a stream of another name (GPT-OSS's ``x``)
     calls = [n for n in layer_calls if _slot(n, "hidden_states") is not None] or [
         n for n in layer_calls if stream_name(func, n) is not None

@@ -77,7 +77,6 @@ def _run(
     set_ids: Optional[tuple[int, ...]],
     getter: str,
 ) -> ClassRuns:
-    from patchcraft.harness import attention_residuals
     from patchcraft.harness.standins import HarnessError
     from patchcraft.harness.vllm_served import NotATarget, default_ids, find_model, run_ids
 
@@ -99,8 +98,19 @@ def _run(
         outcome=run.outcome,
         holds=tuple(run.aliased_holds),
         alone=alone,
-        assumed=attention_residuals.condition() if attention_residuals.reads_switch(model.graph, model.inner) else "",
+        assumed=_assumed(model),
     )
+
+
+def _assumed(model: Any) -> str:
+    """The side of a config switch the runs took (the harness's stand-ins are that side), said; "" for none."""
+    from patchcraft.harness import attention_residuals, hyper_connections, switches
+
+    if attention_residuals.reads_switch(model.graph, model.inner):
+        return switches.ATTENTION_RESIDUALS.condition()
+    if hyper_connections.mhc_switch(model.graph, model.inner):
+        return switches.HYPER_CONNECTIONS.condition()
+    return ""
 
 
 def _data(runs: ClassRuns) -> dict:

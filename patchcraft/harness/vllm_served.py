@@ -41,7 +41,7 @@ from patchcraft.harness import attention_residuals, hyper_connections
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import PATCHED, MethodCode, ModelSource
 from patchcraft.harness.served import Fed, RunOutcome
-from patchcraft.harness.shapes import ShapeError, embedding_attributes, layer_call
+from patchcraft.harness.shapes import ShapeError, embedding_attributes, layer_call, layer_stacks
 from patchcraft.harness.standins import (
     HarnessError,
     RecordingEmbedding,
@@ -421,7 +421,7 @@ def default_ids(model: VllmModel, getter: str, num_layers: int) -> tuple[tuple[i
     """What the model's default getter returns (the runner calls ``getter``); ``((), why)`` when it cannot run."""
     try:
         with torch.no_grad(), activate(World()):
-            outer, _, _ = _build(model, num_layers)
+            outer = _build(model, num_layers)[0]
             return tuple(getattr(outer, getter)()), ""
     except Exception as exc:
         return (), f"{getter}: {_located(exc, model.files)}"
@@ -432,7 +432,7 @@ def run_ids(model: VllmModel, ids: Sequence[int], num_layers: int) -> VllmRun:
     chosen = tuple(ids)
     with torch.no_grad(), activate(World()):
         try:
-            outer, inner, embedding = _build(model, num_layers)
+            outer, inner, embedding, layers = _build(model, num_layers)
         except (HarnessError, ShapeError) as exc:
             return VllmRun(chosen, RunOutcome(not_run=f"not run: {exc}"))
         try:
@@ -445,32 +445,40 @@ def run_ids(model: VllmModel, ids: Sequence[int], num_layers: int) -> VllmRun:
             return VllmRun(chosen, RunOutcome(not_run=f"not run: {exc}"))
         except Exception as exc:
             return VllmRun(chosen, _failed(exc, model, "forward"))
+    if not any(getattr(layer, "calls", 1) for layer in layers):  # what it looped over was not the harness's layers
+        why = f"{model.forward_owner.label}.forward called no decoder layer of the harness's"
+        return VllmRun(chosen, RunOutcome(not_run=f"not run: {why} (the layers it runs are not `self.layers`)"))
     aux = list(result[1]) if isinstance(result, tuple) and len(result) == 2 else []
     fed, holds = _identify(aux, embedding, num_layers)
     return VllmRun(chosen, RunOutcome(fed=fed), holds)
 
 
-def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedding]:
+def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedding, list[nn.Module]]:
     program = model.program
     forward = program.method(model.forward_owner, "forward")
     assert forward is not None
-    call = layer_call(forward)
+    init = next((c.methods["__init__"] for c in model.graph.mro(model.inner) if "__init__" in c.methods), None)
+    call = layer_call(forward, layer_stacks(init))
     inner: Any = program.stand_in(model.inner)()
     embedding = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
     for name in {"embed_tokens"} | _embedders(model, forward):
         inner.equip(name, embedding)
     config: StandInConfig
     if hyper_connections.has_streams(model.graph, model.inner, call):  # DeepSeek-V4's streams
-        fused = hyper_connections.fused_on(model.platform)
+        fused = hyper_connections.defers(forward.text, model.platform)
         layers: list[nn.Module] = [hyper_connections.StreamsLayer(i, call, fused) for i in range(num_layers)]
         config = hyper_connections.StreamsConfig(num_layers, HIDDEN, VOCAB)
         for name in hyper_connections.stream_attributes(model.graph, model.inner):
             inner.equip(name, hyper_connections.STREAMS)
         inner.equip("hc_head_op", hyper_connections.head)  # CPU, ROCm, XPU: ``self.hc_head_op = HCHeadOp()``
+        for name in hyper_connections.post_op_attributes(model.graph, model.inner):  # GLM-5-Next's `_aux_post_op`
+            inner.equip(name, hyper_connections.post)
     else:
         layers = [StandInLayer(i, call) for i in range(num_layers)]
         config = StandInConfig(num_layers, HIDDEN, VOCAB)
-    inner.equip("layers", nn.ModuleList(layers))
+    stack = nn.ModuleList(layers)
+    for name in layer_stacks(init):  # `layers`, and GLM-5-Next's `_active_layers` (a slice of it: all of it here)
+        inner.equip(name, stack)
     inner.equip("start_layer", 0)
     inner.equip("end_layer", num_layers)
     inner.equip("norm", StandInNorm())
@@ -491,7 +499,7 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
         outer.get_language_model = lambda: held
     else:
         setattr(outer, INNER, inner)
-    return outer, inner, embedding
+    return outer, inner, embedding, layers
 
 
 def _embedders(model: VllmModel, forward: MethodCode) -> set[str]:

@@ -243,12 +243,14 @@ def _plan(
             notes=notes,
         )
     threaded = _layer_call_targets(read_from)
-    if top and len(threaded) > 2:  # GLM-5-Next's post/comb: its layer call is not one the harness runs
+    if top and len(threaded) > 2:  # GLM-5-Next's post/comb: the harness runs the mHC side only
         return ModelPlan(
             **common,
-            unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet: an edit for id 0 "
-            "would have to be proven on the harness, which does not run this layer call's "
-            f"`{', '.join(threaded)} = ...` (nothing unproven is written)",
+            unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet: its layer call "
+            f"(`{', '.join(threaded)} = ...`) threads hyper-connection state, and the harness runs its mHC layers "
+            "only (`explain`: none of them writes into the embedding output); an edit for id 0 would be for layers "
+            "without hyper-connections (config.mhc false), which the harness does not run, and nothing unproven is "
+            "written",
             notes=notes,
         )
     if read_from is not forward and reading.id0 == DROPPED:  # 0.33+'s ROCm DeepSeek-V4.1: through `_run_layers`

@@ -65,3 +65,41 @@ def test_cpu_runs_the_unfused_branch(tmp_path: Path) -> None:
     assert [f.state for f in cpu] == [None, None]
     package_rocm = _planted(tmp_path / "rocm", "models/deepseek_v4/amd/model.py", old, new)
     assert run_ids(find_model(package_rocm, V4, platform="rocm"), (2, 4), 8).outcome.states == (2, 4)
+
+
+# -- GLM-5-Next: layers over `self._active_layers`, deferring `post, comb` on every platform --------------------
+
+GLM5 = "Glm5NextForCausalLM"
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.34.0"])
+@pytest.mark.parametrize("platform", ("cuda", "rocm", "cpu"))
+def test_glm5_next_runs_its_mhc_layers_on_every_platform(version: str, platform: str) -> None:
+    """The forward loops over `self._active_layers` (a slice of `self.layers`) and completes each deferred stream
+    in `_aux_hidden_state`: id 0 is the embedding output itself, which no mHC layer writes into (layer 0 widens a
+    copy of it), and ids 2, 4, 8 are hs[2], hs[4] and, after the loop, hs[8]."""
+    model = find_model(vllm_release_package(version), GLM5, platform=platform)
+    run = run_ids(model, (0, 2, 4), 8)
+    assert run.outcome.fed == (Fed(0, False), Fed(2, True), Fed(4, True))
+    assert run.aliased_holds == ((0, "hs[0]"),)
+    assert run_ids(model, (2, 4, 8), 8).outcome.states == (2, 4, 8)
+
+
+def test_glm5_next_a_capture_that_skips_the_deferred_post_mix_is_named(tmp_path: Path) -> None:
+    """`_aux_hidden_state` completes a deferred stream with `self._aux_post_op` and contracts it; returning the
+    layer's raw output instead is a different tensor, and the harness says so (it is not hs[k])."""
+    old = "        completed = self._aux_post_op(hidden_states, residual, post, comb)\n"
+    package = _planted(tmp_path, "models/glm5next/common/model.py", old, "        completed = hidden_states\n")
+    fed = run_ids(find_model(package, GLM5, platform="cuda"), (2, 4), 8).outcome.fed
+    assert [f.state for f in fed] == [None, None]
+
+
+def test_a_forward_that_calls_no_harness_layer_is_not_run(tmp_path: Path) -> None:
+    """A loop that runs none of the harness's layers (a planted empty slice of them; before `_active_layers` was
+    equipped, the stand-in `Nothing` it iterated) says so instead of reporting every id as dropped."""
+    old = "enumerate(self._active_layers, start=self.start_layer)"
+    new = "enumerate(self._active_layers[self.end_layer :], start=self.start_layer)"
+    package = _planted(tmp_path, "models/glm5next/common/model.py", old, new)
+    outcome = run_ids(find_model(package, GLM5, platform="cuda"), (0, 2, 4), 8).outcome
+    assert "Glm5NextModel.forward called no decoder layer of the harness's" in outcome.not_run
+    assert not outcome.fed
