@@ -349,3 +349,21 @@ def test_kimi_k3_without_a_target_config_is_unknown(tmp_path: Path) -> None:
 def test_a_target_without_the_switch_has_no_config_check(tmp_path: Path) -> None:
     draft = draft_dir(tmp_path / "draft", [2, 30, 58])
     assert "config" not in verdicts(check(tmp_path, draft, None))
+
+
+@pytest.mark.parametrize("fields, ok", [({"mhc": True}, True), ({"mhc": False}, False), ({}, None)])
+def test_glm5_next_the_target_config_says_whether_its_layers_are_the_ones_run(
+    tmp_path: Path, fields: dict, ok: bool | None
+) -> None:
+    """The harness runs GLM-5-Next's mHC layers: `mhc: false` (its 70B model) is the other side, a config without
+    the field does not say."""
+    draft = draft_dir(tmp_path / "draft", [2, 30, 58])
+    target_dir = _k3_target(tmp_path / "target", fields)
+    config = json.loads((target_dir / "config.json").read_text())
+    config["architectures"] = ["Glm5NextForCausalLM"]
+    (target_dir / "config.json").write_text(json.dumps(config))
+    report = check_vllm_draft(
+        tree("0.34.0"), "Glm5NextForCausalLM", read_draft(draft), read_target(target_dir), None, LAYERS, platform="cuda"
+    )
+    assert verdicts(report)["config"] is ok
+    assert verdicts(report)["run"] is True  # hs[2], hs[30], hs[58] on the mHC side
