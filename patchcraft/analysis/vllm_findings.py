@@ -67,12 +67,12 @@ def norm_findings(
             kept.append(finding)
             continue
         head, _, held = finding.text.partition(" | ")
-        if held.split(" ")[0] == INTACT:  # the harness's add-norm wrote in place, and no layer wrote into it
-            notes.append(
+        if held.split(" ")[0] == INTACT:  # the stand-in layers of this shape never wrote into their input
+            kept.append(
                 Finding(
-                    FindingKind.ALIAS_KEPT,
-                    f"{head}: {INTACT_WORDS}, so the draft reads hs[0] on "
-                    "every setting (`patchcraft apply --engine vllm` makes it a copy everywhere)",
+                    FindingKind.ALIAS,
+                    f"{head}: {INTACT_WORDS} (`patchcraft apply --engine vllm --check` says whether this release "
+                    "has an edit that makes it a copy)",
                 )
             )
             continue
@@ -98,18 +98,22 @@ def norm_findings(
 HARNESS_ALIAS = "(not a copy: layer 0 overwrites it in place)"
 
 
-#: What an embedding entry holds after a forward whose layers never write into the embedding (GLM-5-Next's mHC
-#: layers widen a copy of it): the harness's add-norm runs in place, so no setting can overwrite it.
+#: What an embedding entry holds after a forward whose stand-in layers never wrote into their input (GLM-5-Next's
+#: mHC layers widen it first; Beam's layer call passes no residual): the release's own layer kernels are not run,
+#: so whether one of them adds into the embedding in place is not shown, and the entry stays a warning.
 INTACT = "hs[0]"
 INTACT_WORDS = (
-    "no layer writes into the embedding output (the harness's add-norm runs in place, and it still holds hs[0])"
+    "the harness's layers leave it hs[0], but this model's layers take no residual the harness's add-norm writes "
+    "into, and whether their own kernels write into their input in place is not run here"
 )
 
 
 def alias_words(judged: Sequence[NormSetting], held: str) -> str:
     """The harness's words for an embedding entry, said for the settings judged."""
     if held == INTACT:
-        return "(not a copy; kept: no layer writes into it)"
+        return (
+            "(not a copy: hs[0] after the harness's layers; whether the model's own kernels write into it is not run)"
+        )
     if not judged:
         return HARNESS_ALIAS
     if all(s.in_place is False for s in judged):

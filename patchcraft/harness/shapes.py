@@ -63,10 +63,24 @@ def _mentions_layers(node: ast.AST, stacks: frozenset[str] = LAYERS) -> bool:
 
 
 def _layer_names(func: ast.AST, stacks: frozenset[str] = LAYERS) -> set[str]:
-    """Local names bound to a decoder layer: loop targets over ``self.layers`` or ``x = self.layers[i]``."""
+    """Local names bound to a decoder layer: loop targets over ``self.layers`` (or over a local holding a slice of
+    it: MiniMax-M3's ``layers = self.layers[self.start_layer : self.end_layer]``) or ``x = self.layers[i]``."""
     names: set[str] = set()
+    sliced = {
+        t.id
+        for node in ast.walk(func)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Subscript)
+        and isinstance(node.value.slice, ast.Slice)
+        and _mentions_layers(node.value, stacks)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
     for node in ast.walk(func):
-        if isinstance(node, ast.For) and _mentions_layers(node.iter, stacks):
+        if isinstance(node, ast.For) and (
+            _mentions_layers(node.iter, stacks)
+            or any(isinstance(n, ast.Name) and n.id in sliced for n in ast.walk(node.iter))
+        ):
             names |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
         elif (
             isinstance(node, ast.Assign)

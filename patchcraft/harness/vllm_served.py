@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -40,8 +39,9 @@ from patchcraft.base.tree_version import VersionLabel, identify
 from patchcraft.harness import attention_residuals, hyper_connections
 from patchcraft.harness.assemble import Program, Sources
 from patchcraft.harness.extract import PATCHED, MethodCode, ModelSource
-from patchcraft.harness.served import Fed, RunOutcome
+from patchcraft.harness.served import RunOutcome
 from patchcraft.harness.shapes import ShapeError, embedding_attributes, layer_call, layer_stacks
+from patchcraft.harness.nothing import Nothing
 from patchcraft.harness.standins import (
     HarnessError,
     RecordingEmbedding,
@@ -50,10 +50,9 @@ from patchcraft.harness.standins import (
     StandInNorm,
     World,
     activate,
-    mix,
-    reference_states,
 )
 from patchcraft.harness.subject import HIDDEN, TOKENS, VOCAB, input_ids
+from patchcraft.harness.vllm_naming import failed, located_in, name_captures
 from patchcraft.harness.vllm_standins import HELPERS, method_builtins
 from patchcraft.planning.vllm_plans import served_outside
 from patchcraft.reading.class_graph import ClassNode, ModelGraph, classes_assigned_to
@@ -97,9 +96,22 @@ class VllmProgram(Program):
         node = self.graph.resolve(self._module(source.path), name)
         if node is not None:
             return self.stand_in(node)
-        if name in HELPERS and (name in source.imports or name in source.defined):
+        relative = name not in source.imports and name not in source.defined and name in _relative_imports(source)
+        if name in HELPERS and (name in source.imports or name in source.defined or relative):
             return HELPERS[name]()
+        if relative:  # `from .layernorm import beam_rms_norm`: a sibling module's helper is a stand-in, as any helper
+            return Nothing(name)  # (unresolved, it raised NameError: a crash of the harness's, not the release's)
         return super()._resolve(name, source)
+
+
+def _relative_imports(source: ModelSource) -> set[str]:
+    """The names ``from .module import name`` binds at the top level of ``source`` (a family module's siblings)."""
+    return {
+        alias.asname or alias.name
+        for stmt in source.syntax.body
+        if isinstance(stmt, ast.ImportFrom) and stmt.level > 0
+        for alias in stmt.names
+    }
 
 
 @dataclass(frozen=True)
@@ -424,7 +436,7 @@ def default_ids(model: VllmModel, getter: str, num_layers: int) -> tuple[tuple[i
             outer = _build(model, num_layers)[0]
             return tuple(getattr(outer, getter)()), ""
     except Exception as exc:
-        return (), f"{getter}: {_located(exc, model.files)}"
+        return (), f"{getter}: {located_in(exc, model.files)}"
 
 
 def run_ids(model: VllmModel, ids: Sequence[int], num_layers: int) -> VllmRun:
@@ -438,18 +450,18 @@ def run_ids(model: VllmModel, ids: Sequence[int], num_layers: int) -> VllmRun:
         try:
             getattr(outer, SETTER)(chosen)
         except Exception as exc:
-            return VllmRun(chosen, _failed(exc, model, "setter"))
+            return VllmRun(chosen, failed(exc, model.files, "setter"))
         try:
             result = _forward(model, inner)
         except HarnessError as exc:
             return VllmRun(chosen, RunOutcome(not_run=f"not run: {exc}"))
         except Exception as exc:
-            return VllmRun(chosen, _failed(exc, model, "forward"))
+            return VllmRun(chosen, failed(exc, model.files, "forward"))
     if not any(getattr(layer, "calls", 1) for layer in layers):  # what it looped over was not the harness's layers
         why = f"{model.forward_owner.label}.forward called no decoder layer of the harness's"
         return VllmRun(chosen, RunOutcome(not_run=f"not run: {why} (the layers it runs are not `self.layers`)"))
     aux = list(result[1]) if isinstance(result, tuple) and len(result) == 2 else []
-    fed, holds = _identify(aux, embedding, num_layers)
+    fed, holds = name_captures(aux, embedding, num_layers)
     return VllmRun(chosen, RunOutcome(fed=fed), holds)
 
 
@@ -481,7 +493,7 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
         inner.equip(name, stack)
     inner.equip("start_layer", 0)
     inner.equip("end_layer", num_layers)
-    inner.equip("norm", StandInNorm())
+    inner.equip("norm", VllmNorm())
     inner.equip("config", config)
     inner.equip("hidden_size", HIDDEN)
     if attention_residuals.reads_switch(model.graph, model.inner):  # Kimi-K3: the residual-stream side, said
@@ -500,6 +512,17 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
     else:
         setattr(outer, INNER, inner)
     return outer, inner, embedding, layers
+
+
+class VllmNorm(StandInNorm):
+    """The final norm with vLLM's ``RMSNorm`` parameters, which a forward may hand to a kernel of its own after the
+    loop (Beam's ``beam_rms_norm(hidden_states, self.norm.weight, ...)``): a stand-in's missing attribute is not a
+    crash of the release's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(HIDDEN), requires_grad=False)
+        self.variance_epsilon = 1e-6
 
 
 def _embedders(model: VllmModel, forward: MethodCode) -> set[str]:
@@ -532,56 +555,3 @@ def _forward(model: VllmModel, inner: Any) -> Any:
         elif parameter.default is parameter.empty:
             raise HarnessError(f"{model.forward_owner.label}.forward takes `{name}`, which the harness cannot give")
     return function(inner, **arguments)
-
-
-def _identify(
-    aux: Sequence[Any], embedding: RecordingEmbedding, num_layers: int
-) -> tuple[tuple[Fed, ...], tuple[tuple[int, str], ...]]:
-    """Name each captured tensor (an alias of the embedding output first), and what each alias holds now."""
-    reference = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
-    states = reference_states(reference(input_ids()), num_layers)
-    pointers = {t.untyped_storage().data_ptr() for t in embedding.outputs}
-    fed: list[Fed] = []
-    holds: list[tuple[int, str]] = []
-    for position, tensor in enumerate(aux):
-        if not isinstance(tensor, torch.Tensor):
-            fed.append(Fed(None, True, type(tensor).__name__))
-            continue
-        named = _by_value(tensor, states)
-        if tensor.untyped_storage().data_ptr() in pointers:
-            fed.append(Fed(0, False))
-            holds.append((position, f"hs[{named.state}]" if named.state is not None else named.what))
-        else:
-            fed.append(named)
-    return tuple(fed), tuple(holds)
-
-
-def _by_value(tensor: torch.Tensor, states: list[torch.Tensor]) -> Fed:
-    for index, state in enumerate(states):
-        if tensor.shape == state.shape and torch.equal(tensor, state):
-            return Fed(index, True)
-    for index, state in enumerate(states[:-1]):
-        if tensor.shape == state.shape and torch.equal(tensor, mix(state, index)):
-            return Fed(None, True, f"layer {index}'s output without its residual")
-    return Fed(None, True, f"an unknown tensor {tuple(tensor.shape)}")
-
-
-def _failed(exc: BaseException, model: VllmModel, stage: str) -> RunOutcome:
-    """The release's crash, or "not run" where a stand-in caused it (a setting the harness gives as ``Nothing``).
-
-    ``config.embedding_multiplier`` (Granite) or ``config.scale_emb`` (MiniCPM) multiplied into the
-    embedding is arithmetic on a stand-in: that model's forward is beyond the harness, not broken.
-    """
-    located = _located(exc, model.files)
-    if "'Nothing'" in str(exc) or "<stand-in " in str(exc) or "got Nothing" in str(exc):
-        return RunOutcome(not_run=f"not run: the {stage} uses a value the harness does not model ({located})")
-    return RunOutcome(crash=located, stage=stage)
-
-
-def _located(exc: BaseException, files: set[str]) -> str:
-    """``Type: message at file.py:LINE in method``: the innermost frame in the release's files."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = next((f for f in reversed(frames) if f.filename in files), None)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    located = f" at {Path(where.filename).name}:{where.lineno} in {where.name}" if where else ""
-    return f"{type(exc).__name__}: {text}{located}"

@@ -161,3 +161,52 @@ def test_eagle3_classes_are_those_with_the_setter() -> None:
 def test_an_architecture_of_the_registry_names_its_class() -> None:
     assert find_model(vllm_release_package("0.11.2"), "MistralForCausalLM").label == "llama.LlamaForCausalLM"
     assert find_model(vllm_release_package("0.34.0"), "MistralForCausalLM").label == "mistral.MistralForCausalLM"
+
+
+# -- what the harness lacks is never the release's crash (issue 46: Beam's family module) -------------------------
+
+BEAM = "models/beam/nvidia/model.py"
+BEAM_LOOP = "        normalized_states = None\n        for index in range(self.start_layer, self.end_layer):\n"
+
+
+def _family_planted(tmp_path: Path, relative: str, old: str, new: str) -> Path:
+    package = tmp_path / "vllm"
+    shutil.copytree(vllm_release_package("0.34.0"), package)
+    path = package / relative
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    return package
+
+
+@pytest.mark.parametrize("platform", ("cuda", "rocm"))
+def test_0_34_0_beam_runs_its_sibling_helpers_as_stand_ins(platform: str) -> None:
+    """Beam's forward calls `beam_rms_norm` (`from .layernorm import ...`) with `self.norm.weight` after its loop:
+    both were harness gaps reported as the release's crash (NameError, then AttributeError on the stand-in norm)."""
+    run = run_ids(find_model(vllm_release_package("0.34.0"), "BeamForCausalLM", platform=platform), (0, 2, 4), 8)
+    assert not run.outcome.crash and not run.outcome.not_run
+    assert run.outcome.fed == (Fed(0, False), Fed(2, True), Fed(4, True))
+
+
+def test_a_sibling_helper_before_the_captures_is_not_run_not_a_crash(tmp_path: Path) -> None:
+    """A relative import's helper is a stand-in (`Nothing`), as any helper: a forward that feeds its answer to the
+    layers is beyond the harness ("not run"), not a NameError of the release's."""
+    new = "        hidden_states = beam_rms_norm(hidden_states, None, 0.0)\n" + BEAM_LOOP
+    package = _family_planted(tmp_path, BEAM, BEAM_LOOP, new)
+    outcome = run_ids(find_model(package, "BeamForCausalLM", platform="cuda"), (0, 2, 4), 8).outcome
+    assert outcome.not_run and not outcome.crash
+
+
+def test_a_name_the_release_never_binds_is_still_its_crash(tmp_path: Path) -> None:
+    new = "        hidden_states = beam_rms_norm_typo(hidden_states, None, 0.0)\n" + BEAM_LOOP
+    package = _family_planted(tmp_path, BEAM, BEAM_LOOP, new)
+    outcome = run_ids(find_model(package, "BeamForCausalLM", platform="cuda"), (0, 2, 4), 8).outcome
+    assert outcome.crash.startswith("NameError: name 'beam_rms_norm_typo' is not defined at model.py:")
+
+
+def test_an_attribute_the_stand_in_norm_lacks_is_not_the_release_s_crash(tmp_path: Path) -> None:
+    old = "        if aux_hidden_states:\n            return hidden_states, aux_hidden_states\n        return hidden_states\n"
+    new = "        _ = self.norm.scale_bias\n" + old
+    package = _family_planted(tmp_path, BEAM, old, new)
+    outcome = run_ids(find_model(package, "BeamForCausalLM", platform="cuda"), (0, 2, 4), 8).outcome
+    assert not outcome.crash and "'VllmNorm' object has no attribute 'scale_bias'" in outcome.not_run

@@ -1,0 +1,76 @@
+"""What reached the draft in a vLLM harness run, named; and whose a failure is, the release's or the harness's.
+
+:func:`name_captures` names each captured tensor against the harness's reference
+states (an alias of the embedding output first, with what it holds after the
+forward); :func:`failed` tells the release's crash (its file and line) from a
+gap of the harness's: arithmetic on a ``Nothing`` stand-in, or an attribute one
+of the harness's own stand-ins (its norm, a layer) lacks, is "not run".
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from patchcraft.harness.served import Fed, RunOutcome
+from patchcraft.harness.standins import RecordingEmbedding, mix, reference_states
+from patchcraft.harness.subject import HIDDEN, VOCAB, input_ids
+
+
+def name_captures(
+    aux: Sequence[Any], embedding: RecordingEmbedding, num_layers: int
+) -> tuple[tuple[Fed, ...], tuple[tuple[int, str], ...]]:
+    """Name each captured tensor (an alias of the embedding output first), and what each alias holds now."""
+    reference = RecordingEmbedding(VOCAB, HIDDEN, torch.Generator().manual_seed(0))
+    states = reference_states(reference(input_ids()), num_layers)
+    pointers = {t.untyped_storage().data_ptr() for t in embedding.outputs}
+    fed: list[Fed] = []
+    holds: list[tuple[int, str]] = []
+    for position, tensor in enumerate(aux):
+        if not isinstance(tensor, torch.Tensor):
+            fed.append(Fed(None, True, type(tensor).__name__))
+            continue
+        named = by_value(tensor, states)
+        if tensor.untyped_storage().data_ptr() in pointers:
+            fed.append(Fed(0, False))
+            holds.append((position, f"hs[{named.state}]" if named.state is not None else named.what))
+        else:
+            fed.append(named)
+    return tuple(fed), tuple(holds)
+
+
+def by_value(tensor: torch.Tensor, states: list[torch.Tensor]) -> Fed:
+    for index, state in enumerate(states):
+        if tensor.shape == state.shape and torch.equal(tensor, state):
+            return Fed(index, True)
+    for index, state in enumerate(states[:-1]):
+        if tensor.shape == state.shape and torch.equal(tensor, mix(state, index)):
+            return Fed(None, True, f"layer {index}'s output without its residual")
+    return Fed(None, True, f"an unknown tensor {tuple(tensor.shape)}")
+
+
+def failed(exc: BaseException, files: set[str], stage: str) -> RunOutcome:
+    """The release's crash, or "not run" where a stand-in caused it (a setting the harness gives as ``Nothing``).
+
+    ``config.embedding_multiplier`` (Granite) or ``config.scale_emb`` (MiniCPM) multiplied into the
+    embedding is arithmetic on a stand-in: that model's forward is beyond the harness, not broken.
+    """
+    located = located_in(exc, files)
+    on_standin = isinstance(exc, AttributeError) and type(getattr(exc, "obj", None)).__module__.startswith(
+        "patchcraft.harness"
+    )  # an attribute the harness's stand-in (its norm, a layer) lacks: the harness's gap, not the release's crash
+    if on_standin or "'Nothing'" in str(exc) or "<stand-in " in str(exc) or "got Nothing" in str(exc):
+        return RunOutcome(not_run=f"not run: the {stage} uses a value the harness does not model ({located})")
+    return RunOutcome(crash=located, stage=stage)
+
+
+def located_in(exc: BaseException, files: set[str]) -> str:
+    """``Type: message at file.py:LINE in method``: the innermost frame in the release's files."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = next((f for f in reversed(frames) if f.filename in files), None)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    located = f" at {Path(where.filename).name}:{where.lineno} in {where.name}" if where else ""
+    return f"{type(exc).__name__}: {text}{located}"
