@@ -248,9 +248,8 @@ def _plan(
             **common,
             unsupported=f"{where} {reading.said(owner.path.name)}; no edit for this capture yet: its layer call "
             f"(`{', '.join(threaded)} = ...`) threads hyper-connection state, and the harness runs its mHC layers "
-            "only (`explain`: none of them writes into the embedding output); an edit for id 0 would be for layers "
-            "without hyper-connections (config.mhc false), which the harness does not run, and nothing unproven is "
-            "written",
+            "only; an edit for id 0 would be for layers without hyper-connections (config.mhc false), which the "
+            "harness does not run, and nothing unproven is written",
             notes=notes,
         )
     if read_from is not forward and reading.id0 == DROPPED:  # 0.33+'s ROCm DeepSeek-V4.1: through `_run_layers`
