@@ -104,8 +104,21 @@ def check_vllm_draft(
     """What ``tree`` feeds ``draft`` against what it was trained on; every fix proven by the whole check again.
 
     ``setter_modules``: SGLang's setter files for this model, so that a convention that depends on them
-    (SpecForge) reads the same training states as SGLang's check; None: this model's vLLM files.
+    (SpecForge) reads the same training states as SGLang's check; None: this model's vLLM files. An architecture
+    each platform serves from its own ``vllm/models/<family>/`` module (Kimi-K3), with no ``platform`` named, is
+    checked on every platform that serves it (:func:`_on_every_platform`).
     """
+    if platform is None:
+        from patchcraft.analysis.vllm_explain import family_platforms
+
+        platforms = family_platforms(tree, model_name)
+        if platforms:
+            return _on_every_platform(
+                [
+                    (p, check_vllm_draft(tree, model_name, draft, target, training, num_layers, tp, setter_modules, p))
+                    for p in platforms
+                ]
+            )
     if setter_modules is not None:
         stems = tuple(setter_modules)
     else:
@@ -134,6 +147,22 @@ def check_vllm_draft(
 
     fixes, blocked, note = _prove(tree, report, expected.states, recheck, pin)
     return replace(report, fixes=fixes, blocked=blocked, apply_note=note)
+
+
+def _on_every_platform(reports: list[tuple[str, VllmDraftReport]]) -> VllmDraftReport:
+    """One report for every platform's check: the first that fails (its platform named in the verdict, with the
+    others that fail), else the first, its verdict said for all of them."""
+    failing = [(p, r) for p, r in reports if not r.ok]
+    if not failing:
+        platform, report = reports[0]
+        said = ", ".join(p for p, _ in reports)
+        return replace(report, verdict=f"{report.verdict} (on every platform that serves it: {said})")
+    platform, report = failing[0]
+    also = [p for p, _ in failing[1:]]
+    more = f"; also failing on {', '.join(also)}" if also else ""
+    passing = [p for p, r in reports if r.ok]
+    fine = f"; ok on {', '.join(passing)}" if passing else ""
+    return replace(report, verdict=f"on {platform}: {report.verdict}{more}{fine}")
 
 
 def with_top_level(draft: DraftConfig, ids: tuple[int, ...]) -> DraftConfig:

@@ -131,7 +131,7 @@ def explain_vllm(
     ``platform``, is run on each and said per platform (a draft's check needs one platform's states: not there).
     """
     if platform is None and per_platform:
-        platforms = _family_platforms(tree, model_name)
+        platforms = family_platforms(tree, model_name)
         if platforms:  # each platform runs its own module: one answer per platform
             return _per_platform(tree, model_name, layer_ids, num_layers, tp, compilation, platforms)
     record = _explain(tree, model_name, layer_ids, num_layers, tp, platform)
@@ -166,7 +166,7 @@ def _row_platforms(tree: VllmTree, model_name: str) -> tuple[str, ...]:
     return next((p.platforms for p in plan_vllm(tree) if p.label == model_name and p.platforms), ())
 
 
-def _family_platforms(tree: VllmTree, model_name: str) -> tuple[str, ...]:
+def family_platforms(tree: VllmTree, model_name: str) -> tuple[str, ...]:
     """The platforms that serve architecture ``model_name`` from ``vllm/models/<family>/`` when no one class of
     ``model_executor/models`` serves it on all of them (0.33's ``KimiK3ForConditionalGeneration``); else ()."""
     from patchcraft.planning.vllm_plans import served_outside

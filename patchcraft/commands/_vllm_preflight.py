@@ -127,9 +127,14 @@ def _check(
     )
     if not report.ok:
         console.print_report("text", CHANGED, dict, lambda: vllm_report_text(report, str(package)))  # as check-draft
-        console.print_line(
-            f"{PREFIX}refused to launch: the draft would be fed other hidden states than it was trained on (above); {WAY_OUT}"
+        unshown = next((c for c in report.checks if c.name == "config" and c.ok is False), None)
+        why = (
+            "what the server would feed the draft is not shown: the target runs the side of its config the harness "
+            "does not run (`config`, above)"
+            if unshown is not None and all(c.ok is not False for c in report.checks if c is not unshown)
+            else "the draft would be fed other hidden states than it was trained on (above)"
         )
+        console.print_line(f"{PREFIX}refused to launch: {why}; {WAY_OUT}")
         return CHANGED
     for line in vllm_report_head(report) + [f"note: {n.text}" for n in report.explanation.notes]:
         console.print_line(PREFIX + line)

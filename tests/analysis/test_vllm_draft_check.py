@@ -367,3 +367,20 @@ def test_glm5_next_the_target_config_says_whether_its_layers_are_the_ones_run(
     )
     assert verdicts(report)["config"] is ok
     assert verdicts(report)["run"] is True  # hs[2], hs[30], hs[58] on the mHC side
+
+
+def test_a_family_architecture_without_a_platform_is_checked_on_every_platform(tmp_path: Path) -> None:
+    """Kimi-K3 is served from each platform's own module: with no platform named (a GPU build's `run` preflight),
+    every platform that serves it is checked, and the verdict names them (before: a usage error)."""
+    draft = draft_dir(tmp_path / "draft", [2, 30, 58])
+    target = read_target(_k3_target(tmp_path / "target", {}))
+    report = check_vllm_draft(tree("0.34.0"), "KimiK3ForConditionalGeneration", read_draft(draft), target, None, LAYERS)
+    assert report.ok
+    assert report.verdict.endswith("(on every platform that serves it: cuda, rocm, xpu, cpu)")
+    bad = read_target(_k3_target(tmp_path / "bad", {"attn_res_block_size": 6}))
+    failed_report = check_vllm_draft(
+        tree("0.34.0"), "KimiK3ForConditionalGeneration", read_draft(draft), bad, None, LAYERS
+    )
+    assert failed_report.verdict.startswith("on cuda: ") and failed_report.verdict.endswith(
+        "; also failing on rocm, xpu, cpu"
+    )

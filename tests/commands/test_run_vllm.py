@@ -302,3 +302,19 @@ def test_a_server_running_as_nobody_gets_the_patch(world: dict) -> None:
     assert _line(proc.stdout, "SERVED") == [served, True]
     assert _line(proc.stdout, "WORKER") == [served, True]
     assert _digest(world["package"]) == world["before"]
+
+
+def test_a_target_on_the_side_the_harness_does_not_run_is_not_launched(world: dict, tmp_path: Path) -> None:
+    """Kimi-K3 with attention residuals (its config sets attn_res_block_size): the harness ran the other side, so
+    what the server would feed the draft is not shown, and the preflight says that, not "other states"."""
+    target = kimi_target(tmp_path / "k3")
+    config = json.loads((target / "config.json").read_text())
+    config["architectures"] = ["KimiK3ForConditionalGeneration"]
+    config["text_config"]["attn_res_block_size"] = 6
+    (target / "config.json").write_text(json.dumps(config))
+    draft = speculators_draft(tmp_path / "draft", [2, 30, 58])
+    server = ["vllm", "serve", str(target), "--speculative-config", _speculative(draft)]
+    proc = _run(world, tmp_path, "--no-smoke", "--trained-on", "hf:2,30,58", server=server)
+    assert proc.returncode == 1 and "ARGV" not in proc.stdout, proc.stdout + proc.stderr
+    assert "FAIL  config" in proc.stdout and "sets attn_res_block_size = 6" in proc.stdout
+    assert "refused to launch: what the server would feed the draft is not shown" in proc.stderr, proc.stderr
