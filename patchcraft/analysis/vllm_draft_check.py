@@ -115,7 +115,12 @@ def check_vllm_draft(
         if platforms:
             return _on_every_platform(
                 [
-                    (p, check_vllm_draft(tree, model_name, draft, target, training, num_layers, tp, setter_modules, p))
+                    (
+                        p,
+                        check_vllm_draft(
+                            tree, model_name, draft, target, training, num_layers, tp, setter_modules, p, compilation
+                        ),
+                    )
                     for p in platforms
                 ]
             )

@@ -126,11 +126,16 @@ def has_streams(graph: ModelGraph, inner: ClassNode, call: LayerCall) -> bool:
 
 def stream_attributes(graph: ModelGraph, inner: ClassNode) -> set[str]:
     """``self.X = <config>.hc_mult`` in the ``__init__`` of ``inner``'s classes: the attributes holding the count."""
+    return _assigned(graph, inner, _is_field)
+
+
+def _assigned(graph: ModelGraph, inner: ClassNode, value_test: Any) -> set[str]:
+    """``X`` of each ``self.X = value`` in the ``__init__`` of ``inner``'s classes where ``value_test(value)``."""
     found: set[str] = set()
     for node in graph.mro(inner):
         init = node.methods.get("__init__")
         for stmt in ast.walk(init) if init is not None else ():
-            if isinstance(stmt, ast.Assign) and _is_field(stmt.value):
+            if isinstance(stmt, ast.Assign) and value_test(stmt.value):
                 found |= {t.attr for t in stmt.targets if isinstance(t, ast.Attribute) and _is_self_attribute(t)}
     return found
 
@@ -158,18 +163,13 @@ def defers(forward_text: str, platform: Optional[str]) -> bool:
 def post_op_attributes(graph: ModelGraph, inner: ClassNode) -> set[str]:
     """``self.X = <...>PostOp()`` in the ``__init__`` of ``inner``'s classes: the post-mix op the forward completes
     deferred streams with (GLM-5-Next's ``self._aux_post_op = MHCPostOp()``)."""
-    found: set[str] = set()
-    for node in graph.mro(inner):
-        init = node.methods.get("__init__")
-        for stmt in ast.walk(init) if init is not None else ():
-            if (
-                isinstance(stmt, ast.Assign)
-                and isinstance(stmt.value, ast.Call)
-                and isinstance(stmt.value.func, ast.Name)
-                and stmt.value.func.id.endswith("PostOp")
-            ):
-                found |= {t.attr for t in stmt.targets if isinstance(t, ast.Attribute) and _is_self_attribute(t)}
-    return found
+    return _assigned(
+        graph,
+        inner,
+        lambda value: (
+            isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id.endswith("PostOp")
+        ),
+    )
 
 
 def mhc_switch(graph: ModelGraph, inner: ClassNode) -> bool:

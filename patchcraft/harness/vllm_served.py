@@ -476,7 +476,7 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
     for name in {"embed_tokens"} | _embedders(model, forward):
         inner.equip(name, embedding)
     config: StandInConfig
-    if hyper_connections.has_streams(model.graph, model.inner, call):  # DeepSeek-V4's streams
+    if hyper_connections.has_streams(model.graph, model.inner, call):  # DeepSeek-V4's and GLM-5-Next's streams
         fused = hyper_connections.defers(forward.text, model.platform)
         layers: list[nn.Module] = [hyper_connections.StreamsLayer(i, call, fused) for i in range(num_layers)]
         config = hyper_connections.StreamsConfig(num_layers, HIDDEN, VOCAB)
