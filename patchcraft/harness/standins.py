@@ -171,7 +171,6 @@ class StandInLayer(nn.Module):
         self.index = index
         self.call = call
         self.attn_boundary = AttnBoundary()
-        self.calls = 0  # how often the forward called this layer (a run that called none ran no layer)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -183,7 +182,6 @@ class StandInLayer(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         call = self.call
-        self.calls += 1
         hidden = call.pick(args, kwargs, call.hidden)
         if not isinstance(hidden, torch.Tensor):
             raise HarnessError(f"layer {self.index} got {type(hidden).__name__} as hidden_states")

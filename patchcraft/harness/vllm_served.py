@@ -457,7 +457,7 @@ def run_ids(model: VllmModel, ids: Sequence[int], num_layers: int) -> VllmRun:
             return VllmRun(chosen, RunOutcome(not_run=f"not run: {exc}"))
         except Exception as exc:
             return VllmRun(chosen, failed(exc, model.files, "forward"))
-    if not any(getattr(layer, "calls", 1) for layer in layers):  # what it looped over was not the harness's layers
+    if not any(getattr(layer, "_patchcraft_called", False) for layer in layers):  # it looped over other layers
         why = f"{model.forward_owner.label}.forward called no decoder layer of the harness's"
         return VllmRun(chosen, RunOutcome(not_run=f"not run: {why} (the layers it runs are not `self.layers`)"))
     aux = list(result[1]) if isinstance(result, tuple) and len(result) == 2 else []
@@ -488,6 +488,8 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
     else:
         layers = [StandInLayer(i, call) for i in range(num_layers)]
         config = StandInConfig(num_layers, HIDDEN, VOCAB)
+    for layer in layers:  # a pre-hook, not a counter in forward: the SGLang harness compiles the same layers
+        layer.register_forward_pre_hook(lambda module, args: setattr(module, "_patchcraft_called", True) or None)
     stack = nn.ModuleList(layers)
     for name in layer_stacks(init):  # `layers`, and GLM-5-Next's `_active_layers` (a slice of it: all of it here)
         inner.equip(name, stack)
