@@ -15,8 +15,8 @@ from typing import Any, Sequence
 
 import torch
 
-from patchcraft.harness.served import Fed, RunOutcome
-from patchcraft.harness.standins import RecordingEmbedding, mix, reference_states
+from patchcraft.harness.served import Fed, RunOutcome, _by_value
+from patchcraft.harness.standins import RecordingEmbedding, reference_states
 from patchcraft.harness.subject import HIDDEN, VOCAB, input_ids
 
 
@@ -42,14 +42,8 @@ def name_captures(
     return tuple(fed), tuple(holds)
 
 
-def by_value(tensor: torch.Tensor, states: list[torch.Tensor]) -> Fed:
-    for index, state in enumerate(states):
-        if tensor.shape == state.shape and torch.equal(tensor, state):
-            return Fed(index, True)
-    for index, state in enumerate(states[:-1]):
-        if tensor.shape == state.shape and torch.equal(tensor, mix(state, index)):
-            return Fed(None, True, f"layer {index}'s output without its residual")
-    return Fed(None, True, f"an unknown tensor {tuple(tensor.shape)}")
+#: A tensor named by value against the reference states: the SGLang harness's own rule, shared.
+by_value = _by_value
 
 
 def failed(exc: BaseException, files: set[str], stage: str) -> RunOutcome:
