@@ -489,7 +489,7 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
         layers = [StandInLayer(i, call) for i in range(num_layers)]
         config = StandInConfig(num_layers, HIDDEN, VOCAB)
     for layer in layers:  # a pre-hook, not a counter in forward: the SGLang harness compiles the same layers
-        layer.register_forward_pre_hook(lambda module, args: setattr(module, "_patchcraft_called", True) or None)
+        layer.register_forward_pre_hook(_mark_called)
     stack = nn.ModuleList(layers)
     for name in layer_stacks(init):  # `layers`, and GLM-5-Next's `_active_layers` (a slice of it: all of it here)
         inner.equip(name, stack)
@@ -514,6 +514,11 @@ def _build(model: VllmModel, num_layers: int) -> tuple[Any, Any, RecordingEmbedd
     else:
         setattr(outer, INNER, inner)
     return outer, inner, embedding, layers
+
+
+def _mark_called(module: nn.Module, args: Any) -> None:
+    """A forward pre-hook: the layer ran (the run reads the mark, never a counter the compiler would specialise on)."""
+    object.__setattr__(module, "_patchcraft_called", True)
 
 
 class VllmNorm(StandInNorm):
