@@ -418,27 +418,42 @@ def assign_targets(stmt: cst.BaseStatement) -> list:
     return targets
 
 
-def marked_classes(text: str) -> Optional[list]:
-    """Top-level classes holding patchcraft text (marker or widened count).
+def marked_parts(text: str) -> Optional[list]:
+    """Where patchcraft text (marker or widened count) lies: ``(class, method)`` pairs of top-level classes.
 
-    None when such text also lies outside every top-level class: the caller
-    then reverts the whole module.
+    ``method`` is a method defined directly in the class body that holds
+    some; it is None when some lies in the class but outside its methods
+    (the whole class is then reverted). None when such text also lies
+    outside every top-level class: the caller then reverts the whole module.
+    Revert parses only these parts (the runner's class has thousands of lines).
     """
     if MARKER not in text and not _flag_counts(text):
         return []
     tree = parse_python(text)
     lines = split_lines(text)
-    names: list = []
+    parts: list = []
     covered = 0
     for stmt in tree.body:
         if not isinstance(stmt, ast.ClassDef):
             continue
-        first = first_line(stmt)
-        segment = "".join(lines[first : stmt.end_lineno])
-        count = segment.count(MARKER) + _flag_counts(segment)
-        if count:
-            names.append(stmt.name)
-            covered += count
+        count = _marks(lines, stmt)
+        if not count:
+            continue
+        covered += count
+        methods = [(f.name, n) for f in stmt.body if isinstance(f, _FUNCTIONS) and (n := _marks(lines, f))]
+        if sum(n for _, n in methods) == count:
+            parts.extend((stmt.name, name) for name, _ in methods)
+        else:
+            parts.append((stmt.name, None))
     if covered != text.count(MARKER) + _flag_counts(text):
         return None
-    return names
+    return parts
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _marks(lines: list, node: ast.stmt) -> int:
+    """How much patchcraft text the lines of ``node`` (decorators included) hold."""
+    segment = "".join(lines[first_line(node) : node.end_lineno])
+    return segment.count(MARKER) + _flag_counts(segment)

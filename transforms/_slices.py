@@ -76,7 +76,7 @@ class ClassSlices:
     def of_methods(
         cls, text: str, methods: Iterable[tuple[str, str]], parse: Callable[[str, int], cst.Module]
     ) -> Optional["ClassSlices"]:
-        """Slices for ``(class, method)`` pairs, keyed by the pair (see :meth:`key`).
+        """Slices for ``(class, method)`` pairs, keyed by the pair (see :meth:`key`); ``(class, None)``: the whole class.
 
         Each module holds the class header (decorators, ``class X(...):`` and
         the comments after it) and one method, at their own lines. A class
@@ -93,9 +93,9 @@ class ClassSlices:
         slices = cls(lines=split_lines(text), spans={}, modules={})
         for name, names in wanted.items():
             node = classes[name][0]
-            funcs = {method: _sliceable(slices.lines, node, method) for method in names}
+            funcs = {method: _sliceable(slices.lines, node, method) for method in names if method is not None}
             sliceable = {method: func for method, func in funcs.items() if func is not None}
-            if len(sliceable) < len(funcs):
+            if None in names or len(sliceable) < len(funcs):
                 slices._add_class(name, node)
                 continue
             for method, func in sliceable.items():

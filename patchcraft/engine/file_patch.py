@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import libcst as cst
 
     from patchcraft.transforms import BY_KIND, RUNNER_TRANSFORMS, VLLM_TRANSFORMS
-    from patchcraft.transforms._base import Outcome, RemoveMarked, marked_classes
+    from patchcraft.transforms._base import Outcome, RemoveMarked, marked_parts
     from patchcraft.transforms._contract import Transform
     from patchcraft.transforms._slices import ClassSlices, code_with_ending
 else:
@@ -41,7 +41,7 @@ else:
     ClassSlices = Deferred("patchcraft.transforms._slices", "ClassSlices")
     Outcome = Deferred("patchcraft.transforms._base", "Outcome")
     RemoveMarked = Deferred("patchcraft.transforms._base", "RemoveMarked")
-    marked_classes = Deferred("patchcraft.transforms._base", "marked_classes")
+    marked_parts = Deferred("patchcraft.transforms._base", "marked_parts")
     code_with_ending = Deferred("patchcraft.transforms._slices", "code_with_ending")
 
 
@@ -120,12 +120,13 @@ def patch_text(
 def revert_text(text: str, path: Path) -> str:
     """Remove every statement patchcraft inserted; the inverse of ``apply``."""
     try:
-        names = marked_classes(text)
+        parts = marked_parts(text)
     except SyntaxError:
-        names = None  # parse() below reports it
-    if names == []:
+        parts = None  # parse() below reports it
+    if parts == []:
         return text  # no patchcraft text at all
-    slices = _slices(text, path, ClassSlices.of, names) if names else None
+    # Only the marked methods are parsed (a class whose marks lie outside its methods: whole).
+    slices = _slices(text, path, ClassSlices.of_methods, parts) if parts else None
     if slices is None:
         return code_with_ending(_revert_module(parse(text, path), text), text)
     for name, module in slices.modules.items():

@@ -248,3 +248,34 @@ def test_a_form_feed_does_not_shift_the_line_named() -> None:
     )
     line = text.split("\n").index("        self.capture_embedding_for_eagle3 = 1") + 1
     assert patch_text(text, PATH, [INIT]).outcomes[INIT.key].detail.startswith(f"line {line}:")
+
+
+def test_revert_parses_only_the_marked_methods() -> None:
+    """The runner's class has thousands of lines: revert cuts out the methods that hold patchcraft text."""
+    from patchcraft.transforms._base import marked_parts
+
+    after = _apply_checked(SHAPE, SITES)
+    assert sorted(marked_parts(after)) == sorted((s.cls, s.method) for s in SITES)
+    assert marked_parts(SHAPE) == []
+
+
+def test_a_mark_outside_the_methods_reverts_its_whole_class() -> None:
+    """A marked line in the class body (not in a method) is still removed: that class is parsed whole."""
+    from patchcraft.transforms._base import marked_parts
+
+    after = _apply_checked(SHAPE, SITES)
+    marked = after.replace("    attr = 1\n", "    attr = 1\n    # patchcraft: added\n    extra = 2\n", 1)
+    assert ("LlamaModel", None) in marked_parts(marked)
+    assert ("LlamaModel", "__init__") not in marked_parts(marked)
+    assert revert_text(marked, PATH) == SHAPE
+
+
+def test_a_mark_outside_every_class_reverts_the_whole_module() -> None:
+    from patchcraft.transforms._base import marked_parts
+
+    after = _apply_checked(SHAPE, SITES)
+    marked = after.replace(
+        "def unrelated():\n    pass\n", "def unrelated():\n    # patchcraft: added\n    x = 1\n    pass\n"
+    )
+    assert marked_parts(marked) is None
+    assert revert_text(marked, PATH) == SHAPE
