@@ -138,10 +138,24 @@ def setter_calls(executor_dir: Path, strict: bool = True) -> list[SetterCall]:
 
 
 def _calls_in(path: Path, text: str, module: ast.Module) -> Iterator[SetterCall]:
-    innermost = _innermost_functions(module)
+    """The setter calls of ``module``: those in a top-level function or method by function and statement, then the
+    rest. The module is walked once; only the statements that hold a call are walked again (the runner file has
+    thousands of lines and a handful of calls)."""
+    calls: list[ast.Call] = []
+    functions: list[ast.AST] = []
+    for node in ast.walk(module):  # breadth first: an inner function comes after the one around it
+        if isinstance(node, ast.Call) and _is_setter_call(node):
+            calls.append(node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.append(node)
+    if not calls:
+        return
+    innermost = {id(call): name for call in calls if (name := _innermost(call, functions))}
     seen: set[int] = set()
     for classdef, func in _functions(module):
         for index, stmt in enumerate(func.body):
+            if not any(_within(call, stmt) for call in calls):
+                continue
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Call) and _is_setter_call(node) and id(node) not in seen:
                     seen.add(id(node))
@@ -150,18 +164,29 @@ def _calls_in(path: Path, text: str, module: ast.Module) -> Iterator[SetterCall]
                     yield SetterCall(
                         path, cls, func.name, node, index, marked, classdef, func, module, innermost.get(id(node))
                     )
-    for node in ast.walk(module):
-        if isinstance(node, ast.Call) and _is_setter_call(node) and id(node) not in seen:
+    for node in calls:
+        if id(node) not in seen:
             yield SetterCall(path, "", "", node, 0, False, None, None, module, innermost.get(id(node)))
 
 
-def _innermost_functions(module: ast.Module) -> dict[int, str]:
-    """The name of the innermost function around each setter call (by ``id`` of the call)."""
-    found: dict[int, str] = {}
-    for func in ast.walk(module):  # breadth first: an inner function overrides its outer one
-        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found.update((id(node), func.name) for node in ast.walk(func) if _is_setter_call(node))
-    return found
+def _within(node: ast.AST, outer: ast.AST) -> bool:
+    """Whether ``node``'s source span lies inside ``outer``'s, decorators included (``ast.walk`` visits them)."""
+    start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    end = (node.end_lineno or node.lineno, node.end_col_offset or 0)  # type: ignore[attr-defined]
+    first = min([(outer.lineno, outer.col_offset)] + [(d.lineno, 0) for d in getattr(outer, "decorator_list", ())])  # type: ignore[attr-defined]
+    return first <= start and end <= (
+        outer.end_lineno or outer.lineno,  # type: ignore[attr-defined]
+        outer.end_col_offset or 0,  # type: ignore[attr-defined]
+    )
+
+
+def _innermost(call: ast.Call, functions: Sequence[ast.AST]) -> Optional[str]:
+    """The name of the innermost function around ``call`` (``functions`` breadth first: the last that holds it)."""
+    name = None
+    for func in functions:
+        if _within(call, func):
+            name = func.name  # type: ignore[attr-defined]
+    return name
 
 
 def _functions(module: ast.Module) -> Iterator[tuple[Optional[ast.ClassDef], ast.FunctionDef]]:
