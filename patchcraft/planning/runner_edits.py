@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence, Union
@@ -151,6 +152,7 @@ def _calls_in(path: Path, text: str, module: ast.Module) -> Iterator[SetterCall]
     if not calls:
         return
     innermost = {id(call): name for call in calls if (name := _innermost(call, functions))}
+    lines = _lines(text)  # split once: ast.get_source_segment splits the whole text per call
     seen: set[int] = set()
     for classdef, func in _functions(module):
         for index, stmt in enumerate(func.body):
@@ -159,7 +161,7 @@ def _calls_in(path: Path, text: str, module: ast.Module) -> Iterator[SetterCall]
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Call) and _is_setter_call(node) and id(node) not in seen:
                     seen.add(id(node))
-                    marked = MARKER in (ast.get_source_segment(text, node) or "")
+                    marked = MARKER in _segment(lines, node)
                     cls = classdef.name if classdef else ""
                     yield SetterCall(
                         path, cls, func.name, node, index, marked, classdef, func, module, innermost.get(id(node))
@@ -167,6 +169,29 @@ def _calls_in(path: Path, text: str, module: ast.Module) -> Iterator[SetterCall]
     for node in calls:
         if id(node) not in seen:
             yield SetterCall(path, "", "", node, 0, False, None, None, module, innermost.get(id(node)))
+
+
+#: Where ``ast`` ends a line (not at a form feed, as str.splitlines() does).
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def _lines(text: str) -> list[str]:
+    """The text's lines with their endings, split where ``ast`` counts lines (not at a form feed)."""
+    lines, start = [], 0
+    for match in _LINE_END.finditer(text):
+        lines.append(text[start : match.end()])
+        start = match.end()
+    return [*lines, text[start:]] if start < len(text) else lines
+
+
+def _segment(lines: Sequence[str], node: ast.AST) -> str:
+    """``ast.get_source_segment(text, node)`` from the text's lines, split once (offsets are UTF-8 bytes)."""
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1  # type: ignore[attr-defined]
+    start, end = node.col_offset, node.end_col_offset or 0  # type: ignore[attr-defined]
+    if first == last:
+        return lines[first].encode()[start:end].decode()
+    head, tail = lines[first].encode()[start:].decode(), lines[last].encode()[:end].decode()
+    return "".join([head, *lines[first + 1 : last], tail])
 
 
 def _within(node: ast.AST, outer: ast.AST) -> bool:
