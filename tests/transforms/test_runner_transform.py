@@ -713,3 +713,36 @@ def test_unusual_spacing_is_refused_not_reverted_wrongly(tmp_path: Path) -> None
     result = run(resolve_target(str(package)), Mode.APPLY, ("runner",))
     assert row(result).status == ModelStatus.ERROR and "nothing between its parentheses" in row(result).message
     assert not result.changes and executor_texts(package) == before
+
+
+RUNNER_SHAPES = (
+    "class R:\n    def load(self):\n        self.model.set_eagle3_layers_to_capture(ids)\n",
+    "class R:\r\n    def load(self):\r\n        x = 'é€'; self.model.set_eagle3_layers_to_capture(\r\n"
+    "            [i for i in ids],  # patchcraft: pass the ids\r\n        )\r\n",
+    "class R:\n    def load(self):\n        \x0c\n        def inner():\n            self.m.set_eagle3_layers_to_capture(  # x\n"
+    "                ids)  # patchcraft: outside the call\n        self.m.set_eagle3_layers_to_capture()\n"
+    "self.m.set_eagle3_layers_to_capture()\n",
+)
+
+
+@pytest.mark.parametrize("text", RUNNER_SHAPES)
+def test_a_setter_calls_source_is_what_ast_gives(text: str) -> None:
+    """The runner's calls are read from lines split once: each call's text, function and mark are ast's own."""
+    from patchcraft.planning import runner_edits
+
+    module = ast.parse(text)
+    calls = list(runner_edits._calls_in(Path("r.py"), text, module))
+    lines = runner_edits._lines(text)
+    assert calls and {id(c.node) for c in calls} == {
+        id(n) for n in ast.walk(module) if isinstance(n, ast.Call) and runner_edits._is_setter_call(n)
+    }
+    for call in calls:
+        segment = ast.get_source_segment(text, call.node)
+        assert runner_edits._segment(lines, call.node) == segment
+        assert call.marked == (runner_edits.MARKER in segment)
+    assert [c.function for c in calls] == {
+        0: ["load"],
+        1: ["load"],
+        2: ["inner", "load", None],
+    }[RUNNER_SHAPES.index(text)]
+    assert [c.marked for c in calls][:1] == [RUNNER_SHAPES.index(text) == 1]
