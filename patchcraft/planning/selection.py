@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.class_graph import ModelGraph
@@ -128,12 +128,13 @@ def select(
     and holds no model class of its own (``mellum.py``, not ``llama.py``).
     """
     plans = list(plans)
+    resolve = _Resolved()
     own = [p for p in plans if not p.inherits]
-    files = {path.resolve() for path in tree.only_files} - {p.path.resolve() for p in own}
-    asked = [p for p in plans if p.inherits and p.path.resolve() in files]
+    files = {resolve(path) for path in tree.only_files} - {resolve(p.path) for p in own}
+    asked = [p for p in plans if p.inherits and resolve(p.path) in files]
     chosen = named(plans, names) if names else own + asked
     if names:
-        chosen = _closure(chosen, own + [p for p in chosen if p.inherits], whole_files)
+        chosen = _closure(chosen, own + [p for p in chosen if p.inherits], whole_files, resolve)
     return _touching(chosen, set(tree.only_files)) if tree.only_files else chosen
 
 
@@ -155,12 +156,25 @@ def _names(plan: ModelPlan) -> set[str]:
     return {plan.module.lower(), plan.module.lower().partition(".")[0], plan.cls.lower(), plan.label.lower()}
 
 
-def _closure(chosen: Sequence[ModelPlan], plans: Sequence[ModelPlan], whole_files: bool) -> list[ModelPlan]:
+class _Resolved(dict):
+    """``path.resolve()``, once per path for one selection (a closure over a release's 180 plans asks thousands of
+    times, each a ``realpath`` of every component)."""
+
+    def __call__(self, path: Path) -> Path:
+        found = self.get(path)
+        if found is None:
+            found = self[path] = path.resolve()
+        return found
+
+
+def _closure(
+    chosen: Sequence[ModelPlan], plans: Sequence[ModelPlan], whole_files: bool, resolve: Callable[[Path], Path]
+) -> list[ModelPlan]:
     """``chosen`` plus every plan sharing a site (or a file) with one in it, to a fixpoint; in plan order."""
 
     def shared(plan: ModelPlan) -> dict[Any, str]:
         if whole_files:
-            return {path.resolve(): path.name for path in plan.files}
+            return {resolve(path): path.name for path in plan.files}
         # A shared forward is named first: it is what crashes without its __init__ edit.
         sites = sorted(plan.sites, key=lambda site: site.kind != EditKind.FORWARD)
         return {site.key: f"{site.cls}.{site.method}" for site in sites}

@@ -145,12 +145,13 @@ def test_no_subset_leaves_a_forward_without_its_flag(version: str) -> None:
     assert not _crashing(readers, every), "a full apply leaves a class without the flag"
     names = sorted({p.module for p in plans} | {p.cls for p in plans})
     problems = []
+    resolved = {key: Path(key[0]).resolve() for key in every}
     for name in names:
         applied = {site.key for plan in select(plans, tree, [name]) for site in plan.sites}
         if _crashing(readers, applied):
             problems.append(f"apply --model {name}: {_crashing(readers, applied)}")
         reverted = {path.resolve() for plan in select(plans, tree, [name], whole_files=True) for path in plan.files}
-        left = {key for key in every if Path(key[0]).resolve() not in reverted}
+        left = {key for key in every if resolved[key] not in reverted}
         if _crashing(readers, left):
             problems.append(f"revert --model {name}: {_crashing(readers, left)}")
     assert not problems, problems
