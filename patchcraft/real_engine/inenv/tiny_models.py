@@ -212,11 +212,11 @@ def save_draft(folder: Path, config: dict[str, Any], tensors: dict[str, Any]) ->
     return folder
 
 
-def draft_tensors(n: int, vocab: int, seed: int) -> dict[str, Any]:
+def draft_tensors(n: int, vocab: int, seed: int, hidden: int = HIDDEN, kv_heads: int = 2) -> dict[str, Any]:
     """A random Llama-layout EAGLE-3 head (``fc`` over ``n`` states, one ``midlayer``, its own ``lm_head``)."""
     import torch
 
-    hidden, heads, kv, head_dim, inter = HIDDEN, HEADS, 2, HEAD_DIM, 256
+    heads, kv, head_dim, inter = HEADS, kv_heads, HEAD_DIM, 256
     rand = _random(seed)
     return {
         "fc.weight": rand(hidden, n * hidden),

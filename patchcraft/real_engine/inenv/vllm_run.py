@@ -87,7 +87,12 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     if mode in ("offline", "prepare"):
         prepare(spec, result)
     if mode == "offline":
-        offline(spec, result)
+        try:
+            offline(spec, result)
+        except BaseException as exc:  # DeepSeek-V4: what the draft received before the failure is still matched
+            if spec["family"] != "deepseek_v4":
+                raise
+            result["error"] = describe(exc) | {"phase": "engine"}
     if mode in ("offline", "match"):
         match(spec, result)
 
@@ -102,6 +107,8 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> None:
     family, num_layers, ids = spec["family"], int(spec["num_layers"]), spec.get("layer_ids")
     seed = int(spec.get("seed", 0))
     result["phase"] = "tiny models"
+    if family == "deepseek_v4":
+        return prepare_dsv4(spec, result, workdir)
     if spec.get("target_dir"):  # a given target (a trained draft's): its own config says its size
         target_dir = Path(spec["target_dir"])
     else:
@@ -127,9 +134,25 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["pythonpath"] = os.environ["PYTHONPATH"]
 
 
+def prepare_dsv4(spec: dict[str, Any], result: dict[str, Any], workdir: Path) -> None:
+    """DeepSeek-V4: a config-only target (no transformers class: no reference model), a bf16 Llama draft."""
+    import vllm_dsv4
+
+    num_layers, ids = int(spec["num_layers"]), spec.get("layer_ids")
+    target_dir = vllm_dsv4.build_target(num_layers, workdir / "target")
+    result["reference"] = None  # transformers has no DeepSeek-V4: the engine's own states are the reference
+    result["target_dir"] = str(target_dir)
+    if ids is not None:
+        config = vllm_dsv4.target_config(num_layers)
+        result["draft_dir"] = str(vllm_dsv4.build_draft(config, list(ids), workdir / "draft", int(spec.get("seed", 0))))
+    result["probe_dir"] = str(install_probe(workdir))
+    result["pythonpath"] = os.environ["PYTHONPATH"]
+
+
 def offline(spec: dict[str, Any], result: dict[str, Any]) -> None:
     """``vllm.LLM`` greedy in this process (its engine core too)."""
     result["phase"] = "engine"
+    dsv4 = spec["family"] == "deepseek_v4"
     seed = int(spec.get("seed", 0))
     prompts = [list(p) for p in spec["prompt_token_ids"]]
     if spec.get("norm") == "inplace":
@@ -156,16 +179,35 @@ def offline(spec: dict[str, Any], result: dict[str, Any]) -> None:
         kwargs["ir_op_priority"] = {"fused_add_rms_norm": [INPLACE, "native"]}
     if result.get("draft_dir"):
         kwargs["speculative_config"] = speculative_config(spec, result["draft_dir"])
-    llm = LLM(**kwargs)
+    if dsv4:  # vLLM's Python model code on this CPU: the stand-ins first, then the recorders of its own states
+        import vllm_dsv4
+        import vllm_dsv4_standins
+
+        result["standins"] = vllm_dsv4_standins.install()
+        result["isa"] = isa()
+        vllm_dsv4.widen_dummy_init()
+        vllm_dsv4.install_recorders()
+        kwargs.update(vllm_dsv4.engine_kwargs(int(spec["num_layers"])))
+        kwargs["max_num_seqs"] = 2
+    try:
+        llm = LLM(**kwargs)
+    finally:
+        if dsv4:
+            vllm_dsv4.save_records(Path(spec["workdir"]) / "dsv4-states.pt")
     params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_tokens"]), ignore_eos=True)
-    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+    try:
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+    finally:
+        if dsv4:
+            vllm_dsv4.save_records(Path(spec["workdir"]) / "dsv4-states.pt")
     result["tokens"] = [list(o.outputs[0].token_ids) for o in outputs]
     result["spec_metrics"] = spec_metrics(llm)
     result["kernels"] = kernels()
+    prefixes = ("vllm.model_executor.models.", "vllm.models.deepseek_v4.") if dsv4 else ("vllm.model_executor.models.",)
     result["model_files"] = {
         name: getattr(module, "__file__", None)
         for name, module in sorted(sys.modules.items())
-        if name.startswith("vllm.model_executor.models.") and module is not None
+        if name.startswith(prefixes) and module is not None
     }
 
 
@@ -183,6 +225,8 @@ def match(spec: dict[str, Any], result: dict[str, Any]) -> None:
 
     result["phase"] = "matching"
     workdir = Path(spec["workdir"])
+    if spec["family"] == "deepseek_v4":
+        return match_dsv4(spec, result, workdir)
     states = torch.load(workdir / "reference.pt")["states"]
     probe_dir = workdir / "probe"
     prompts = [list(p) for p in spec["prompt_token_ids"]]
@@ -208,6 +252,60 @@ def match(spec: dict[str, Any], result: dict[str, Any]) -> None:
                 )
                 result["fed_transformers"] = result["fed"]
                 result["fed"], _ = fed_states(calls, own, rows, total)
+
+
+def match_dsv4(spec: dict[str, Any], result: dict[str, Any], workdir: Path) -> None:
+    """The draft's input against the engine's own states (no transformers reference exists for DeepSeek-V4)."""
+    import torch
+    import vllm_dsv4
+
+    prompts = [list(p) for p in spec["prompt_token_ids"]]
+    rows, total = len(prompts[0]), sum(len(p) for p in prompts)
+    calls = sorted((workdir / "probe").glob("call-*.pt"))
+    result["probe_calls"] = len(calls)
+    result["probe_pids"] = sorted({int(p.name.split("-")[1]) for p in calls})
+    path = workdir / "dsv4-states.pt"
+    records = torch.load(path) if path.exists() else []
+    states, id0 = vllm_dsv4.engine_states(records, rows, total, int(spec["num_layers"]))
+    result["reference"] = "none: transformers has no DeepSeek-V4; the engine's own states instead"
+    result["notes"].append(
+        "no transformers reference exists for deepseek_v4: each entry is matched against the engine's own recorded "
+        "states (the embedding output, hs[0], and each decoder layer's output, hs[k], reduced as the capture "
+        "reduces them: .mean(dim=1) over the 4 hc streams), from the same forward as the draft's input"
+    )
+    result["notes"].append(
+        f"weights: vLLM's dummy loader (load_format=dummy, U(-{vllm_dsv4.DUMMY_RANGE}, {vllm_dsv4.DUMMY_RANGE})), "
+        "bf16; greedy tokens are not compared (no reference model)"
+    )
+    result["engine_id0"] = id0
+    if id0.get("aux_entries"):
+        shared = "one shares" if id0["an_entry_shares_the_embedding"] else "none shares"
+        result["notes"].append(
+            f"the prefill forward returned {id0['aux_entries']} aux states; {shared} the embedding output's storage"
+        )
+    if spec.get("layer_ids") is None:
+        return
+    if not states:
+        if not result.get("error"):
+            result["error"] = {"type": "NoRecord", "message": "no forward recorded every layer", "phase": "matching"}
+            result["error"]["where"] = "the recorders"
+        return
+    result["distinct"] = vllm_dsv4.check_distinct(states, rows)
+    result["notes"] += result["distinct"]
+    result["fed"], result["num_fed"] = fed_states(calls, states, rows, total)
+
+
+def isa() -> dict[str, Any]:
+    """Which vLLM kernel library this CPU loads, and why (what the stand-ins replace)."""
+    import sys as _sys
+
+    import torch
+
+    return {
+        "amx": bool(torch.cpu._is_amx_tile_supported()),
+        "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+        "libraries": sorted(m for m in _sys.modules if m.startswith("vllm._C")),
+    }
 
 
 def fed_states(calls: list[Path], states: list[Any], rows: int, total: int) -> tuple[list[dict[str, Any]], int]:
