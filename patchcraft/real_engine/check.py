@@ -182,8 +182,9 @@ def tier(result: dict[str, Any]) -> str:
     standins = result.get("standins")
     if standins is None:
         return "its CPU build, the real engine"
-    kernels = [name for name in standins if name in KERNEL_STANDINS]
-    others = [name for name in standins if name not in KERNEL_STANDINS]
+    named = set(result.get("standin_kernels") or ())  # the engine's side names them (inenv: vllm_dsv4_standins)
+    kernels = [name for name in standins if name in named]
+    others = [name for name in standins if name not in named]
     isa = result.get("isa") or {}
     why = (
         "this CPU lacks AVX-512/AMX"
@@ -195,21 +196,6 @@ def tier(result: dict[str, Any]) -> str:
     if others:
         text += f"; and {len(others)} other stand-ins: {', '.join(others)}"
     return text + " (patchcraft's pure-torch code, inenv/vllm_dsv4_standins.py)"
-
-
-#: The vLLM CPU kernels a stand-in case may replace (inenv/vllm_dsv4_standins.KERNELS, which runs in the engine's env).
-KERNEL_STANDINS = (
-    "convert_weight_packed",
-    "bmm_cpu",
-    "inverse_gptj_rope_o_proj_cpu",
-    "fused_qnorm_rope_kv_insert_cpu",
-    "flash_mla_with_kvcache_cpu",
-    "hash_topk_cpu",
-    "biased_topk_cpu",
-    "hc_pre_fused_cpu",
-    "hc_post_fused_cpu",
-    "hc_head_fused_cpu",
-)
 
 
 def _read_result(path: Path, log: Path, code: int) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from sglang_runtime import load_standalone
+from tiny_models import YARN_FACTOR_1
 
 FAMILIES = ("llama", "deepseek_v3")
 
@@ -35,18 +36,6 @@ def deepseek_config_overrides(num_layers: int) -> dict[str, Any]:
         "moe_intermediate_size": 256,
         "max_position_embeddings": 1024,
     }
-
-
-YARN_FACTOR_1 = {
-    "type": "yarn",
-    "rope_type": "yarn",
-    "factor": 1.0,
-    "original_max_position_embeddings": 1024,
-    "beta_fast": 32,
-    "beta_slow": 1,
-    "mscale": 1.0,
-    "mscale_all_dim": 1.0,
-}
 
 
 def llama_config(num_layers: int) -> dict[str, Any]:

@@ -16,6 +16,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+#: A YaRN rope of factor 1 (a rotation like plain RoPE): the tiny DeepSeek targets' ``rope_scaling``, both engines.
+YARN_FACTOR_1 = {
+    "type": "yarn",
+    "rope_type": "yarn",
+    "factor": 1.0,
+    "original_max_position_embeddings": 1024,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
+
 #: family -> (transformers config class, model class, config overrides). Sizes the CPU engines accept:
 #: head_dim 32 (CPU attention), MLA's kv_lora_rank 512 and rope dim 64 (CPU MLA).
 FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {

@@ -17,6 +17,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+try:
+    from tiny_models import YARN_FACTOR_1  # in the engine's environment: inenv/ is on sys.path
+except ModuleNotFoundError:  # imported as patchcraft.real_engine.inenv.vllm_dsv4 (the unit tests)
+    from .tiny_models import YARN_FACTOR_1
+
 HIDDEN = 256
 DUMMY_RANGE = 0.05
 #: ``model_executor/models/`` is not where DeepSeek-V4 lives: the modules a patched run must serve from the overlay.
@@ -63,16 +68,7 @@ def target_config(num_layers: int) -> dict[str, Any]:
         "max_position_embeddings": 1024,
         "rope_theta": 10000.0,
         "compress_rope_theta": 160000.0,
-        "rope_scaling": {
-            "type": "yarn",
-            "rope_type": "yarn",
-            "factor": 1.0,
-            "original_max_position_embeddings": 1024,
-            "beta_fast": 32,
-            "beta_slow": 1,
-            "mscale": 1.0,
-            "mscale_all_dim": 1.0,
-        },
+        "rope_scaling": dict(YARN_FACTOR_1),
         "tie_word_embeddings": False,
         "bos_token_id": 0,
         "eos_token_id": 1,

@@ -184,6 +184,7 @@ def offline(spec: dict[str, Any], result: dict[str, Any]) -> None:
         import vllm_dsv4_standins
 
         result["standins"] = vllm_dsv4_standins.install()
+        result["standin_kernels"] = [name for name in result["standins"] if name in vllm_dsv4_standins.KERNELS]
         result["isa"] = isa()
         vllm_dsv4.widen_dummy_init()
         vllm_dsv4.install_recorders()

@@ -64,8 +64,15 @@ def test_biased_topk_selects_with_the_bias_and_weighs_without_it() -> None:
 
 
 def test_the_stand_in_list_names_every_kernel_and_the_text_says_so() -> None:
-    assert standins.KERNELS == check.KERNEL_STANDINS
-    text = check.tier({"standins": [*standins.KERNELS, "build_tile_scheduler (c1a, c2a keys)"], "isa": {}})
+    result = {
+        "standins": [*standins.KERNELS, "build_tile_scheduler (c1a, c2a keys)"],
+        "standin_kernels": list(standins.KERNELS),
+        "isa": {},
+    }
+    text = check.tier(result)
     assert "vLLM's own Python model code with 10 stand-in CPU kernels (this CPU lacks AVX-512/AMX)" in text
     assert "c1a" in text and "the real engine" not in text
+    assert "1 other stand-ins: build_tile_scheduler" in text
+    unnamed = check.tier({**result, "standin_kernels": []})  # what the engine did not name a kernel is not one
+    assert "with 0 stand-in CPU kernels" in unnamed and "11 other stand-ins" in unnamed
     assert check.tier({}) == "its CPU build, the real engine"
