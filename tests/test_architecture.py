@@ -649,7 +649,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "commands.revert": ("commands/test_cli.py", "reliability/test_revert_matrix.py"),
     "commands.smoke": ("harness/test_harness_cli.py", "gpu_smoke/test_smoke_cuda_cli.py"),
     "commands.verify": ("commands/test_cli.py", "engine/test_golden.py"),
-    "commands.engine": ("real_engine/test_vllm_engine.py",),
     "real_engine.check": ("real_engine/test_vllm_engine.py",),
     "real_engine.vllm_cpu": ("real_engine/test_vllm_engine.py", "real_engine/test_environments.py"),
     "real_engine.inenv": ("real_engine/test_vllm_engine.py",),

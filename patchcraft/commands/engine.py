@@ -110,8 +110,9 @@ def outcome_lines(outcome: Outcome) -> list[str]:
         f"engine     {ENGINE_NAMES[case.engine]} {result.get('engine_version', case.release)} ({tier(result)}), "
         f"{outcome.served}: {outcome.tree}",
         f"case       {case.model} ({case.num_layers} layers, tiny random), draft ids {ids}, {prediction.setting}",
-        f"kernels    {result.get('kernels')}",
     ]
+    if result.get("kernels") is not None:  # read after the run: a failed run has none to show
+        lines.append(f"kernels    {result['kernels']}")
     error = result.get("error")
     if error:
         lines.append(
