@@ -125,6 +125,17 @@ def vllm_release_package(version: str) -> Path:
         return fetch_vllm(version, cache_dir() / "test-releases" / f"vllm-{version}")
 
 
+def planted_vllm(tmp_path: Path, relative: str, old: str, new: str, version: str = "0.34.0") -> Path:
+    """A private copy of vLLM ``version`` whose file ``relative`` has ``old`` replaced by ``new`` once (it must hold it)."""
+    package = tmp_path / "vllm"
+    shutil.copytree(vllm_release_package(version), package)
+    path = package / relative
+    text = path.read_text()
+    assert old in text, f"{relative} of {version} no longer holds the text to plant over"
+    path.write_text(text.replace(old, new, 1))
+    return package
+
+
 def copy_release(version: str, dest: Path, extra: tuple[str, ...] = ()) -> Path:
     """Copy the parts of release ``version`` that patchcraft reads, and ``extra`` parts, into ``dest/sglang``."""
     return copy_parts(release_package(version), dest / "sglang", COPIED + extra)

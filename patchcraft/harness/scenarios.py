@@ -105,13 +105,18 @@ def _aliasing(aux: Sequence[Any], embedding: RecordingEmbedding) -> Optional[str
     return None
 
 
-def _describe(exc: BaseException, files: set[str]) -> str:
-    """``Type: message at file.py:LINE in method``, located in the model file, plus a hint."""
+def located_in(exc: BaseException, files: set[str]) -> str:
+    """``Type: message at file.py:LINE in method``: the innermost frame in the release's files."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = next((f for f in reversed(frames) if f.filename in files), None)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     located = f" at {Path(where.filename).name}:{where.lineno} in {where.name}" if where else ""
-    return f"{type(exc).__name__}: {text}{located}{_hint(frames)}"
+    return f"{type(exc).__name__}: {text}{located}"
+
+
+def _describe(exc: BaseException, files: set[str]) -> str:
+    """:func:`located_in`, plus a hint naming the problem where the release's aux collector refused a capture."""
+    return located_in(exc, files) + _hint(traceback.extract_tb(exc.__traceback__))
 
 
 def _hint(frames: list) -> str:

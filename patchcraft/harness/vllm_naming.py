@@ -9,12 +9,11 @@ of the harness's own stand-ins (its norm, a layer) lacks, is "not run".
 
 from __future__ import annotations
 
-import traceback
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
+from patchcraft.harness.scenarios import located_in
 from patchcraft.harness.served import Fed, RunOutcome, _by_value
 from patchcraft.harness.standins import RecordingEmbedding, reference_states
 from patchcraft.harness.subject import HIDDEN, VOCAB, input_ids
@@ -59,12 +58,3 @@ def failed(exc: BaseException, files: set[str], stage: str) -> RunOutcome:
     if on_standin or "'Nothing'" in str(exc) or "<stand-in " in str(exc) or "got Nothing" in str(exc):
         return RunOutcome(not_run=f"not run: the {stage} uses a value the harness does not model ({located})")
     return RunOutcome(crash=located, stage=stage)
-
-
-def located_in(exc: BaseException, files: set[str]) -> str:
-    """``Type: message at file.py:LINE in method``: the innermost frame in the release's files."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = next((f for f in reversed(frames) if f.filename in files), None)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    located = f" at {Path(where.filename).name}:{where.lineno} in {where.name}" if where else ""
-    return f"{type(exc).__name__}: {text}{located}"

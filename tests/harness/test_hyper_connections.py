@@ -10,12 +10,11 @@ module runs its unfused branch (no tilelang off CUDA and ROCm).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import vllm_release_package
+from conftest import planted_vllm, vllm_release_package
 from patchcraft.harness.served import Fed
 from patchcraft.harness.vllm_served import find_model, run_ids
 
@@ -33,21 +32,11 @@ def test_0_34_0_deepseek_v4_drops_id_0_on_every_platform(platform: str) -> None:
     assert run_ids(model, (2, 4, 8), 8).outcome.states == (2, 4, 8)  # id n: the last layer's completed stream
 
 
-def _planted(tmp_path: Path, relative: str, old: str, new: str) -> Path:
-    package = tmp_path / "vllm"
-    shutil.copytree(vllm_release_package("0.34.0"), package)
-    path = package / relative
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new, 1))
-    return package
-
-
 def test_a_capture_of_the_deferred_branch_is_no_hidden_state(tmp_path: Path) -> None:
     """NVIDIA's capture completes the stream with ``mhc_post_tilelang``; capturing the layer's own output instead
     is a different tensor, and the harness says which."""
     old = "aux_recon = mhc_post_tilelang(\n                    hidden_states, residual, post_mix, res_mix\n                )"
-    package = _planted(tmp_path, "models/deepseek_v4/nvidia/model.py", old, "aux_recon = hidden_states")
+    package = planted_vllm(tmp_path, "models/deepseek_v4/nvidia/model.py", old, "aux_recon = hidden_states")
     fed = run_ids(find_model(package, V4, platform="cuda"), (2, 4), 8).outcome.fed
     assert fed == (
         Fed(None, True, "layer 1's output without its residual"),
@@ -60,10 +49,10 @@ def test_cpu_runs_the_unfused_branch(tmp_path: Path) -> None:
     A change to that branch alone changes what CPU feeds, not what ROCm (the same forward, fused) feeds."""
     old = "                else:\n                    aux_recon = hidden_states\n"
     new = "                else:\n                    aux_recon = hidden_states * 2\n"
-    package = _planted(tmp_path, "models/deepseek_v4/cpu/model.py", old, new)
+    package = planted_vllm(tmp_path, "models/deepseek_v4/cpu/model.py", old, new)
     cpu = run_ids(find_model(package, V4, platform="cpu"), (2, 4), 8).outcome.fed
     assert [f.state for f in cpu] == [None, None]
-    package_rocm = _planted(tmp_path / "rocm", "models/deepseek_v4/amd/model.py", old, new)
+    package_rocm = planted_vllm(tmp_path / "rocm", "models/deepseek_v4/amd/model.py", old, new)
     assert run_ids(find_model(package_rocm, V4, platform="rocm"), (2, 4), 8).outcome.states == (2, 4)
 
 
@@ -89,7 +78,7 @@ def test_glm5_next_a_capture_that_skips_the_deferred_post_mix_is_named(tmp_path:
     """`_aux_hidden_state` completes a deferred stream with `self._aux_post_op` and contracts it; returning the
     layer's raw output instead is a different tensor, and the harness says so (it is not hs[k])."""
     old = "        completed = self._aux_post_op(hidden_states, residual, post, comb)\n"
-    package = _planted(tmp_path, "models/glm5next/common/model.py", old, "        completed = hidden_states\n")
+    package = planted_vllm(tmp_path, "models/glm5next/common/model.py", old, "        completed = hidden_states\n")
     fed = run_ids(find_model(package, GLM5, platform="cuda"), (2, 4), 8).outcome.fed
     assert [f.state for f in fed] == [None, None]
 
@@ -99,7 +88,7 @@ def test_a_forward_that_calls_no_harness_layer_is_not_run(tmp_path: Path) -> Non
     equipped, the stand-in `Nothing` it iterated) says so instead of reporting every id as dropped."""
     old = "enumerate(self._active_layers, start=self.start_layer)"
     new = "enumerate(self._active_layers[self.end_layer :], start=self.start_layer)"
-    package = _planted(tmp_path, "models/glm5next/common/model.py", old, new)
+    package = planted_vllm(tmp_path, "models/glm5next/common/model.py", old, new)
     outcome = run_ids(find_model(package, GLM5, platform="cuda"), (0, 2, 4), 8).outcome
     assert "Glm5NextModel.forward called no decoder layer of the harness's" in outcome.not_run
     assert not outcome.fed

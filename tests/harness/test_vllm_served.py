@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import vllm_release_package
+from conftest import planted_vllm, vllm_release_package
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.harness.served import Fed
 from patchcraft.harness.standins import HarnessError
@@ -169,16 +169,6 @@ BEAM = "models/beam/nvidia/model.py"
 BEAM_LOOP = "        normalized_states = None\n        for index in range(self.start_layer, self.end_layer):\n"
 
 
-def _family_planted(tmp_path: Path, relative: str, old: str, new: str) -> Path:
-    package = tmp_path / "vllm"
-    shutil.copytree(vllm_release_package("0.34.0"), package)
-    path = package / relative
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new, 1))
-    return package
-
-
 @pytest.mark.parametrize("platform", ("cuda", "rocm"))
 def test_0_34_0_beam_runs_its_sibling_helpers_as_stand_ins(platform: str) -> None:
     """Beam's forward calls `beam_rms_norm` (`from .layernorm import ...`) with `self.norm.weight` after its loop:
@@ -192,14 +182,14 @@ def test_a_sibling_helper_before_the_captures_is_not_run_not_a_crash(tmp_path: P
     """A relative import's helper is a stand-in (`Nothing`), as any helper: a forward that feeds its answer to the
     layers is beyond the harness ("not run"), not a NameError of the release's."""
     new = "        hidden_states = beam_rms_norm(hidden_states, None, 0.0)\n" + BEAM_LOOP
-    package = _family_planted(tmp_path, BEAM, BEAM_LOOP, new)
+    package = planted_vllm(tmp_path, BEAM, BEAM_LOOP, new)
     outcome = run_ids(find_model(package, "BeamForCausalLM", platform="cuda"), (0, 2, 4), 8).outcome
     assert outcome.not_run and not outcome.crash
 
 
 def test_a_name_the_release_never_binds_is_still_its_crash(tmp_path: Path) -> None:
     new = "        hidden_states = beam_rms_norm_typo(hidden_states, None, 0.0)\n" + BEAM_LOOP
-    package = _family_planted(tmp_path, BEAM, BEAM_LOOP, new)
+    package = planted_vllm(tmp_path, BEAM, BEAM_LOOP, new)
     outcome = run_ids(find_model(package, "BeamForCausalLM", platform="cuda"), (0, 2, 4), 8).outcome
     assert outcome.crash.startswith("NameError: name 'beam_rms_norm_typo' is not defined at model.py:")
 
@@ -207,6 +197,6 @@ def test_a_name_the_release_never_binds_is_still_its_crash(tmp_path: Path) -> No
 def test_an_attribute_the_stand_in_norm_lacks_is_not_the_release_s_crash(tmp_path: Path) -> None:
     old = "        if aux_hidden_states:\n            return hidden_states, aux_hidden_states\n        return hidden_states\n"
     new = "        _ = self.norm.scale_bias\n" + old
-    package = _family_planted(tmp_path, BEAM, old, new)
+    package = planted_vllm(tmp_path, BEAM, old, new)
     outcome = run_ids(find_model(package, "BeamForCausalLM", platform="cuda"), (0, 2, 4), 8).outcome
     assert not outcome.crash and "'VllmNorm' object has no attribute 'scale_bias'" in outcome.not_run
