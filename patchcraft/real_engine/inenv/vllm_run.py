@@ -190,15 +190,11 @@ def offline(spec: dict[str, Any], result: dict[str, Any]) -> None:
         vllm_dsv4.install_recorders()
         kwargs.update(vllm_dsv4.engine_kwargs(int(spec["num_layers"])))
         kwargs["max_num_seqs"] = 2
-    try:
-        llm = LLM(**kwargs)
-    finally:
-        if dsv4:
-            vllm_dsv4.save_records(Path(spec["workdir"]) / "dsv4-states.pt")
     params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_tokens"]), ignore_eos=True)
     try:
+        llm = LLM(**kwargs)
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
-    finally:
+    finally:  # what the engine computed is kept also when it failed (the draft's fc on too few states)
         if dsv4:
             vllm_dsv4.save_records(Path(spec["workdir"]) / "dsv4-states.pt")
     result["tokens"] = [list(o.outputs[0].token_ids) for o in outputs]
