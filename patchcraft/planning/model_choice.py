@@ -3,7 +3,8 @@
 ``NAME`` is a model file stem, a class, ``module.Class``, or an
 architecture (a class with the setter in its MRO that has no plan row of
 its own). A file stem (or ``module.Class``) loads that file and its bases'
-files only; anything else plans the whole tree. More than one match, or
+files only, and so does a class name (an architecture) that one file
+defines; anything else plans the whole tree. More than one match, or
 none, is a one-line :class:`~patchcraft.base.errors.PatchcraftError`
 naming the candidates or the nearest names (:func:`patchcraft.planning.selection.no_match`).
 """
@@ -11,6 +12,7 @@ naming the candidates or the nearest names (:func:`patchcraft.planning.selection
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.base.target import SglangTree
@@ -18,6 +20,7 @@ from patchcraft.planning.model_plans import plan_models, scan
 from patchcraft.planning.records import ModelPlan
 from patchcraft.planning.selection import named, no_match
 from patchcraft.reading.class_graph import SETTER, ClassNode, ModelGraph
+from patchcraft.reading.prefilter import read_models
 
 
 def choose_model(tree: SglangTree, name: str | None) -> tuple[ModelGraph, ClassNode]:
@@ -29,14 +32,52 @@ def choose_model(tree: SglangTree, name: str | None) -> tuple[ModelGraph, ClassN
         stem = stem.split(".")[0]  # module.Class: that module's classes are enough, as for a file stem
     if stem and (tree.models_dir / f"{stem}.py").is_file():
         # A model file: its classes and what they import are enough (loaded on demand).
-        graph = ModelGraph(models_dir=tree.models_dir)
-        graph.load(stem)
-        for cls in list(graph.classes.values()):
-            graph.mro(cls)  # load the bases' files: an inherited setter makes a model class
+        graph = _file_graph(tree.models_dir, stem)
     else:
+        found = _by_class_name(tree.models_dir, name) if name else None
+        if found is not None:
+            return found
         graph = scan(tree.models_dir)
     plans = plan_models(graph, inheriting=True)  # a fork's entry class that only inherits a setter has a row
     return graph, _choose_class(tree, graph, plans, name)
+
+
+def _file_graph(models_dir: Path, stem: str, data: bytes | None = None) -> ModelGraph:
+    """The classes of one model file, with their bases' files loaded (an inherited setter makes a model class)."""
+    graph = ModelGraph(models_dir=models_dir)
+    graph.load(stem, data)
+    for cls in list(graph.classes.values()):
+        graph.mro(cls)
+    return graph
+
+
+def _by_class_name(models_dir: Path, name: str) -> tuple[ModelGraph, ClassNode] | None:
+    """A class name (an architecture) that exactly one model file defines: that file is enough.
+
+    Planning the whole tree to pick one class costs most of a cold
+    ``check-draft`` (its target names an architecture). Selection matches a
+    name against a plan's class, module and label, case-insensitively; so
+    when no file stem is the name and the bytes of exactly one file hold a
+    ``class`` statement of that name (in any case, at any indent), no plan
+    of another file can match it, and this file's graph chooses what the
+    whole tree's would. Anything else (no such file, several, a match that
+    is not exactly one model class): None, and the whole tree is read.
+    """
+    if not name.isidentifier() or not name.isascii():
+        return None
+    wanted = name.lower()
+    texts = read_models(models_dir)
+    if any(stem.lower() == wanted for stem in texts):
+        return None
+    pattern = re.compile(rb"^[ \t]*class[ \t]+" + re.escape(name.encode()) + rb"\b", re.MULTILINE | re.IGNORECASE)
+    holders = [stem for stem, data in texts.items() if pattern.search(data)]
+    if len(holders) != 1:
+        return None
+    graph = _file_graph(models_dir, holders[0], texts[holders[0]])
+    chosen = named(plan_models(graph, inheriting=True), [name])
+    if len(chosen) != 1 or chosen[0].cls.lower() != wanted:
+        return None
+    return graph, graph.classes[(chosen[0].module, chosen[0].cls)]
 
 
 def _choose_class(tree: SglangTree, graph: ModelGraph, plans: list[ModelPlan], name: str | None) -> ClassNode:

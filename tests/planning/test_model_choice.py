@@ -79,3 +79,39 @@ def test_a_file_without_a_setter_says_so_and_no_models_dir_is_no_tree(tmp_path: 
         choose_model(tree, "plain")
     with pytest.raises(PatchcraftError, match="not an SGLang tree"):
         choose_model(SglangTree(package=tmp_path / "none", root=tmp_path), "plain")
+
+
+def whole_tree_choice(tree: SglangTree, name: str) -> str:
+    """The class the whole tree's plans choose for ``name`` (the way every name went before the one-file route)."""
+    from patchcraft.planning.model_choice import _choose_class
+    from patchcraft.planning.model_plans import plan_models, scan
+
+    graph = scan(tree.models_dir)
+    return _choose_class(tree, graph, plan_models(graph, inheriting=True), name).label
+
+
+@pytest.mark.parametrize("name", ["KimiK25ForConditionalGeneration", "DeepseekV3ForCausalLM", "LlamaForCausalLM"])
+def test_an_architecture_one_file_defines_is_chosen_from_that_file(name: str) -> None:
+    tree = release("0.5.23")
+    graph, cls = choose_model(tree, name)
+    assert cls.label == whole_tree_choice(tree, name)
+    # That file and its bases' files, not the tree's hundred-odd model files.
+    assert len(graph.loaded) < 10, sorted(graph.loaded)
+
+
+def test_a_class_name_defined_in_two_files_reads_the_whole_tree(tmp_path: Path) -> None:
+    """Names match case-insensitively, so a second ``class`` of the name in any case makes one file not enough."""
+    one = SETTER.format(name="AForCausalLM")
+    tree = tree_with(tmp_path, {"a.py": one, "b.py": SETTER.format(name="aforcausallm")})
+    with pytest.raises(PatchcraftError, match=r"2 model classes match; pass --model NAME \(one of: a.AForCausalLM, b"):
+        choose_model(tree, "AForCausalLM")
+    # A file stem equal to the name (in any case) is a match too (the module's classes): the whole tree is read.
+    tree = tree_with(tmp_path / "stem", {"a.py": one, "AForCausalLM.py": SETTER.format(name="Other")})
+    graph, cls = choose_model(tree, "aforcausallm")
+    assert cls.label == whole_tree_choice(tree, "aforcausallm") == "a.AForCausalLM"
+    assert set(graph.loaded) == {"a", "AForCausalLM"}
+    # One definition: that file alone.
+    graph, cls = choose_model(
+        tree_with(tmp_path / "one", {"a.py": one, "b.py": SETTER.format(name="B")}), "AForCausalLM"
+    )
+    assert cls.label == "a.AForCausalLM" and graph.loaded == {"a": True}
