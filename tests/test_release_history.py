@@ -232,6 +232,25 @@ def test_a_stray_file_fails_the_release() -> None:
     assert result.revert_differs == ["srt/models/llama.py.orig"] and not result.ok
 
 
+def test_the_comparison_sees_every_kind_of_difference(tmp_path: Path) -> None:
+    """One byte flipped in a file of the same size, a file on one side only, and a link the other side lacks."""
+    from tools.sweep import differing_files
+
+    one, other = tmp_path / "one", tmp_path / "other"
+    for root in (one, other):
+        (root / "srt" / "models").mkdir(parents=True)
+        (root / "srt" / "models" / "a.py").write_bytes(b"x = 1\n")
+        (root / "srt" / "same.py").write_bytes(b"same\n")
+    assert differing_files(one, other) == []
+    (other / "srt" / "models" / "a.py").write_bytes(b"x = 2\n")
+    (other / "srt" / "models" / "__pycache__").mkdir()
+    (other / "srt" / "models" / "__pycache__" / "a.pyc").write_bytes(b"")
+    (other / "linked").symlink_to(one / "srt")
+    assert differing_files(one, other) == ["linked", "srt/models/__pycache__/a.pyc", "srt/models/a.py"]
+    (one / "linked").symlink_to(one / "srt")  # a link to a directory is never followed, and never the same file
+    assert differing_files(one, other) == ["srt/models/__pycache__/a.pyc", "linked", "srt/models/a.py"]
+
+
 def test_an_unpatched_file_after_apply_fails_verify_and_check() -> None:
     """llama.py put back to the release's bytes after apply: verify and apply --check both say so."""
     pristine = release_package(SMALL)
