@@ -3,8 +3,8 @@
 Shared by tests/engine/test_golden.py (the golden diffs) and
 tests/test_coverage.py (the coverage matrix), so a release costs one
 apply, one verify and one revert per test process, whichever of the two
-asks first; their tests of one release run on one xdist worker
-(:func:`on_one_worker`), so that is once per run.
+asks first; their tests run on one xdist worker (:func:`on_one_worker`,
+:data:`GROUP`), so that is once per run.
 """
 
 from __future__ import annotations
@@ -43,11 +43,15 @@ class Applied:
 _CACHE: dict[str, Applied] = {}
 
 
-def on_one_worker(value: str, version: str | None = None):
-    """``value`` as a parameter whose tests share one xdist worker with every other test of the release's
-    :func:`applied` state (``--dist loadgroup``): the release is applied once per run, not once per worker."""
-    version = version or value.split("/")[0]
-    return pytest.param(value, marks=pytest.mark.xdist_group(f"applied-{version}"), id=value)
+#: The xdist group of every test that reads :func:`applied` states: one worker applies each release once per run,
+#: and the coverage page, which reads every release's state, reuses what the golden and coverage tests applied.
+GROUP = "applied-releases"
+
+
+def on_one_worker(value: str):
+    """``value`` as a parameter whose test runs on the worker that holds every :func:`applied` state (``--dist
+    loadgroup``): each release is applied once per run, not once per worker."""
+    return pytest.param(value, marks=pytest.mark.xdist_group(GROUP), id=value)
 
 
 def applied(version: str, tmp_root: Path) -> Applied:

@@ -24,7 +24,7 @@ from patchcraft.ui import machine_output
 from patchcraft.base.releases import BETWEEN, MATRIX
 from patchcraft.base.status import ModelStatus
 
-from applied_releases import applied, on_one_worker
+from applied_releases import GROUP, applied, on_one_worker
 from conftest import release_package
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,6 +148,7 @@ def test_verify_json_lists_every_model_and_no_error(version: str, session_tmp: P
             assert entry["files"] and all(f.startswith("sglang/srt/models/") for f in entry["files"])
 
 
+@pytest.mark.xdist_group(GROUP)  # it reads every release's applied state: the worker that holds them
 def test_coverage_page_is_generated(session_tmp: Path) -> None:
     def cov(version: str):
         state = applied(version, session_tmp)
