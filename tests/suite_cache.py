@@ -53,15 +53,32 @@ def _user_store() -> Optional[Path]:
 
 
 def _snapshot(cache: Path) -> dict[str, int]:
-    """``{relative path: mtime_ns}`` of every file under ``cache`` but the shared parts."""
+    """``{relative path: mtime_ns}`` of every file under ``cache`` but the shared parts.
+
+    The shared parts are never entered: the engines' environments alone hold
+    over a hundred thousand files. A link is recorded as the file it points
+    to and never followed into a directory; a file that goes while the walk
+    runs is left out.
+    """
     found: dict[str, int] = {}
-    if not cache.is_dir():
-        return found
-    for path in cache.rglob("*"):
-        relative = path.relative_to(cache)
-        if relative.parts[0] in SHARED_PARTS or not path.is_file():
+    pending = [(str(cache), "")]
+    while pending:
+        directory, prefix = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
             continue
-        found[str(relative)] = path.stat().st_mtime_ns
+        for entry in entries:
+            if not prefix and entry.name in SHARED_PARTS:
+                continue
+            relative = prefix + entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, relative + os.sep))
+                elif entry.is_file():
+                    found[relative] = entry.stat().st_mtime_ns
+            except OSError:
+                continue
     return found
 
 

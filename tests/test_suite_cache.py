@@ -1,0 +1,40 @@
+"""tests/suite_cache.py: the guard that fails a run which wrote into the user's cache sees what it must."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from suite_cache import SHARED_PARTS, _snapshot
+
+
+def test_the_snapshot_sees_every_file_but_the_shared_parts(tmp_path: Path) -> None:
+    (tmp_path / "releases" / "0.5.23" / "sglang").mkdir(parents=True)
+    (tmp_path / "releases" / "0.5.23" / "sglang" / "a.py").write_text("a")
+    (tmp_path / "releases" / "wheels").mkdir()  # a shared part's name below the top is no shared part
+    (tmp_path / "releases" / "wheels" / "w").write_text("w")
+    (tmp_path / "verdicts").mkdir()
+    (tmp_path / "verdicts" / "v.json").write_text("{}")
+    (tmp_path / "top.txt").write_text("t")
+    for shared in SHARED_PARTS:
+        (tmp_path / shared / "deep").mkdir(parents=True)
+        (tmp_path / shared / "deep" / "file").write_text("s")
+    (tmp_path / "file-link").symlink_to(tmp_path / "top.txt")
+    (tmp_path / "dir-link").symlink_to(tmp_path / "releases")  # never followed: its files are counted once
+    before = _snapshot(tmp_path)
+    assert set(before) == {
+        "releases/0.5.23/sglang/a.py",
+        "releases/wheels/w",
+        "verdicts/v.json",
+        "top.txt",
+        "file-link",
+    }
+    # A change under a shared part is not the suite's to answer for; anything else is.
+    for shared in SHARED_PARTS:
+        (tmp_path / shared / "deep" / "new").write_text("n")
+    assert _snapshot(tmp_path) == before
+    (tmp_path / "verdicts" / "w.json").write_text("{}")
+    os.utime(tmp_path / "top.txt", ns=(1, 1))
+    after = _snapshot(tmp_path)
+    assert sorted(p for p in after if before.get(p) != after[p]) == ["file-link", "top.txt", "verdicts/w.json"]
+    assert _snapshot(tmp_path / "absent") == {}
