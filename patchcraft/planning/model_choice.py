@@ -61,7 +61,8 @@ def _by_class_name(models_dir: Path, name: str) -> tuple[ModelGraph, ClassNode] 
     ``class`` statement of that name (in any case, at any indent), no plan
     of another file can match it, and this file's graph chooses what the
     whole tree's would. Anything else (no such file, several, a match that
-    is not exactly one model class): None, and the whole tree is read.
+    is not exactly one model class, a file that cannot be parsed): None, and
+    the whole tree is read.
     """
     if not name.isidentifier() or not name.isascii():
         return None
@@ -73,8 +74,11 @@ def _by_class_name(models_dir: Path, name: str) -> tuple[ModelGraph, ClassNode] 
     holders = [stem for stem, data in texts.items() if pattern.search(data)]
     if len(holders) != 1:
         return None
-    graph = _file_graph(models_dir, holders[0], texts[holders[0]])
-    chosen = named(plan_models(graph, inheriting=True), [name])
+    try:
+        graph = _file_graph(models_dir, holders[0], texts[holders[0]])
+        chosen = named(plan_models(graph, inheriting=True), [name])
+    except PatchcraftError:  # a file that cannot be read: the whole tree says what it always said
+        return None
     if len(chosen) != 1 or chosen[0].cls.lower() != wanted:
         return None
     return graph, graph.classes[(chosen[0].module, chosen[0].cls)]
