@@ -19,8 +19,7 @@ import ctypes
 from typing import Any, Callable
 
 import torch
-
-Tensor = torch.Tensor
+from torch import Tensor
 
 
 def _ints(t: Tensor) -> list[int]:
