@@ -20,6 +20,7 @@ are written through (the link stays a link) and hard links are broken
 from __future__ import annotations
 
 import codecs
+import functools
 import glob
 import importlib.util
 import os
@@ -120,8 +121,15 @@ def check_compiles(source: Source, text: str) -> None:
 
 
 def _compile_error(path: Path, text: str) -> str | None:
+    return _compile_problem(text)
+
+
+@functools.lru_cache(maxsize=64)
+def _compile_problem(text: str) -> str | None:
+    """Why ``text`` does not compile (its line and Python's message), or None; kept by text: a patched file
+    compiled again (verify, ``apply --check``, the harness's copy of the same release) is not compiled twice."""
     try:
-        compile(text, str(path), "exec", dont_inherit=True)
+        compile(text, "<patched>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         return f"line {line}: {getattr(exc, 'msg', exc)}"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 from patchcraft import MARKER
 from patchcraft.base.errors import PatchcraftError
 from patchcraft.reading.class_graph import parse_python
+from patchcraft.reading.parsed import parse_cst
 from patchcraft.planning.records import EditSite
 from patchcraft.base.sources import Source
 from patchcraft.base.status import EDIT_IN_PLACE, EditStatus
@@ -58,7 +59,7 @@ def parse(text: str, path: Path) -> cst.Module:
     """Parse a whole file, or a class or method cut out of it and padded to its place
     (line numbers, in the message of a syntax error too, are then the file's)."""
     try:
-        return cst.parse_module(text)
+        return parse_cst(text)
     except cst.ParserSyntaxError as exc:
         line, message = _python_syntax_error(text) or (exc.raw_line, exc.message)
         raise PatchcraftError(f"{path}: syntax error at line {line}: {message}; nothing was changed") from None

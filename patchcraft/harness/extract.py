@@ -28,6 +28,7 @@ import libcst as cst
 from patchcraft import MARKER
 from patchcraft.engine.file_patch import revert_text
 from patchcraft.reading.class_graph import FLAG
+from patchcraft.reading.parsed import parse_cst, parse_python
 from patchcraft.base.sources import read_source
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
@@ -88,7 +89,11 @@ class ModelSource:
 
     @cached_property
     def syntax(self) -> ast.Module:
-        return ast.parse(self.text, filename=str(self.path))
+        """The file's ``ast`` tree, shared with planning's parse of the same text (read-only, as every reader's)."""
+        try:
+            return parse_python(self.text)
+        except SyntaxError:
+            return ast.parse(self.text, filename=str(self.path))  # raises again, naming the file
 
     @cached_property
     def _file_lines(self) -> list[str]:
@@ -125,7 +130,7 @@ class ModelSource:
         if node is not None:
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             lines = self._file_lines[first - 1 : node.end_lineno]
-            module = cst.parse_module("class _:\n" + "".join(lines))
+            module = parse_cst("class _:\n" + "".join(lines))
             holder = module.body[0]
             assert isinstance(holder, cst.ClassDef) and isinstance(holder.body, cst.IndentedBlock)
             func = holder.body.body[0]

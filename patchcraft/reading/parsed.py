@@ -1,4 +1,4 @@
-"""One ``ast`` parse per source text per process, and a statements-only walk.
+"""One ``ast`` parse (and one libcst parse) per source text per process, and a statements-only walk.
 
 Planning a vLLM tree reads its ~390 model and layer files from several
 readers (the class graph, the family tables, the norm dispatch, the
@@ -12,6 +12,13 @@ source: one release's model files (vLLM 0.34: 10 MB), about 350 MB of trees.
 
 Callers never modify a tree they get here: every reader treats ``ast``
 trees as read-only (libcst does the editing, on its own parse).
+
+:func:`parse_cst` does the same for libcst, whose trees are immutable (a
+transform returns a new tree and never changes the one it was given): the
+method slices ``apply``, ``verify``, ``apply --check``, ``revert`` and the
+harness cut out of a file are parsed once per text, not once per command and
+test. libcst trees are heavier than ``ast``'s (about 25 bytes a character of
+source), so fewer are kept: :data:`CST_LIMIT` characters, about 100 MB.
 """
 
 from __future__ import annotations
@@ -20,9 +27,15 @@ import ast
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import libcst
 
 #: Characters of source whose trees are kept (the sum of the texts' lengths).
 LIMIT = 12_000_000
+#: The same for libcst's trees.
+CST_LIMIT = 4_000_000
 
 _TREES: OrderedDict[str, ast.Module] = OrderedDict()
 _KEPT = [0]
@@ -50,6 +63,33 @@ def parse_python(text: str) -> ast.Module:
         return _TREES[text]
 
 
+_CST: OrderedDict[str, "libcst.Module"] = OrderedDict()
+_CST_KEPT = [0]
+
+
+def parse_cst(text: str) -> "libcst.Module":
+    """``libcst.parse_module(text)``, kept as :func:`parse_python` keeps ``ast`` trees (up to :data:`CST_LIMIT`).
+
+    A syntax error is raised as libcst raises it (``ParserSyntaxError``), and nothing is kept.
+    """
+    import libcst
+
+    with _LOCK:
+        module = _CST.get(text)
+        if module is not None:
+            _CST.move_to_end(text)
+            return module
+    module = libcst.parse_module(text)
+    with _LOCK:
+        if text not in _CST:
+            _CST[text] = module
+            _CST_KEPT[0] += len(text)
+            while _CST_KEPT[0] > CST_LIMIT and len(_CST) > 1:
+                old, _ = _CST.popitem(last=False)
+                _CST_KEPT[0] -= len(old)
+        return _CST[text]
+
+
 def kept() -> tuple[int, int]:
     """(trees, characters of source) kept now: for tests and benchmarks."""
     with _LOCK:
@@ -57,10 +97,18 @@ def kept() -> tuple[int, int]:
 
 
 def forget() -> None:
-    """Drop every kept tree (tests; a long process that is done with a tree)."""
+    """Drop every kept tree, ``ast``'s and libcst's (tests; a long process that is done with a tree)."""
     with _LOCK:
         _TREES.clear()
         _KEPT[0] = 0
+        _CST.clear()
+        _CST_KEPT[0] = 0
+
+
+def kept_cst() -> tuple[int, int]:
+    """(libcst trees, characters of source) kept now."""
+    with _LOCK:
+        return len(_CST), _CST_KEPT[0]
 
 
 #: The fields of statements (and of ``except`` handlers and ``match`` cases) that hold statements.

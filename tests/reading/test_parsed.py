@@ -7,7 +7,7 @@ import ast
 import pytest
 
 from patchcraft.reading import parsed
-from patchcraft.reading.parsed import parse_python, statements
+from patchcraft.reading.parsed import parse_cst, parse_python, statements
 
 SOURCE = """
 import os
@@ -86,3 +86,53 @@ def test_statements_are_ast_walks_statements_in_its_order() -> None:
     imports = [n for n in found if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert len(imports) == 11  # every import, the nested ones too
     assert not [n for n in found if isinstance(n, ast.expr)]
+
+
+# -- libcst's trees --------------------------------------------------------------------------
+
+METHOD = "class _:\n    def forward(self, x):\n        h = self.embed(x)\n        for layer in self.layers:\n            h = layer(h)\n        return h\n"
+
+
+def test_the_same_text_is_one_libcst_tree() -> None:
+    first = parse_cst(METHOD)
+    assert parse_cst("".join(list(METHOD))) is first
+    assert parsed.kept_cst() == (1, len(METHOD))
+    assert parse_cst(METHOD + "\n") is not first
+    assert first.code == METHOD
+
+
+def test_the_kept_libcst_source_is_bounded_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [METHOD + f"x = {i}\n" for i in range(3)]
+    monkeypatch.setattr(parsed, "CST_LIMIT", 2 * len(texts[0]))
+    trees = [parse_cst(t) for t in texts[:2]]
+    assert parse_cst(texts[0]) is trees[0]
+    parse_cst(texts[2])
+    count, size = parsed.kept_cst()
+    assert count == 2 and size <= parsed.CST_LIMIT
+    assert parse_cst(texts[0]) is trees[0]
+    assert parse_cst(texts[1]) is not trees[1]
+
+
+def test_a_libcst_syntax_error_is_raised_and_nothing_kept() -> None:
+    import libcst
+
+    with pytest.raises(libcst.ParserSyntaxError):
+        parse_cst("def broken(:\n")
+    assert parsed.kept_cst() == (0, 0)
+
+
+def test_a_transform_leaves_the_kept_tree_as_it_was() -> None:
+    """The same text patched twice gives the same result, and every kept tree still prints the text it was parsed
+    from: the transforms build new trees (libcst's are immutable), so a tree shared between commands is unchanged."""
+    from patchcraft.engine.file_patch import patch_text
+    from patchcraft.transforms.examples import capture_embedding_output as examples
+
+    example = examples.EXAMPLES[0]
+    site = example.site
+    first = patch_text(example.before, site.path, [site])
+    kept = dict(parsed._CST)
+    assert kept, "patch_text parsed nothing through parse_cst"
+    assert not first.errors and first.after == example.after
+    assert patch_text(example.before, site.path, [site]).after == first.after
+    assert parsed.kept_cst()[0] == len(kept)  # the second patch parsed nothing new
+    assert all(module.code == source for source, module in kept.items())
