@@ -163,10 +163,13 @@ class CrashFigures:
     duration: float = 0.0
     write_phase: float = 0.0
     rename_phase: float = 0.0
+    #: Runs added past ``runs`` because none had yet landed between two replacements (``campaign(top_up=)``).
+    top_ups: int = 0
 
     def as_dict(self) -> dict:
         return {
             "runs": self.runs,
+            "top_ups": self.top_ups,
             "outcomes": dict(self.outcomes),
             "kill_draws": dict(self.draws),
             "start_states": dict(self.starts),
@@ -291,10 +294,24 @@ def _schedule(lane: Lane, rng: random.Random, figures: CrashFigures, sabotage: S
         job.deadline = job.started + rng.uniform(0.0, lane.duration * 1.05)
 
 
+#: The outcome the campaign is for: a kill that left some files patched and others not.
+BETWEEN = "killed between two file replacements"
+
+
 def campaign(
-    lanes: list[Lane], runs: int, rng: random.Random, sabotage: Sabotage = None, until_lost: bool = False
+    lanes: list[Lane],
+    runs: int,
+    rng: random.Random,
+    sabotage: Sabotage = None,
+    until_lost: bool = False,
+    top_up: int = 0,
 ) -> CrashFigures:
-    """Run ``runs`` killed applies over the lanes; check every state and every re-run."""
+    """Run ``runs`` killed applies over the lanes; check every state and every re-run.
+
+    ``top_up``: while no kill has landed between two file replacements, up to that many more runs (same
+    draws, same checks). On a loaded machine the parent that watches for the first rename can be scheduled
+    too late for every draw of a short campaign; the window must still be reached, so it draws again.
+    """
     first = lanes[0]
     figures = CrashFigures(
         reference_exit=first.exit_code, files_patched=len(first.changed), files_per_tree=len(first.original)
@@ -319,6 +336,9 @@ def campaign(
                 _finished(lane, job, status, figures, seen, rng, sabotage)
         if until_lost and figures.lost:
             to_start = 0
+        if not to_start and top_up and not figures.outcomes[BETWEEN] and not any(lane.job for lane in lanes):
+            to_start, top_up = 1, top_up - 1
+            figures.top_ups += 1
         time.sleep(POLL)
     return figures
 
@@ -330,7 +350,7 @@ def _outcome(killed: bool, done: set, changed) -> str:
     if not done:
         return "killed before any file was replaced"
     if len(done) < len(changed):
-        return "killed between two file replacements"
+        return BETWEEN
     return "killed after every file was replaced"
 
 

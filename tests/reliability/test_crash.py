@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from crash_campaign import calibrate, campaign, make_lanes, subprocess_runs
+from crash_campaign import BETWEEN, calibrate, campaign, make_lanes, subprocess_runs
 from reliability_kit import record
 
 #: The campaign's size per tier: the fast tier's draws still reach the write window; the full tier is the campaign.
@@ -33,7 +33,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path, runs: int) -> N
     lanes = make_lanes(tmp_path, count=2)
     calibrate(lanes)
     assert lanes[0].patched == lanes[1].patched, "apply is not deterministic"
-    figures = campaign(lanes, runs, rng)
+    figures = campaign(lanes, runs, rng, top_up=runs)
     console = subprocess_runs(lanes[0], kills=3, rng=rng)
     elapsed = time.monotonic() - started
     record(
@@ -47,13 +47,44 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path, runs: int) -> N
         },
     )
 
-    assert figures.runs == runs
+    assert figures.runs == runs + figures.top_ups and figures.top_ups <= runs
     assert figures.lost == 0, figures.lost_files[:3]
     assert not figures.rerun_failures, figures.rerun_failures[:3]
     assert not figures.exit_mismatches, figures.exit_mismatches[:3]
     assert console["lost"] == 0
-    # The draws really reached the dangerous window: some kills landed mid-write.
-    assert figures.outcomes["killed between two file replacements"] > 0, figures.outcomes
+    # The draws really reached the dangerous window: some kills landed mid-write (within ``runs`` more draws when
+    # a loaded machine made the first ``runs`` miss it).
+    assert figures.outcomes[BETWEEN] > 0, figures.outcomes
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_campaign_whose_draws_all_miss_the_window_draws_again(tmp_path: Path, monkeypatch) -> None:
+    """The first runs are made to miss (never killed, as when the watching parent is scheduled too late): without
+    ``top_up`` nothing lands between two replacements and the guard above would fail; with it, more runs are drawn
+    until one does, each checked as the others are."""
+    import crash_campaign
+
+    schedule = crash_campaign._schedule
+    missed = {"left": 4}
+
+    def late(lane, rng, figures, sabotage):
+        schedule(lane, rng, figures, sabotage)
+        if missed["left"]:
+            missed["left"] -= 1
+            lane.job.after_write = lane.job.after_rename = None
+            lane.job.deadline = lane.job.started + 3600.0  # it exits first
+
+    monkeypatch.setattr(crash_campaign, "_schedule", late)
+    lanes = make_lanes(tmp_path, count=2)
+    calibrate(lanes)
+    rng = random.Random(SEED)
+    alone = campaign(lanes, 4, rng)
+    assert alone.outcomes == {"exited before the kill": 4} and alone.top_ups == 0
+    missed["left"] = 4
+    topped = campaign(lanes, 4, rng, top_up=40)
+    assert topped.outcomes["exited before the kill"] >= 4 and topped.top_ups >= 1
+    assert topped.outcomes[BETWEEN] > 0, topped.outcomes
+    assert topped.runs == 4 + topped.top_ups and topped.lost == 0 and not topped.rerun_failures
 
 
 def _torn_writer() -> None:
