@@ -442,10 +442,16 @@ def _check_against_vllm(seed: int) -> dict[str, Any]:
     undone = inverse_gptj_rope_o_proj_cpu(roped, positions, cache, rope_dim)
     gap = float((undone - normed).abs().max())
     results["inverse_gptj_rope_o_proj_cpu"] = {"ok": gap < 1e-4, "max_abs_diff": gap}
-    _install_mhc()
-    own = mhc.MHCPreOp.forward_cpu is mhc.MHCPreOp.forward_native
-    own = own and mhc.MHCPostOp.forward_cpu is mhc.MHCPostOp.forward_native
-    results["hc_pre_fused_cpu, hc_post_fused_cpu"] = {"ok": own, "detail": "vLLM's own forward_native"}
+    installed = set(_install_mhc())
+    if installed.isdisjoint(("hc_pre_fused_cpu", "hc_post_fused_cpu")):  # vllm._C on an AVX-512 BF16 CPU has them
+        detail = "no stand-in: this CPU's vLLM library defines hc_pre_fused_cpu and hc_post_fused_cpu itself"
+        results["hc_pre_fused_cpu, hc_post_fused_cpu"] = {"ok": True, "detail": detail}
+    else:
+        own = "hc_pre_fused_cpu" not in installed or mhc.MHCPreOp.forward_cpu is mhc.MHCPreOp.forward_native
+        own = own and (
+            "hc_post_fused_cpu" not in installed or mhc.MHCPostOp.forward_cpu is mhc.MHCPostOp.forward_native
+        )
+        results["hc_pre_fused_cpu, hc_post_fused_cpu"] = {"ok": own, "detail": "vLLM's own forward_native"}
     return {"checked": results, "no_reference": NO_REFERENCE}
 
 
