@@ -27,7 +27,7 @@ import ast
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import libcst
@@ -47,20 +47,7 @@ def parse_python(text: str) -> ast.Module:
 
     A ``SyntaxError`` is raised as ``ast.parse`` raises it (and nothing is kept).
     """
-    with _LOCK:
-        tree = _TREES.get(text)
-        if tree is not None:
-            _TREES.move_to_end(text)
-            return tree
-    tree = ast.parse(text)
-    with _LOCK:
-        if text not in _TREES:
-            _TREES[text] = tree
-            _KEPT[0] += len(text)
-            while _KEPT[0] > LIMIT and len(_TREES) > 1:
-                old, _ = _TREES.popitem(last=False)
-                _KEPT[0] -= len(old)
-        return _TREES[text]
+    return _kept(_TREES, _KEPT, LIMIT, text, ast.parse)
 
 
 _CST: OrderedDict[str, "libcst.Module"] = OrderedDict()
@@ -74,20 +61,25 @@ def parse_cst(text: str) -> "libcst.Module":
     """
     import libcst
 
+    return _kept(_CST, _CST_KEPT, CST_LIMIT, text, libcst.parse_module)
+
+
+def _kept(trees: OrderedDict, size: list[int], limit: int, text: str, parse: Callable[[str], Any]) -> Any:
+    """``parse(text)`` from ``trees`` (kept by text, least recently used first out past ``limit`` characters)."""
     with _LOCK:
-        module = _CST.get(text)
-        if module is not None:
-            _CST.move_to_end(text)
-            return module
-    module = libcst.parse_module(text)
+        tree = trees.get(text)
+        if tree is not None:
+            trees.move_to_end(text)
+            return tree
+    tree = parse(text)
     with _LOCK:
-        if text not in _CST:
-            _CST[text] = module
-            _CST_KEPT[0] += len(text)
-            while _CST_KEPT[0] > CST_LIMIT and len(_CST) > 1:
-                old, _ = _CST.popitem(last=False)
-                _CST_KEPT[0] -= len(old)
-        return _CST[text]
+        if text not in trees:
+            trees[text] = tree
+            size[0] += len(text)
+            while size[0] > limit and len(trees) > 1:
+                old, _ = trees.popitem(last=False)
+                size[0] -= len(old)
+        return trees[text]
 
 
 def kept() -> tuple[int, int]:
