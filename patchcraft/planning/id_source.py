@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -128,14 +129,33 @@ def _passes_none(call: SetterCall) -> bool:
     return all(isinstance(v, ast.Constant) and v.value is None for v in values)
 
 
-def _modules(directory: Path) -> Iterator[tuple[Path, ast.Module]]:
+class _Module:
+    """A runner module's text, parsed when a reading first needs its tree (most are ruled out by their text)."""
+
+    __slots__ = ("path", "text", "_tree")
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path, self.text = path, text
+        self._tree: ast.Module | None = None
+
+    @property
+    def tree(self) -> ast.Module:
+        if self._tree is None:
+            try:
+                self._tree = parse_python(self.text)
+            except (SyntaxError, ValueError):  # unreadable: read as empty, as if it were not there
+                self._tree = ast.Module(body=[], type_ignores=[])
+        return self._tree
+
+
+def _modules(directory: Path) -> Iterator[_Module]:
     for path in sorted(directory.rglob("*.py")):
         try:
             data = path.read_bytes()
             if KEY.encode() not in data and b"server_args" not in data:
                 continue
-            yield path, parse_python(decode(path, data).text)
-        except (OSError, SyntaxError, ValueError):
+            yield _Module(path, decode(path, data).text)
+        except (OSError, ValueError):
             continue
 
 
@@ -143,7 +163,7 @@ def _argument(call: SetterCall) -> ast.expr:
     return call.node.args[0] if call.node.args else call.node.keywords[0].value
 
 
-def _assigned(call: SetterCall, modules: list[tuple[Path, ast.Module]]) -> Iterator[tuple[Path, ast.expr]]:
+def _assigned(call: SetterCall, modules: list[_Module]) -> Iterator[tuple[Path, ast.expr]]:
     """The expressions assigned to what the call passes: an attribute by its name, a parameter through its callers."""
     argument = _argument(call)
     name = argument.attr if isinstance(argument, ast.Attribute) else _getattr_name(argument)
@@ -152,9 +172,10 @@ def _assigned(call: SetterCall, modules: list[tuple[Path, ast.Module]]) -> Itera
         if found:
             yield from ((call.path, value) for value in found)
             return
-        values = list(_keyword_values(modules, argument.id))
-        attributes = [v.attr for v in values if isinstance(v, ast.Attribute)]
-        yield from ((p, v) for p, v in _attribute_values(modules, attributes[0])) if attributes else ()
+        # the first attribute a call passes for the parameter names what the ids are (modules read lazily: it stops there)
+        values = _keyword_values(modules, argument.id)
+        attribute = next((v.attr for v in values if isinstance(v, ast.Attribute)), None)
+        yield from _attribute_values(modules, attribute) if attribute is not None else ()
         return
     if name is not None:
         yield from _attribute_values(modules, name)
@@ -184,27 +205,45 @@ def _local_values(call: SetterCall, name: str) -> Iterator[ast.expr]:
             yield node.value
 
 
-def _keyword_values(modules: list[tuple[Path, ast.Module]], keyword: str) -> Iterator[ast.expr]:
-    for _, module in modules:
-        for node in ast.walk(module):
+def _keyword_values(modules: list[_Module], keyword: str) -> Iterator[ast.expr]:
+    for module in modules:
+        if not _may_pass(module, keyword):
+            continue
+        for node in ast.walk(module.tree):
             if isinstance(node, ast.Call):
                 yield from (k.value for k in node.keywords if k.arg == keyword)
 
 
-def _attribute_values(modules: list[tuple[Path, ast.Module]], attr: str) -> Iterator[tuple[Path, ast.expr]]:
-    for path, module in modules:
-        for node in statements(module.body):  # an assignment is a statement: ast.walk's order, no expressions
+def _may_name(module: _Module, name: str) -> bool:
+    """Whether ``module`` may hold the identifier ``name``: its text spells it, or is not ASCII (where an
+    identifier may be spelt otherwise and normalised, NFKC). A module that cannot is not walked."""
+    return name in module.text or not module.text.isascii()
+
+
+def _may_pass(module: _Module, keyword: str) -> bool:
+    """Whether a call in ``module`` may pass the keyword argument ``keyword``: its text spells ``keyword =``
+    (comments and line breaks allowed between), or is not ASCII (:func:`_may_name`)."""
+    if not module.text.isascii():
+        return True
+    return re.search(rf"(?<!\.)\b{re.escape(keyword)}(?:\s|\\\n|#[^\n]*)*=(?!=)", module.text) is not None
+
+
+def _attribute_values(modules: list[_Module], attr: str) -> Iterator[tuple[Path, ast.expr]]:
+    for module in modules:
+        if not _may_name(module, attr):
+            continue
+        for node in statements(module.tree.body):  # an assignment is a statement: ast.walk's order, no expressions
             if not isinstance(node, ast.Assign) or _is_none(node.value):
                 continue
             if any(isinstance(t, ast.Attribute) and t.attr == attr for t in node.targets):
-                yield path, node.value
+                yield module.path, node.value
 
 
 def _is_none(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 
 
-def _classify(tree: SglangTree, path: Path, value: ast.expr, modules: list) -> IdSource | None:
+def _classify(tree: SglangTree, path: Path, value: ast.expr, modules: list[_Module]) -> IdSource | None:
     """What ``value`` reads: the server flag, the draft config's key (nested or top level), or None."""
     at = f"{tree.relative(path)}:{value.lineno}"
     for node in ast.walk(value):
@@ -230,13 +269,13 @@ def _server_args_attr(node: ast.AST) -> str | None:
     return None
 
 
-def _bound_to_eagle_config(path: Path, value: ast.expr, modules: list) -> bool:
+def _bound_to_eagle_config(path: Path, value: ast.expr, modules: list[_Module]) -> bool:
     """``x[KEY]`` where ``x = getattr(..., "eagle_config", ...)`` in the same file."""
     names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
-    for module_path, module in modules:
-        if module_path != path:
+    for module in modules:
+        if module.path != path:
             continue
-        for node in statements(module.body):
+        for node in statements(module.tree.body):
             if (
                 isinstance(node, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id in names for t in node.targets)

@@ -95,3 +95,41 @@ def test_patchcraft_s_runner_edit_is_not_taken_for_the_source(release_copy):
     source = id_source(resolve_target(str(package)))
     assert source.kind is IdSourceKind.EAGLE_CONFIG and source.read_at.endswith("model_runner.py:374")
     assert source.call == "model_runner.py:668 (ModelRunner.initialize)"
+
+
+#: 0.5.23's runner passes the ids on as a keyword argument; the reading follows it to what it names.
+KEYWORD = "            eagle_aux_hidden_state_layer_ids=self.spec_aux_config.eagle_aux_hidden_state_layer_ids,\n"
+
+
+def test_a_keyword_spelt_in_another_script_is_still_followed(release_copy):
+    """The reading skips runner modules whose text cannot pass the keyword; a fullwidth "e" passes it (Python
+    normalises identifiers, NFKC), so the module is read and the keyword followed."""
+    package = release_copy("0.5.23")
+    file = package / "srt/model_executor/model_runner.py"
+    text = file.read_text(encoding="utf-8")
+    assert text.count(KEYWORD) == 1
+    file.write_text(text.replace(KEYWORD, "            \uff45" + KEYWORD.lstrip()[1:]), encoding="utf-8")
+    source = id_source(resolve_target(str(package)))
+    assert source.kind is IdSourceKind.EAGLE_CONFIG
+    assert source.read_at.endswith("model_runner_components/spec_aux_hidden_state.py:192")
+
+
+@pytest.mark.parametrize(
+    ("text", "passes"),
+    [
+        ("f(ids=x)", True),
+        ("f(\n    ids  # the draft's\n    = x)", True),  # a comment and a line break between: still the keyword
+        ("f(ids \\\n = x)", True),  # a backslash continuation
+        ("self.ids = x", False),  # an attribute, not a keyword
+        ("ids == x", False),
+        ("my_ids=x", False),
+    ],
+)
+def test_a_module_is_skipped_only_when_its_text_cannot_pass_the_keyword(text, passes):
+    import ast
+
+    from patchcraft.planning.id_source import _may_pass, _Module
+
+    passed = any(k.arg == "ids" for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call) for k in n.keywords)
+    assert passed is passes  # what Python reads: the case says what it means to
+    assert _may_pass(_Module(Path("m.py"), text), "ids") is passes
