@@ -65,10 +65,14 @@ def applied_model(model: Model) -> Applied:
 
 def _build(model: Model) -> tuple[Applied, Path | None]:
     from patchcraft.engine.tree_run import run
+    from patchcraft.transforms.keep_captured_states_reduced import communicator_path
 
     tree = model.tree
     try:
-        result = run(tree, Mode.APPLY, (model.label,))
+        # Planned from the model's own files, not the whole tree: the same changes (tree_run.run, ``reaching``).
+        # The fusion row writes communicator.py or nothing: on a tree without one, its reading is skipped.
+        fusion = communicator_path(tree.package).is_file()
+        result = run(tree, Mode.APPLY, (model.label,), fusion=fusion, reaching=model.plan.files)
     except PatchcraftError as exc:
         return Applied(None, f"`patchcraft apply` refuses this tree: {exc}"), None
     if not result.changes:

@@ -53,6 +53,7 @@ def run(
     jobs: int = 1,
     fusion: bool = True,
     base_texts: Mapping[Path, str] | None = None,
+    reaching: Sequence[Path] = (),
 ) -> RunResult:
     """Plan, transform and judge every selected model; no file is written here.
 
@@ -73,6 +74,13 @@ def run(
     ``base_texts`` (model file -> text) patches that text instead of the
     file's (``apply --replace-hand-edits``: the pristine text of a file
     edited by hand); the change still replaces the file as it is on disk.
+
+    ``reaching`` (model files, with ``names``): plan only the models that can
+    reach those files (:func:`patchcraft.planning.selection.plan_reaching`, the
+    pre-commit scope), not the whole tree; a named model's own files give
+    the same model changes as the whole tree's run (check-draft's copy after
+    apply, :mod:`patchcraft.analysis.applied`). The runner and fusion rows
+    are the tree's, as without it.
     """
     if tree.engine == "vllm":  # vLLM's runner and layers are not patched: its model rows alone (planning.vllm_plans)
         runner = fusion = False
@@ -82,7 +90,8 @@ def run(
     if names and not model_names:
         result = RunResult(mode=mode, tree=tree, version=tree.version, models=(), changes=())
     else:
-        result = _run_models(tree, mode, model_names, jobs=jobs, base_texts=base_texts)
+        planned = replace(tree, only_files=tuple(reaching)) if reaching and model_names else tree
+        result = replace(_run_models(planned, mode, model_names, jobs=jobs, base_texts=base_texts), tree=tree)
     extra = ((runner, runner_edits.ROW, runner_row), (fusion, fusion_transform.ROW, fusion_row))
     for enabled, name, rows_of in extra:
         if not enabled or tree.only_files or (wanted_rows and not model_names and name not in wanted_rows):

@@ -241,3 +241,22 @@ def test_the_fusion_row_names_only_the_models_whose_layer_marks_are_written() ->
     assert claim_written(_result(deepseek, replace(fusion, notes=notes[:1]))).models[1] == replace(
         fusion, notes=notes[:1]
     )
+
+
+def test_a_run_planned_from_a_model_s_files_writes_what_the_whole_tree_s_run_writes():
+    """``reaching``: qwen2's forward is shared by qwen3 and qwen2_5_vl, whose own ``__init__`` must then set the flag;
+    planned from qwen2.py alone, the run still reaches them (their files import qwen2), and writes the same."""
+    from conftest import release_package
+    from patchcraft.base.target import resolve_target
+    from patchcraft.engine.tree_run import run
+    from patchcraft.planning.selection import plan_tree
+
+    tree = resolve_target(str(release_package("0.5.10")))
+    (plan,) = plan_tree(tree, ("qwen2.Qwen2ForCausalLM",))[:1]
+    assert [tree.relative(f) for f in plan.files] == ["sglang/srt/models/qwen2.py"]
+    whole = run(tree, Mode.APPLY, (plan.label,))
+    scoped = run(tree, Mode.APPLY, (plan.label,), reaching=plan.files)
+    written = [c.rel for c in scoped.changes]
+    assert "sglang/srt/models/qwen3.py" in written and "sglang/srt/models/qwen2_5_vl.py" in written
+    assert [(c.rel, c.after) for c in scoped.changes] == [(c.rel, c.after) for c in whole.changes]
+    assert [m.model for m in scoped.models] == [m.model for m in whole.models] and scoped.tree == whole.tree
