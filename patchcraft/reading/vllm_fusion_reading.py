@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional
 
+from patchcraft.base.memo import Memo, Stamp, stamp
 from patchcraft.reading.class_graph import ClassNode, FunctionNode, ModelGraph, classes_assigned_to, nodes_of, words_of
 from patchcraft.reading.vllm_graph import DRAFTS, SETTER, VllmGraph, language_model
 
@@ -86,8 +87,24 @@ def read_tree(package: Path) -> list[Reduction]:
 
 
 def read_model(package: Path, name: str) -> Optional[Reduction]:
-    """The record of ``name`` (a class name, a ``module.Class`` label or a file stem), or None when no target."""
-    graph = _loaded_graph(package / "model_executor" / "models")
+    """The record of ``name`` (a class name, a ``module.Class`` label or a file stem), or None when no target.
+
+    Kept while no file it read changes (:mod:`patchcraft.base.memo`): check-draft explains again for each fix it
+    proves, and each explanation reads this."""
+    models = package / "model_executor" / "models"
+
+    def read() -> Stamp:
+        return stamp(folders=[(models, False), (package / "models", True)])
+
+    return _READ.get((str(models.resolve()), name), read, lambda: _read_model(models, name))
+
+
+#: The records read, by models folder and name.
+_READ: "Memo[Optional[Reduction]]" = Memo(keep=16)
+
+
+def _read_model(models: Path, name: str) -> Optional[Reduction]:
+    graph = _loaded_graph(models)
     for cls in targets(graph):
         if name in (cls.name, cls.label, cls.module):
             return read_target(graph, cls)

@@ -80,6 +80,28 @@ def test_an_all_reduce_after_the_unreduced_mlp_keeps_it_reduced(tmp_path: Path) 
     assert found is not None and found.verdict == REDUCED
 
 
+def test_a_record_is_kept_until_a_file_it_read_changes(tmp_path: Path) -> None:
+    """check-draft reads the record once per fix it proves: the second read is the first's, and an edit reads again."""
+    import time
+
+    from patchcraft.base.memo import RACY_NS
+
+    package = _broken_release(tmp_path)
+    time.sleep(RACY_NS / 1e9 + 0.02)  # a stamp this close to the copy is not trusted (base.memo), so nothing is kept
+    first = read_model(package, "LlamaForCausalLM")
+    assert first is not None and first.verdict == PARTIAL
+    assert read_model(package, "LlamaForCausalLM") is first
+    llama = package / "model_executor" / "models" / "llama.py"
+    call = "        hidden_states = self.mlp(hidden_states)\n"
+    llama.write_text(
+        llama.read_text().replace(
+            call, call + "        hidden_states = tensor_model_parallel_all_reduce(hidden_states)\n", 1
+        )
+    )
+    again = read_model(package, "LlamaForCausalLM")
+    assert again is not None and again.verdict == REDUCED
+
+
 def test_explain_at_tp_8_warns_on_the_broken_tree_and_notes_the_real_one(tmp_path: Path) -> None:
     from patchcraft.analysis.vllm_explain import FindingKind, tp_finding
     from patchcraft.base.vllm_tree import VllmTree
