@@ -19,7 +19,11 @@ emptied, harness.run_cache's runs kept: a changed draft or target config on
 the same tree) and **warm** (the same inputs again: the verdict replayed by
 engine.verdict_cache). Wall time, CPU time (user +
 system of the child) and peak memory (the child's maxrss, from ``wait4``).
-The warm runs' output is compared byte for byte with the cold runs'.
+The warm runs' output is compared byte for byte with the cold runs'. One
+more row, interleaved with the others, is a bare ``python -c "import torch"``
+(the collector off, as in patchcraft): the floor under a cold verdict, which
+imports torch to run the harness. Each cold row's CPU over it is patchcraft's
+own share.
 
 The goals: warm ≤ 0.3 s wall and ≤ 100 MB; cold check-draft mismatch ≤ 3
 CPU-s; cold explain ≤ 1.5 CPU-s. ``--write-docs`` writes the table into
@@ -59,9 +63,14 @@ class Row:
     outputs: dict[str, set[str]] = field(default_factory=lambda: {"cold": set(), "kept": set(), "warm": set()})
 
 
-def run(argv: list[str], env: dict[str, str]) -> tuple[tuple[float, float, float], int, str]:
-    """((wall s, CPU s, peak MiB), exit code, stdout) of one ``patchcraft`` process (``wait4``: its own rusage)."""
-    command = [sys.executable, "-m", "patchcraft", *argv]
+#: The floor under every cold verdict: a process that imports torch (collector off, as patchcraft runs) and exits.
+TORCH_ALONE = ["-c", "import gc; gc.disable(); import torch"]
+
+
+def run(argv: list[str], env: dict[str, str], python: bool = False) -> tuple[tuple[float, float, float], int, str]:
+    """((wall s, CPU s, peak MiB), exit code, stdout) of one ``patchcraft`` process (``wait4``: its own rusage);
+    ``python``: ``python ARGV`` instead."""
+    command = [sys.executable, *argv] if python else [sys.executable, "-m", "patchcraft", *argv]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         actions = [(os.POSIX_SPAWN_DUP2, out.fileno(), 1), (os.POSIX_SPAWN_DUP2, err.fileno(), 2)]
         start = time.perf_counter()
@@ -116,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for row in rows:  # a warm-up: bytecode compiled, the digests of the tree remembered
             run(row.argv, env)
+        torch_alone: list[tuple[float, float, float]] = []
         before = os.getloadavg()
         started = time.perf_counter()
         for _ in range(args.repeat):
+            torch_alone.append(run(TORCH_ALONE, env, python=True)[0])
             for row in rows:
                 for kind in ("cold", "kept", "warm"):
                     if kind != "warm":  # cold: nothing kept; kept: the verdict computed again, the harness runs kept
@@ -129,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     getattr(row, kind).append(sample)
                     row.outputs[kind].add(out)
         after = os.getloadavg()
-        lines = report(args, rows, before, after, time.perf_counter() - started)
+        lines = report(args, rows, before, after, time.perf_counter() - started, torch_alone)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("\n".join(lines))
@@ -149,7 +160,9 @@ def _median(samples: list[tuple[float, float, float]], index: int) -> float:
     return statistics.median(s[index] for s in samples)
 
 
-def report(args: argparse.Namespace, rows: list[Row], before: tuple, after: tuple, elapsed: float) -> list[str]:
+def report(
+    args: argparse.Namespace, rows: list[Row], before: tuple, after: tuple, elapsed: float, torch_alone: list
+) -> list[str]:
     lines = [
         "## check-draft and explain: cold and warm",
         "",
@@ -178,11 +191,18 @@ def report(args: argparse.Namespace, rows: list[Row], before: tuple, after: tupl
             f"| {row.name} | {_median(row.cold, 0):.2f} s | {cold_cpu:.2f} s | {_median(row.cold, 2):.0f} MiB | "
             f"{_median(row.kept, 1):.2f} s | {_median(row.kept, 2):.0f} MiB | {_median(row.warm, 0):.2f} s | {warm_cpu:.2f} s | {warm_mib:.0f} MiB | {'; '.join(goals)} | {verdict} |"
         )
+    floor = _median(torch_alone, 1)
+    lines.append(
+        f"| `python -c 'import torch'` (the floor: what a cold verdict cannot go under) | {_median(torch_alone, 0):.2f} s "
+        f"| {floor:.2f} s | {_median(torch_alone, 2):.0f} MiB | | | | | | | |"
+    )
+    own = ", ".join(f"{row.name} {_median(row.cold, 1) - floor:.2f} s" for row in rows)
     same = all(
         len(r.outputs["cold"]) == 1 and r.outputs["cold"] == r.outputs["warm"] == r.outputs["kept"] for r in rows
     )
     lines += [
         "",
+        f"- a cold verdict's CPU over importing torch alone (patchcraft's own share): {own}",
         f"- the warm and runs-kept runs print byte for byte what the cold runs print: {'yes' if same else '**no**'}",
         "- the warm goal is judged on CPU time, as the warm `run` goal is: on a machine as loaded as the load "
         "average above, a process waits for a core longer than it runs, and its wall time says how long it waited",
