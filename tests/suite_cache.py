@@ -3,7 +3,14 @@
 - :func:`configure` (pytest_configure): the controller makes a new cache
   directory and exports it as ``PATCHCRAFT_CACHE`` (xdist workers inherit it
   through ``PATCHCRAFT_SUITE_CACHE``); the user's wheels are linked into its
-  ``wheels/`` (hard links, copies across file systems). The user's store is
+  ``wheels/`` (hard links, copies across file systems). Where the machine
+  has the room (:func:`scratch`), the cache and every test's temporary
+  directory (``TMPDIR``, for the workers and their children too) live in
+  memory, on ``/dev/shm``: the suite unpacks every release and copies
+  release trees thousands of times, and on a disk file system that is a
+  sixth of its CPU in the kernel (docs/performance.md, "Seventh pass"). The
+  wheels stay on disk (``wheels/`` is then a link to a folder beside the
+  store's). The user's store is
   ``PATCHCRAFT_TEST_WHEELS``, else the ``wheels/`` of the cache patchcraft
   would use outside the suite. A wheel is trusted only once unpacked: every
   source file is checked against the wheel's RECORD (patchcraft.base.fetch).
@@ -39,6 +46,11 @@ SHARED_PARTS = ("wheels", "pre-commit", "engines")
 FORK_WHEELS = ("sglang_kt", "lsglang")
 #: Fewer selected tests than this (a contributor's inner loop): releases are fetched when first used, not up front.
 PREFETCH_FROM = 50
+#: The memory file system the suite's scratch goes to, and what must be free there and in memory for it to.
+SCRATCH = Path("/dev/shm")
+SCRATCH_NEEDS = 8 << 30
+#: ``disk``: keep the scratch on the default temporary directory whatever the machine has.
+SCRATCH_ENV = "PATCHCRAFT_SUITE_SCRATCH"
 
 _state: dict[str, object] = {}
 
@@ -82,17 +94,45 @@ def _snapshot(cache: Path) -> dict[str, int]:
     return found
 
 
+def scratch() -> Path | None:
+    """:data:`SCRATCH` when it is a writable folder with :data:`SCRATCH_NEEDS` free, and as much memory is
+    available; None otherwise, or with ``PATCHCRAFT_SUITE_SCRATCH=disk``."""
+    if os.environ.get(SCRATCH_ENV) == "disk" or not os.access(SCRATCH, os.W_OK | os.X_OK):
+        return None
+    try:
+        info = os.statvfs(SCRATCH)
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            available = next(int(line.split()[1]) << 10 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return SCRATCH if min(info.f_bavail * info.f_frsize, available) >= SCRATCH_NEEDS else None
+
+
 def configure(config: pytest.Config) -> None:
     if os.environ.get(SESSION_ENV):  # an xdist worker: the controller made it
         os.environ["PATCHCRAFT_CACHE"] = os.environ[SESSION_ENV]
         return
     store = _user_store()
     user_cache = store.parent if store is not None and not os.environ.get(STORE_ENV) else None
-    cache = Path(tempfile.mkdtemp(prefix="patchcraft-suite-"))
+    memory = scratch()
+    run = Path(tempfile.mkdtemp(prefix="patchcraft-suite-", dir=memory))
+    cache = run / "cache"
+    cache.mkdir(mode=0o700)
     wheels = cache / "wheels"
-    wheels.mkdir()
+    if memory is None:
+        wheels.mkdir()
+    else:  # the wheels on disk, beside the default temporary directory; the tests' scratch in memory
+        os.chmod(run, 0o755)
+        on_disk = Path(tempfile.mkdtemp(prefix="patchcraft-suite-wheels-"))
+        wheels.symlink_to(on_disk, target_is_directory=True)
+        temporary = run / "tmp"
+        temporary.mkdir()
+        os.chmod(temporary, 0o1777)  # as /tmp: a test's unprivileged user makes its own folders in it
+        os.environ["TMPDIR"] = str(temporary)
+        tempfile.tempdir = None  # gettempdir() asks again: pytest's tmp_path, this process's and every child's
+        _state["wheels"] = on_disk
     linked = _link_wheels(store, wheels) if store is not None else set()
-    _state.update(cache=cache, store=store, linked=linked, user_cache=user_cache)
+    _state.update(run=run, cache=cache, store=store, linked=linked, user_cache=user_cache)
     _state["before"] = _snapshot(user_cache) if user_cache is not None else {}
     os.environ[SESSION_ENV] = os.environ["PATCHCRAFT_CACHE"] = str(cache)
 
@@ -122,7 +162,9 @@ def finish(session: pytest.Session) -> None:
     store = _state.get("store")
     if isinstance(store, Path):
         _store_new_wheels(cache / "wheels", store, _state.get("linked") or set())  # type: ignore[arg-type]
-    shutil.rmtree(cache, ignore_errors=True)
+    for folder in (_state.get("run"), _state.get("wheels")):
+        if isinstance(folder, Path):
+            shutil.rmtree(folder, ignore_errors=True)
     user_cache = _state.get("user_cache")
     if isinstance(user_cache, Path):
         before = _state.get("before") or {}

@@ -38,3 +38,38 @@ def test_the_snapshot_sees_every_file_but_the_shared_parts(tmp_path: Path) -> No
     after = _snapshot(tmp_path)
     assert sorted(p for p in after if before.get(p) != after[p]) == ["file-link", "top.txt", "verdicts/w.json"]
     assert _snapshot(tmp_path / "absent") == {}
+
+
+def test_the_scratch_is_in_memory_only_where_there_is_room(tmp_path: Path, monkeypatch) -> None:
+    import suite_cache
+
+    monkeypatch.delenv(suite_cache.SCRATCH_ENV, raising=False)
+    monkeypatch.setattr(suite_cache, "SCRATCH", tmp_path)
+    monkeypatch.setattr(suite_cache, "SCRATCH_NEEDS", 1)
+    assert suite_cache.scratch() == tmp_path
+    monkeypatch.setenv(suite_cache.SCRATCH_ENV, "disk")
+    assert suite_cache.scratch() is None
+    monkeypatch.delenv(suite_cache.SCRATCH_ENV)
+    monkeypatch.setattr(suite_cache, "SCRATCH_NEEDS", 1 << 62)  # more than any machine has free
+    assert suite_cache.scratch() is None
+    monkeypatch.setattr(suite_cache, "SCRATCH_NEEDS", 1)
+    monkeypatch.setattr(suite_cache, "SCRATCH", tmp_path / "absent")
+    assert suite_cache.scratch() is None
+
+
+def test_this_run_s_temporary_files_are_where_its_cache_is() -> None:
+    """In memory or on disk as a whole: the cache, this worker's temporary folder and its children's TMPDIR under
+    one run folder, which the controller removes at the end; the wheels always on disk."""
+    import tempfile
+
+    import suite_cache
+
+    cache = Path(os.environ["PATCHCRAFT_CACHE"])
+    run = cache.parent
+    assert run.name.startswith("patchcraft-suite-")
+    in_memory = (cache / "wheels").is_symlink()
+    assert in_memory == os.environ.get("TMPDIR", "").startswith(str(run) + os.sep)
+    if in_memory:
+        assert run.parent == suite_cache.SCRATCH
+        assert Path(tempfile.gettempdir()) == run / "tmp"
+        assert not (cache / "wheels").resolve().is_relative_to(run.resolve())

@@ -9,6 +9,7 @@ race, offline.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -50,7 +51,7 @@ def test_concurrent_fetches_all_succeed_and_leave_one_intact_copy(count: int, tm
     wheel = _wheel()
     links = tmp_path / "links"
     links.mkdir()
-    os.link(wheel, links / wheel.name)
+    shutil.copy2(wheel, links / wheel.name)  # a local index (the run's wheels may be on another file system)
     cache = tmp_path / "cache"
     results = _concurrent_fetches(count, cache, links)
     assert [r.returncode for r in results] == [0] * count, [r.stderr.decode() for r in results]
