@@ -110,18 +110,14 @@ def check_compiles(source: Source, text: str) -> None:
     A file can parse and still not compile (a repeated argument name, say);
     when the file as read fails the same way, the message says so.
     """
-    problem = _compile_error(source.path, text)
+    problem = _compile_problem(text)
     if problem is None:
         return
-    if _compile_error(source.path, source.text) is not None:
+    if _compile_problem(source.text) is not None:
         raise PatchcraftError(f"{source.path}: does not compile even before patching ({problem}); nothing was changed")
     raise PatchcraftError(  # a transform bug: never write its result
         f"{source.path}: patched result does not compile ({problem}); file left untouched"
     )
-
-
-def _compile_error(path: Path, text: str) -> str | None:
-    return _compile_problem(text)
 
 
 @functools.lru_cache(maxsize=64)
