@@ -7,10 +7,11 @@
   has the room (:func:`scratch`), the cache and every test's temporary
   directory (``TMPDIR``, for the workers and their children too) live in
   memory, on ``/dev/shm``: the suite unpacks every release and copies
-  release trees thousands of times, and on a disk file system that is a
-  sixth of its CPU in the kernel (docs/performance.md, "Seventh pass"). The
-  wheels stay on disk (``wheels/`` is then a link to a folder beside the
-  store's). The user's store is
+  release trees thousands of times, and on a disk file system a fifth of
+  its CPU is system time (docs/performance.md, "Seventh pass"). The wheels
+  stay on disk: ``wheels/`` is then a link to a folder in the default
+  temporary directory, the store's wheels hard-linked into it. The user's
+  store is
   ``PATCHCRAFT_TEST_WHEELS``, else the ``wheels/`` of the cache patchcraft
   would use outside the suite. A wheel is trusted only once unpacked: every
   source file is checked against the wheel's RECORD (patchcraft.base.fetch).
