@@ -109,6 +109,23 @@ def scratch() -> Path | None:
     return SCRATCH if min(info.f_bavail * info.f_frsize, available) >= SCRATCH_NEEDS else None
 
 
+#: The run folder's file naming the controller's process: a folder whose process is gone is an orphan.
+OWNER = "controller.pid"
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Remove the run folders in ``folder`` that a killed run left (their controller is gone): in memory, they
+    would hold their 2-3 GB until the machine restarts. A folder of a run still going is left alone."""
+    for run in folder.glob("patchcraft-suite-*"):
+        try:
+            pid = int((run / OWNER).read_text())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(run, ignore_errors=True)
+        except (OSError, ValueError):  # no owner file (being made, or not ours), or another user's process
+            continue
+
+
 def configure(config: pytest.Config) -> None:
     if os.environ.get(SESSION_ENV):  # an xdist worker: the controller made it
         os.environ["PATCHCRAFT_CACHE"] = os.environ[SESSION_ENV]
@@ -116,7 +133,10 @@ def configure(config: pytest.Config) -> None:
     store = _user_store()
     user_cache = store.parent if store is not None and not os.environ.get(STORE_ENV) else None
     memory = scratch()
+    if memory is not None:
+        _remove_orphans(memory)
     run = Path(tempfile.mkdtemp(prefix="patchcraft-suite-", dir=memory))
+    (run / OWNER).write_text(str(os.getpid()))
     cache = run / "cache"
     cache.mkdir(mode=0o700)
     wheels = cache / "wheels"

@@ -73,3 +73,19 @@ def test_this_run_s_temporary_files_are_where_its_cache_is() -> None:
         assert run.parent == suite_cache.SCRATCH
         assert Path(tempfile.gettempdir()) == run / "tmp"
         assert not (cache / "wheels").resolve().is_relative_to(run.resolve())
+
+
+def test_a_run_folder_whose_controller_is_gone_is_removed_and_a_live_one_kept(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import suite_cache
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan, live, unowned = (tmp_path / f"patchcraft-suite-{name}" for name in ("orphan", "live", "unowned"))
+    for folder in (orphan, live, unowned):
+        (folder / "cache").mkdir(parents=True)
+    (orphan / suite_cache.OWNER).write_text(gone.stdout.strip())
+    (live / suite_cache.OWNER).write_text(str(os.getpid()))
+    suite_cache._remove_orphans(tmp_path)
+    assert not orphan.exists() and (live / "cache").is_dir() and (unowned / "cache").is_dir()
