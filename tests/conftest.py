@@ -167,6 +167,23 @@ def release_copy(tmp_path: Path):
     return make
 
 
+@pytest.fixture
+def disk_tmp_path(tmp_path: Path):
+    """A private folder on a disk file system: ``tmp_path`` where the suite's scratch is on disk already, else a
+    new folder under the run's disk folder (suite_cache.DISK_ENV), removed after the test. For what must see
+    writes and renames take a disk's time: the crash campaign watches for an apply's temporary files, which a
+    memory file system writes and renames faster than it can look."""
+    root = os.environ.get(suite_cache.DISK_ENV)
+    if not root:
+        yield tmp_path
+        return
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix=f"{tmp_path.name}-", dir=root))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def cli_code(*argv: str) -> int:
     """``patchcraft ARGV`` in process, its output left to pytest: the exit code alone."""
     from patchcraft.cli import main

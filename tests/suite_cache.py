@@ -52,6 +52,8 @@ SCRATCH = Path("/dev/shm")
 SCRATCH_NEEDS = 8 << 30
 #: ``disk``: keep the scratch on the default temporary directory whatever the machine has.
 SCRATCH_ENV = "PATCHCRAFT_SUITE_SCRATCH"
+#: With the scratch in memory: a folder on disk for the tests that must see a disk file system's timing.
+DISK_ENV = "PATCHCRAFT_SUITE_DISK_TMP"
 
 _state: dict[str, object] = {}
 
@@ -142,10 +144,13 @@ def configure(config: pytest.Config) -> None:
     wheels = cache / "wheels"
     if memory is None:
         wheels.mkdir()
-    else:  # the wheels on disk, beside the default temporary directory; the tests' scratch in memory
+    else:  # the wheels on disk, in the default temporary directory; the tests' scratch in memory
         os.chmod(run, 0o755)
-        on_disk = Path(tempfile.mkdtemp(prefix="patchcraft-suite-wheels-"))
-        wheels.symlink_to(on_disk, target_is_directory=True)
+        on_disk = Path(tempfile.mkdtemp(prefix="patchcraft-suite-disk-"))
+        (on_disk / "wheels").mkdir()
+        wheels.symlink_to(on_disk / "wheels", target_is_directory=True)
+        (on_disk / "tmp").mkdir()
+        os.environ[DISK_ENV] = str(on_disk / "tmp")  # conftest's disk_tmp_path
         temporary = run / "tmp"
         temporary.mkdir()
         os.chmod(temporary, 0o1777)  # as /tmp: a test's unprivileged user makes its own folders in it

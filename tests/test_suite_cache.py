@@ -73,6 +73,10 @@ def test_this_run_s_temporary_files_are_where_its_cache_is() -> None:
         assert run.parent == suite_cache.SCRATCH
         assert Path(tempfile.gettempdir()) == run / "tmp"
         assert not (cache / "wheels").resolve().is_relative_to(run.resolve())
+        disk = Path(os.environ[suite_cache.DISK_ENV])  # the crash campaign's lanes (conftest.disk_tmp_path)
+        assert disk.is_dir() and os.stat(disk).st_dev != os.stat(run).st_dev
+    else:
+        assert suite_cache.DISK_ENV not in os.environ
 
 
 def test_a_run_folder_whose_controller_is_gone_is_removed_and_a_live_one_kept(tmp_path: Path) -> None:

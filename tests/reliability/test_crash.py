@@ -27,10 +27,10 @@ SEED = 20250605
 @pytest.mark.parametrize(
     "runs", [pytest.param(FAST_RUNS, id="fast"), pytest.param(FULL_RUNS, id="full", marks=pytest.mark.slow)]
 )
-def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path, runs: int) -> None:
+def test_sigkill_at_random_moments_loses_nothing(disk_tmp_path: Path, runs: int) -> None:
     started = time.monotonic()
     rng = random.Random(SEED)
-    lanes = make_lanes(tmp_path, count=2)
+    lanes = make_lanes(disk_tmp_path, count=2)
     calibrate(lanes)
     assert lanes[0].patched == lanes[1].patched, "apply is not deterministic"
     figures = campaign(lanes, runs, rng, top_up=runs)
@@ -58,7 +58,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path, runs: int) -> N
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_a_campaign_whose_draws_all_miss_the_window_draws_again(tmp_path: Path, monkeypatch) -> None:
+def test_a_campaign_whose_draws_all_miss_the_window_draws_again(disk_tmp_path: Path, monkeypatch) -> None:
     """The first runs are made to miss (never killed, as when the watching parent is scheduled too late): without
     ``top_up`` nothing lands between two replacements and the guard above would fail; with it, more runs are drawn
     until one does, each checked as the others are."""
@@ -75,7 +75,7 @@ def test_a_campaign_whose_draws_all_miss_the_window_draws_again(tmp_path: Path, 
             lane.job.deadline = lane.job.started + 3600.0  # it exits first
 
     monkeypatch.setattr(crash_campaign, "_schedule", late)
-    lanes = make_lanes(tmp_path, count=2)
+    lanes = make_lanes(disk_tmp_path, count=2)
     calibrate(lanes)
     rng = random.Random(SEED)
     alone = campaign(lanes, 4, rng)
@@ -111,10 +111,10 @@ def _torn_writer() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_the_check_catches_a_non_atomic_writer(tmp_path: Path) -> None:
+def test_the_check_catches_a_non_atomic_writer(disk_tmp_path: Path) -> None:
     """The same harness, pointed at an in-place writer, must report torn files."""
     rng = random.Random(SEED)
-    lanes = make_lanes(tmp_path, count=1, keep=("llama",))
+    lanes = make_lanes(disk_tmp_path, count=1, keep=("llama",))
     calibrate(lanes, sabotage=_torn_writer)
     figures = campaign(lanes, 15, rng, sabotage=_torn_writer, until_lost=True)
     record("crash_self_test", {"runs": figures.runs, "lost": figures.lost})
